@@ -1,25 +1,52 @@
-"""Engines turn plan entries into ProcessSpecs: one module per backend.
+"""Engines turn plan entries into ProcessSpecs: one module per backend (DESIGN §1, §6, §7).
 
-PLACEHOLDER contract (being written): see LaunchContext and build_processes below.
+`build_processes(plan, cfg, ctx)` is pure: everything outside the plan and the config (ports,
+node addresses, the interpreter, the run folder) comes through `LaunchContext`, which the
+runner fills. Servers come first (one per rollout instance and node), then trainers (one
+torchrun per node of each trainer job), so the servers' addresses are known to the trainers.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable
+import dataclasses
+from typing import Any
+
+from launcher.engines import sglang, torchrun, vllm
+from launcher.engines.context import LaunchContext
+from launcher.engines.options import check_unused_options
+from launcher.plan import Plan, ProcessSpec
+
+SERVERS = {"sglang": sglang.server_processes, "vllm": vllm.server_processes}
+
+__all__ = ["LaunchContext", "build_processes", "plan_with_processes", "check_unused_options"]
 
 
-@dataclass
-class LaunchContext:
-    """What engines need beyond the plan, supplied by the runner (the only I/O-aware part).
+def build_processes(plan: Plan, cfg: Any, ctx: LaunchContext) -> tuple[ProcessSpec, ...]:
+    """Every process the plan needs, servers first, then trainers."""
+    return processes_and_warnings(plan, cfg, ctx)[0]
 
-    next_port: returns a fresh port each call (local runner: reserved and locked; plan dry
-    runs: counts up from a base). host(node): the address of node k (local: 127.0.0.1;
-    slurm: a placeholder the script fills from `scontrol show hostnames`).
-    """
 
-    run_dir: str
-    plan_path: str
-    python: str  # interpreter for `python -m ...` entry points (the venv's)
-    next_port: Callable[[], int]
-    host: Callable[[int], str] = lambda node: "127.0.0.1"
-    extra_env: dict[str, str] = field(default_factory=dict)
+def plan_with_processes(plan: Plan, cfg: Any, ctx: LaunchContext) -> Plan:
+    """The plan with its processes filled in and the engines' warnings added."""
+    processes, warnings = processes_and_warnings(plan, cfg, ctx)
+    return dataclasses.replace(plan, processes=processes,
+                               warnings=tuple(plan.warnings) + warnings)
+
+
+def processes_and_warnings(plan: Plan, cfg: Any, ctx: LaunchContext
+                           ) -> tuple[tuple[ProcessSpec, ...], tuple[str, ...]]:
+    """The processes, plus what the user should know about them (e.g. an offload not done)."""
+    servers: list[ProcessSpec] = []
+    addrs: list[str] = []
+    warnings: list[str] = []
+    for comp in plan.components.values():
+        if comp.is_inference:
+            made = SERVERS[comp.backend](comp, plan, cfg, ctx)
+            servers += made.processes
+            addrs += made.addrs
+            warnings += made.warnings
+    trainers = torchrun.trainer_processes(plan, cfg, ctx, addrs)
+    processes = tuple(servers) + tuple(trainers)
+    names = [p.name for p in processes]
+    if len(set(names)) != len(names):  # a bug here, not a user mistake
+        raise AssertionError(f"duplicate process names: {names}")
+    return processes, tuple(warnings)

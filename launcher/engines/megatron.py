@@ -1,0 +1,46 @@
+"""Megatron trainers: torchrun workers told their parallel layout with Megatron-LM's own flags.
+
+dp is not a flag: Megatron derives it (world / (tp*pp*cp)). The MoE hybrid form's expert
+layout is `--expert-model-parallel-size` (e) and `--expert-tensor-parallel-size` (etp).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from launcher.alloc import ModelAllocation
+from launcher.plan import ComponentPlan
+
+PARALLEL_FLAGS = (
+    ("--tensor-model-parallel-size", "tp", "t"),
+    ("--pipeline-model-parallel-size", "pp", "p"),
+    ("--context-parallel-size", "cp", "c"),
+    ("--expert-model-parallel-size", "ep", "e"),
+    ("--expert-tensor-parallel-size", "etp", "the ffn part's t"),
+)
+REFUSED = {flag: (f"would change the parallel layout: set it with the backend string's {dim} "
+                  f"(e.g. actor.backend=megatron:d2t2p2)") for flag, _, dim in PARALLEL_FLAGS}
+
+
+def parallel_args(alloc: ModelAllocation) -> list[str]:
+    """The five parallel-size flags, from the parsed backend string."""
+    args: list[str] = []
+    for flag, attr, _ in PARALLEL_FLAGS:
+        args += [flag, str(getattr(alloc, attr))]
+    return args
+
+
+def engine_args(comp: ComponentPlan, options: Any) -> list[str]:
+    """Parallel flags plus <engine>.megatron.* as Megatron-LM flags."""
+    args = parallel_args(comp.alloc)
+    if options.sequence_parallel:
+        args.append("--sequence-parallel")
+    if options.use_distributed_optimizer:
+        args.append("--use-distributed-optimizer")
+    if options.recompute_granularity:
+        args += ["--recompute-granularity", str(options.recompute_granularity)]
+    return args
+
+
+def engine_env(device: str) -> dict[str, str]:
+    """Megatron's tensor-parallel overlap needs one CUDA connection (it asserts otherwise)."""
+    return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if device == "cuda" else {}

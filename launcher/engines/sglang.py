@@ -1,0 +1,138 @@
+"""SGLang rollout servers: one `python -m sglang.launch_server` per instance and node.
+
+Never `--dp-size`: SGLang refuses multi-node data-parallel replicas, so the backend string's
+`d` becomes d separate servers, each on its own GPUs (CUDA_VISIBLE_DEVICES), each with its own
+ports. Attention-DP and expert parallel live *inside* one instance and pass through.
+
+Ports, all drawn from ctx (reserved, so two launches never collide):
+- `--port`: HTTP (node 0); followers serve a bare /health on the same port on their node.
+- `--nccl-port`: torch.distributed init of a single-node instance (SGLang would pick a random
+  free port otherwise, found now and bound later: a race between launches).
+- `--dist-init-addr <first node>:D` for multi-node instances and for attention-DP: SGLang then
+  derives its ZMQ ports from D as D+1..D+6 (without the flag attention-DP uses port+233.., which
+  nobody reserved), so we reserve D..D+6 in a row.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from launcher.engines.context import LaunchContext
+from launcher.engines.options import (as_strings, launcher_owned, model_path, refuse_flags,
+                                      rollout_offload, served_model_name)
+from launcher.engines.servers import (ServerSet, bind_address, health_url, local_gpus,
+                                      process_name, server_env)
+from launcher.errors import ConfigError
+from launcher.plan import ComponentPlan, Plan, ProcessSpec
+
+MODULE = "sglang.launch_server"
+DIST_INIT_PORTS = 7  # the dist-init port and the six SGLang derives from it (+1..+6)
+
+# rollout.sglang.<option> -> flag (None: not passed, SGLang's default)
+VALUE_FLAGS = (
+    ("mem_fraction_static", "--mem-fraction-static"),
+    ("dtype", "--dtype"),
+    ("context_length", "--context-length"),
+    ("ep_size", "--ep-size"),
+    ("watchdog_timeout", "--watchdog-timeout"),
+    ("log_level", "--log-level"),
+)
+SWITCHES = (("skip_server_warmup", "--skip-server-warmup"),)
+
+_COUNT = ("would change the GPU count of an instance: set replicas with the backend string's d "
+          "and GPUs per replica with t/p (rollout.backend=sglang:d4t2); attention-DP inside an "
+          "instance is rollout.sglang.attn_dp_size")
+REFUSED = {
+    **{flag: _COUNT for flag in ("--dp-size", "--data-parallel-size", "--tp-size",
+                                 "--tensor-parallel-size", "--pp-size",
+                                 "--pipeline-parallel-size")},
+    **launcher_owned(("--model-path", "--model", "--host", "--port", "--nccl-port", "--nnodes",
+                      "--node-rank", "--dist-init-addr", "--nccl-init-addr", "--base-gpu-id",
+                      "--gpu-id-step", "--device")),
+    "--served-model-name": "duplicates rollout.sglang.served_model_name; set that instead",
+}
+
+
+def server_processes(comp: ComponentPlan, plan: Plan, cfg: Any, ctx: LaunchContext) -> ServerSet:
+    """One ProcessSpec per instance and node of the rollout component."""
+    opts = cfg.rollout.sglang
+    extra = as_strings(cfg.rollout.extra_args)
+    refuse_flags(extra, REFUSED, "rollout.extra_args")
+    check_options(opts, comp.alloc.tp)
+    dp_attention = attention_dp_size(opts, comp.alloc.tp) > 1
+    shared = _option_args(cfg, comp.alloc.tp) + extra
+    out = ServerSet()
+    if plan.cluster.device == "cpu":
+        out.warnings.append("rollout: SGLang on cpu needs SGLang's CPU kernels built from "
+                            "source (PyPI has none); use rollout.backend=vllm:... there")
+    for inst in comp.instances:
+        nodes = sorted(inst.nodes)
+        leader = ctx.host(nodes[0])
+        port, nccl_port = ctx.next_port(), ctx.next_port()
+        dist_port = ctx.ports_in_a_row(DIST_INIT_PORTS) if len(nodes) > 1 or dp_attention else None
+        out.addrs.append(f"{leader}:{port}")
+        for rank, node in enumerate(nodes):
+            host = ctx.host(node)
+            argv = [ctx.python, "-m", MODULE, "--model-path", model_path(cfg),
+                    "--tp-size", str(comp.alloc.tp)]
+            if comp.alloc.pp > 1:
+                argv += ["--pp-size", str(comp.alloc.pp)]
+            argv += ["--host", bind_address(host), "--port", str(port),
+                     "--nccl-port", str(nccl_port)]
+            if dist_port is not None:
+                argv += ["--dist-init-addr", f"{leader}:{dist_port}"]
+            if len(nodes) > 1:
+                argv += ["--nnodes", str(len(nodes)), "--node-rank", str(rank)]
+            if plan.cluster.device == "cpu":
+                argv += ["--device", "cpu"]
+            argv += shared
+            ports = (port,)
+            if rank == 0:
+                ports += (nccl_port,)
+                if dist_port is not None:
+                    ports += tuple(range(dist_port, dist_port + DIST_INIT_PORTS))
+            gpus = local_gpus(plan, inst, node)
+            out.processes.append(ProcessSpec(
+                name=process_name(comp, inst, node), component=comp.name, role="server",
+                node=node, argv=tuple(argv), env=server_env(plan, cfg, ctx, comp, gpus, {}),
+                gpus=gpus, ports=ports, health_url=health_url(host, port)))
+    return out
+
+
+def check_options(opts: Any, tp: int) -> None:
+    """What SGLang itself lets through or rejects with a bare assert (reference/sglang.md)."""
+    fraction = opts.mem_fraction_static
+    if fraction is not None and not 0 < fraction <= 1:
+        raise ConfigError(f"rollout.sglang.mem_fraction_static={fraction}: a fraction of GPU "
+                          f"memory, in (0, 1]")
+    if opts.attn_dp_size is not None and (opts.attn_dp_size < 1 or tp % opts.attn_dp_size):
+        raise ConfigError(f"rollout.sglang.attn_dp_size={opts.attn_dp_size} must divide the "
+                          f"instance's tensor parallel size t={tp} (rollout.backend)")
+
+
+def attention_dp_size(opts: Any, tp: int) -> int:
+    """rollout.sglang.attn_dp_size; enable_dp_attention alone means one attention replica per
+    tp rank (SGLang 0.5.23 turned `--dp-size N --enable-dp-attention` into `--attn-dp-size N`;
+    the bare switch would resolve to 1, a silent no-op)."""
+    if opts.attn_dp_size:
+        return int(opts.attn_dp_size)
+    return tp if opts.enable_dp_attention else 1
+
+
+def _option_args(cfg: Any, tp: int) -> list[str]:
+    """rollout.sglang.* and rollout.offload as SGLang flags."""
+    opts = cfg.rollout.sglang
+    args = ["--served-model-name", served_model_name(cfg, "sglang")]
+    if opts.enable_dp_attention:
+        args.append("--enable-dp-attention")  # deprecated in 0.5.23, the switch before it
+    if opts.enable_dp_attention or opts.attn_dp_size is not None:
+        args += ["--attn-dp-size", str(attention_dp_size(opts, tp))]
+    for key, flag in VALUE_FLAGS:
+        value = getattr(opts, key)
+        if value is not None:
+            args += [flag, str(value)]
+    for key, flag in SWITCHES:
+        if getattr(opts, key):
+            args.append(flag)
+    if opts.enable_memory_saver or rollout_offload(cfg):  # release/resume need it
+        args.append("--enable-memory-saver")
+    return args

