@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# stop-slurm.sh - stop what start-slurm.sh started: cancel all jobs (so no slurmstepd is left
+# behind), then TERM (KILL after 15 s) slurmd(s), slurmctld, slurmdbd, MariaDB and munged,
+# each by its PID file only. --keep-munge: leave munged running (used on config changes).
+set -uo pipefail
+BASE=${SLURM_BASE:-/tmp/areal-slurm}
+log() { echo "[stop-slurm] $*" >&2; }
+
+stop_pidfiles() {
+  local f pid pids=()
+  for f in "$@"; do
+    [ -s "$f" ] || continue
+    pid=$(cat "$f")
+    if kill -0 "$pid" 2>/dev/null && grep -Eq '^(slurmd|slurmctld|slurmdbd|munged|mariadbd)$' "/proc/$pid/comm"; then
+      kill -TERM "$pid" 2>/dev/null; pids+=("$pid"); log "TERM $pid ($(basename "$f"))"
+    fi
+    rm -f "$f"
+  done
+  [ ${#pids[@]} -gt 0 ] || return 0
+  for _ in $(seq 1 150); do
+    local left=0
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && left=1; done
+    [ $left = 0 ] && return 0
+    sleep 0.1
+  done
+  for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && { log "KILL $pid"; kill -KILL "$pid" 2>/dev/null; }; done
+  return 0
+}
+
+if [ -s "$BASE/state/slurmctld.pid" ] && kill -0 "$(cat "$BASE/state/slurmctld.pid")" 2>/dev/null; then
+  ids=$(squeue -h -o %F 2>/dev/null | sort -u)
+  if [ -n "$ids" ]; then
+    scancel $ids 2>/dev/null
+    for _ in $(seq 1 150); do [ -z "$(squeue -h -o %F 2>/dev/null)" ] && break; sleep 0.1; done
+  fi
+fi
+stop_pidfiles "$BASE"/state/slurmd-*.pid "$BASE/state/slurmctld.pid" "$BASE/state/slurmdbd.pid"
+if [ "${1:-}" = "--keep-munge" ]; then
+  stop_pidfiles /run/mysqld/mysqld.pid
+else
+  stop_pidfiles /run/mysqld/mysqld.pid /run/munge/munged.pid
+fi
+exit 0

@@ -1,0 +1,281 @@
+"""The Slurm runner against a real Slurm cluster (scripts/slurm/start-slurm.sh: node1, node2,
+8 fake GPUs each, all on this machine). Steps are plain shell/python commands built by hand,
+so these tests check the runner, not the engines; the end-to-end run is the last test.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+from launcher.cluster import ClusterSpec
+from launcher.config import LauncherConfig
+from launcher.errors import LaunchError
+from launcher.plan import Plan, ProcessSpec
+from launcher.runners import slurm
+from launcher.runners.local import write_plan
+from launcher.runners.sbatch import slurm_host_placeholder as node_host
+
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(180)]
+ROOT = Path(__file__).resolve().parent.parent
+FINISHED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
+
+
+SUBMITTED: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def job_index(tmp_path, monkeypatch, slurm_cluster):
+    """Keep the job id -> run folder index out of the real ~/.cache; cancel what a failed test
+    left running (every job takes all GPUs of its nodes, so a leftover blocks the next)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    yield
+    if SUBMITTED:
+        subprocess.run(["scancel", *SUBMITTED], capture_output=True)
+        SUBMITTED.clear()
+
+
+def step(name: str, role: str, node: int, gpus: tuple[int, ...], script: str,
+         env: Optional[dict] = None) -> ProcessSpec:
+    """A process running `script` on node `node` with the plan's node-local GPUs `gpus`."""
+    return ProcessSpec(name=name, component="rollout" if role == "server" else "actor",
+                       role=role, node=node, argv=("bash", "-c", script), env=dict(env or {}),
+                       gpus=gpus)
+
+
+def submit(run_dir: Path, procs: list[ProcessSpec], job_name: str = "areal-test",
+           gpus_per_node: int = 8, **opts) -> str:
+    plan = Plan(ClusterSpec(2, gpus_per_node, "cpu"), "disaggregated", {}, processes=tuple(procs))
+    cfg = LauncherConfig(type="slurm", grace_period_s=3, **opts)
+    script = slurm.render_sbatch(plan, plan.processes, cfg, str(run_dir), job_name)
+    write_plan(plan, run_dir)  # as the launcher does: `logs --engine` reads components from it
+    job_id = slurm.submit(script, run_dir)
+    SUBMITTED.append(job_id)
+    return job_id
+
+
+def wait_state(job_id: str, states=FINISHED, timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = slurm.job_state(job_id)
+        if state in states:
+            return state
+        time.sleep(0.2)
+    raise AssertionError(f"job {job_id} still {slurm.job_state(job_id)} after {timeout} s")
+
+
+def wait_for(predicate, timeout: float = 30, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def processes_with(marker: str) -> list[int]:
+    """PIDs of the steps' own processes: they run as `exec -a MARKER sleep ...`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if (entry / "cmdline").read_bytes().split(b"\0")[0] == marker.encode():
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+def steps_left(job_id: str) -> str:
+    return subprocess.run(["squeue", "-h", "-s", "-j", job_id], capture_output=True,
+                          text=True).stdout.strip()
+
+
+def env_line(path: Path) -> dict:
+    """The KEY=VALUE words a step printed on its first line."""
+    first = path.read_text().splitlines()[0]
+    return dict(word.split("=", 1) for word in first.split())
+
+
+REPORT = ("echo NODE=$SLURMD_NODENAME CVD=$CUDA_VISIBLE_DEVICES STEP_GPUS=$SLURM_STEP_GPUS"
+          " CPUS=$SLURM_CPUS_ON_NODE")
+
+
+# ----------------------------------------------------------------------------- (a)
+def test_steps_run_on_their_nodes_with_exactly_their_gpus_and_the_job_completes(tmp_path):
+    marker = f"areal-srv-{uuid.uuid4().hex[:8]}"
+    serve = f"{REPORT}; exec -a {marker} sleep 300"
+    procs = [
+        step("rollout-0", "server", 0, (0, 1), serve),
+        step("rollout-1", "server", 0, (2, 3, 4), serve),
+        step("actor-0", "trainer", 1, (0, 1, 2, 3), f"{REPORT} ADDRS=$AREAL_LLM_SERVER_ADDRS; sleep 2",
+             env={"AREAL_LLM_SERVER_ADDRS": f"{node_host(0)}:30000,{node_host(0)}:30001",
+                  "CUDA_VISIBLE_DEVICES": "0,1,2,3"}),
+    ]
+    job = submit(tmp_path, procs)
+    assert wait_state(job) == "COMPLETED"
+    logs = tmp_path / "logs"
+    r0, r1, actor = (env_line(logs / f"{n}.log") for n in ("rollout-0", "rollout-1", "actor-0"))
+    assert (r0["NODE"], r1["NODE"], actor["NODE"]) == ("node1", "node1", "node2")
+    for seen, count in ((r0, 2), (r1, 3), (actor, 4)):
+        assert seen["CVD"] == seen["STEP_GPUS"] and len(seen["CVD"].split(",")) == count
+        assert seen["CPUS"] == str(2 * count)  # whole nodes: 16 CPUs / 8 GPUs, by GPU share
+    assert not set(r0["CVD"].split(",")) & set(r1["CVD"].split(","))  # same node, own GPUs
+    assert actor["ADDRS"] == "node1:30000,node1:30001"
+    assert processes_with(marker) == []  # the servers were stopped when the trainer finished
+    assert "trainers finished; stopping the servers" in (tmp_path / f"slurm-{job}.out").read_text()
+
+
+def test_steps_sharing_gpus_run_together_each_on_its_own_gpus_of_the_allocation(tmp_path):
+    """Collocated/hybrid placement: two steps on overlapping GPUs. Another job holds GPUs 0-3
+    of every node, so this job's GPUs are 4-7 and the plan's node-local GPU i must become
+    the i-th GPU Slurm gave the job, not physical GPU i."""
+    blocker = subprocess.run(["sbatch", "--parsable", "--nodes=2", "--gpus-per-node=4",
+                              "--output=/dev/null", "--wrap", "sleep 120"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    SUBMITTED.append(blocker)
+    wait_state(blocker, ("RUNNING",))
+    marker = f"areal-col-{uuid.uuid4().hex[:8]}"
+    procs = [step("rollout-0", "server", 0, (0, 1), f"{REPORT}; exec -a {marker} sleep 300"),
+             step("actor-0", "trainer", 0, (1, 2, 3), f"{REPORT}; sleep 1")]
+    job = submit(tmp_path, procs, gpus_per_node=4, cpus_per_gpu=1)
+    assert wait_state(job, timeout=30) == "COMPLETED"  # a step waiting for the other hangs
+    server, trainer = (env_line(tmp_path / "logs" / f"{n}.log") for n in ("rollout-0", "actor-0"))
+    assert server["STEP_GPUS"] == trainer["STEP_GPUS"] == "4,5,6,7"
+    assert (server["CVD"], trainer["CVD"]) == ("4,5", "5,6,7")
+    assert processes_with(marker) == []
+
+
+# ----------------------------------------------------------------------------- (b)
+@pytest.mark.parametrize("failing", ["trainer", "server"])
+def test_a_failing_step_fails_the_job_and_leaves_no_step_running(tmp_path, failing):
+    marker = f"areal-fail-{uuid.uuid4().hex[:8]}"
+    forever = f"exec -a {marker} sleep 300"
+    fail = "sleep 1; echo about to fail; exit 3"
+    procs = [
+        step("rollout-0", "server", 0, (0,), fail if failing == "server" else forever),
+        step("actor-0", "trainer", 1, (0,), fail if failing == "trainer" else forever),
+        step("actor-1", "trainer", 1, (1,), forever),
+    ]
+    job = submit(tmp_path, procs)
+    wait_for(lambda: processes_with(marker), what="the steps to start")
+    started = time.monotonic()
+    assert wait_state(job) == "FAILED"
+    assert time.monotonic() - started < 20
+    assert steps_left(job) == "" and processes_with(marker) == []
+    name = "rollout-0" if failing == "server" else "actor-0"
+    out = (tmp_path / f"slurm-{job}.out").read_text()
+    assert f"step {name} ({failing}) ended with exit code 3" in out
+    assert "about to fail" in out  # the tail of the failed step's log, next to the verdict
+    text, code = slurm.job_status(job)
+    assert code == 0 and text.startswith(f"job {job}: FAILED")
+    assert f"the job's last word: areal-launch: job failed: step {name} exited with 3" in text
+    assert slurm.cancel(job) == f"job {job}: already FAILED; nothing to cancel"
+
+
+# ----------------------------------------------------------------------------- (c)
+def test_status_logs_and_cancel_work_on_a_running_job(tmp_path):
+    marker = f"areal-run-{uuid.uuid4().hex[:8]}"
+    procs = [step("rollout-0", "server", 0, (0,), f"echo serving; exec -a {marker} sleep 300"),
+             step("actor-0", "trainer", 1, (0, 1), f"echo training; exec -a {marker} sleep 300")]
+    job = submit(tmp_path, procs)
+    wait_state(job, ("RUNNING",))
+    wait_for(lambda: len(processes_with(marker)) == 2, what="both steps")
+
+    text, code = slurm.job_status(job)
+    assert code == 0 and text.startswith(f"job {job}: RUNNING")
+    assert "rollout-0: RUNNING on node1" in text and "actor-0: RUNNING on node2" in text
+    assert str(tmp_path) in text
+
+    lines = list(slurm.logs(job))
+    assert "rollout-0 | serving" in lines and "actor-0   | training" in lines
+    assert [ln for ln in slurm.logs(job, engine="rollout")] == ["rollout-0 | serving"]
+    with pytest.raises(LaunchError, match="no step serves engine 'critic'"):
+        list(slurm.logs(job, engine="critic"))
+
+    assert "cancel requested" in slurm.cancel(job)
+    assert wait_state(job) == "CANCELLED"
+    wait_for(lambda: not processes_with(marker), what="the steps to be gone")
+    assert slurm.job_status(job)[0].startswith(f"job {job}: CANCELLED")
+
+
+def test_logs_follow_streams_until_the_job_ends(tmp_path):
+    procs = [step("actor-0", "trainer", 0, (0,), "for i in 1 2 3; do echo line $i; sleep 0.5; done")]
+    job = submit(tmp_path, procs)
+    lines = list(slurm.logs(job, follow=True, engine="actor"))
+    assert lines == ["actor-0 | line 1", "actor-0 | line 2", "actor-0 | line 3"]
+    assert slurm.job_state(job) == "COMPLETED"
+
+
+def test_setup_commands_run_before_each_step(tmp_path):
+    procs = [step("actor-0", "trainer", 0, (0,), "echo SETUP=$AREAL_SETUP_RAN")]
+    job = submit(tmp_path, procs, setup=["export AREAL_SETUP_RAN=yes", "cd /"])
+    assert wait_state(job) == "COMPLETED"
+    assert (tmp_path / "logs" / "actor-0.log").read_text().strip() == "SETUP=yes"
+
+
+# ----------------------------------------------------------------------------- (d)
+def test_injected_values_are_data_not_commands(tmp_path):
+    """Quotes, spaces, $(...), backticks, semicolons and newlines in every value that reaches
+    the script arrive as text; none of them runs anything."""
+    pwned = tmp_path / "pwned"
+    cmd = f"touch {pwned}"
+    one_line = f"""x'; {cmd}; echo ' "$({cmd})" `{cmd}` $({cmd}) \\$HOME #"""
+    payload = one_line + f"\n{cmd}\n"
+    run_dir = tmp_path / f"run $({cmd}) `{cmd}` 'q"
+    show = ("import json, os, sys; "
+            "print(json.dumps({'argv': sys.argv[1:], 'env': os.environ['PAYLOAD']}))")
+    procs = [ProcessSpec(name="actor-0", component="actor", role="trainer", node=0,
+                         argv=(sys.executable, "-c", show, payload, one_line),
+                         env={"PAYLOAD": payload}, gpus=(0,))]
+    job = submit(run_dir, procs, job_name=one_line,
+                 sbatch_extra=[f"--comment={one_line}"], srun_extra=[f"--comment={one_line}"])
+    assert wait_state(job) == "COMPLETED"
+    seen = json.loads((run_dir / "logs" / "actor-0.log").read_text())
+    assert seen == {"argv": [payload, one_line], "env": payload}
+    name_and_comment = subprocess.run(["squeue", "-h", "-t", "all", "-j", job, "-o", "%j\n%k"],
+                                      capture_output=True, text=True).stdout
+    assert name_and_comment == f"{one_line}\n{one_line}\n"
+    assert not pwned.exists()
+
+
+def test_a_newline_in_an_sbatch_value_is_refused_before_submitting(tmp_path):
+    with pytest.raises(LaunchError, match="line breaks"):
+        submit(tmp_path, [step("actor-0", "trainer", 0, (0,), "true")], job_name="a\ntouch /tmp/x")
+    assert not (tmp_path / slurm.SCRIPT_NAME).exists()
+
+
+# ----------------------------------------------------------------------------- end to end
+AREAL_LAUNCH = ROOT / ".venv" / "bin" / "areal-launch"
+
+
+@pytest.mark.vllm
+@pytest.mark.torch
+@pytest.mark.timeout(900)
+@pytest.mark.skipif(not AREAL_LAUNCH.exists(), reason=f"{AREAL_LAUNCH} is not installed yet")
+def test_areal_launch_runs_vllm_and_fsdp_on_different_nodes(tmp_path):
+    """The real thing: `areal-launch launcher=slurm`, a vLLM CPU server on node1 and two
+    FSDP2 ranks (torchrun, gloo) on node2, to completion."""
+    out = subprocess.run(
+        [str(AREAL_LAUNCH), "launcher=slurm", "rollout.backend=vllm:d1", "actor.backend=fsdp:d2",
+         "cluster.device=cpu", "cluster.num_nodes=2", "cluster.gpus_per_node=2",
+         "cluster.component_placement.rollout=0", "cluster.component_placement.actor=2-3",
+         f"hydra.run.dir={tmp_path}", "recipe.steps=2"],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+        env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert out.returncode == 0, out.stderr
+    job = out.stdout.strip().splitlines()[-1]
+    state = wait_state(job, timeout=800)
+    assert state == "COMPLETED", "\n".join(slurm.logs(job))
+    wait_for(lambda: "COMPLETED (exit 0:0) on node2" in slurm.job_status(job)[0],
+             what="sacct to record the trainer step")  # sacct lags ~1 s
+    text = slurm.job_status(job)[0]
+    assert re.search(r"step \d+\.\d+ rollout-0: \w+ .* on node1", text), text
+    assert re.search(r"step \d+\.\d+ actor\S*: COMPLETED \(exit 0:0\) on node2", text), text
+    assert "areal-launch: job finished: ok" in text
