@@ -1,0 +1,88 @@
+"""Planning at scale: place + rank maps + weight sync + Plan.to_dict, in process (docs/benchmarks.md).
+
+All five engines on 1024 nodes x 8 GPUs (8192 GPUs: rollout 4096, actor and critic sharing 2048,
+ref 1024, teacher 1024), and the same layout scaled down to 128 nodes, measured in one run.
+Targets: 1024 nodes <= 100 ms; 1024 nodes / 128 nodes <= 10x (8x the GPUs: linear or better).
+The GPU map (terminal and SVG) of the big plan is timed too, for information.
+    .venv/bin/python benchmarks/bench_plan.py [--runs N]
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import statistics
+import time
+
+from rich.console import Console
+
+from launcher.alloc import parse_backend
+from launcher.cluster import ClusterSpec
+from launcher.placement import place
+from launcher.plan import Plan
+from launcher.ranks import component_plan, weight_sync
+from launcher.render import render_gpu_map, render_svg
+
+
+def specs(nodes: int) -> dict[str, str]:
+    """The layout for `nodes` nodes (a multiple of 128): 1/2 rollout, 1/4 actor (+critic),
+    1/8 ref, 1/8 teacher."""
+    k = nodes // 128
+    return {"rollout": f"sglang:d{64 * k}t8", "actor": f"megatron:d{2 * k}p4t8c4",
+            "critic": f"megatron:d{2 * k}p4t8c4", "ref": f"fsdp:d{128 * k}",
+            "teacher": f"fsdp:d{128 * k}"}
+
+
+def plan(nodes: int) -> Plan:
+    cluster = ClusterSpec(nodes, 8)
+    allocs = {name: parse_backend(spec) for name, spec in specs(nodes).items()}
+    placed = place(allocs, cluster, {}, {name: True for name in allocs})
+    components = {name: component_plan(name, alloc, placed.gpus[name], cluster)
+                  for name, alloc in allocs.items()}
+    sync = weight_sync(components["actor"], components["rollout"], cluster)
+    return Plan(cluster, placed.mode, components, (sync,), warnings=placed.warnings)
+
+
+def timed(fn, runs: int) -> list[float]:
+    out = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def reference_loop() -> None:
+    """A fixed pure-Python loop: its time shows how busy the machine was during the run."""
+    total = 0
+    for i in range(1_000_000):
+        total += i & 7
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=15)
+    runs = ap.parse_args().runs
+    plan(128).to_dict(), plan(1024).to_dict()  # warm up
+    small, big, loop = [], [], []
+    for _ in range(runs):  # interleaved so load changes hit all alike
+        small += timed(lambda: plan(128).to_dict(), 1)
+        big += timed(lambda: plan(1024).to_dict(), 1)
+        loop += timed(reference_loop, 1)
+    s, b = statistics.median(small), statistics.median(big)
+    p = plan(1024)
+    pairs = len(p.weight_sync[0].pairs)
+    print(f"plan 128 nodes x 8   median {s * 1000:7.1f} ms  (min {min(small) * 1000:.1f})")
+    print(f"plan 1024 nodes x 8  median {b * 1000:7.1f} ms  (min {min(big) * 1000:.1f})  "
+          f"target <= 100 ms; {pairs} weight-sync pairs")
+    print(f"ratio 1024/128 nodes: {b / s:.2f}x (8x the GPUs; target <= 10x)")
+    print(f"reference loop (machine load) median {statistics.median(loop) * 1000:.1f} ms "
+          f"(min {min(loop) * 1000:.1f})")
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    text = statistics.median(timed(lambda: console.print(render_gpu_map(p)), 5))
+    svg = statistics.median(timed(lambda: render_svg(p), 5))
+    print(f"GPU map of 1024 nodes: terminal {text * 1000:.1f} ms, SVG {svg * 1000:.1f} ms "
+          f"({len(render_svg(p)) // 1024} KiB)")
+
+
+if __name__ == "__main__":
+    main()
