@@ -50,7 +50,7 @@ class SGLangOptions:
 
 @dataclass
 class RolloutConfig:
-    backend: str = "vllm:d1"
+    backend: Optional[str] = "vllm:d1"  # None: no rollout servers (trainer-only run)
     model_path: Optional[str] = None  # None: the top-level model_path
     offload: bool = False  # release weights/KV between phases (memory saver / sleep mode)
     enable_offload: Optional[bool] = None  # RLinf's spelling of `offload`
@@ -158,3 +158,10 @@ class LaunchConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     # free-form options for the recipe's entry point (steps, lr, ...), handed over in the plan
     recipe: Dict[str, Any] = field(default_factory=dict)
+
+
+def register_configs() -> None:
+    """Register the schema with Hydra's ConfigStore (conf/config.yaml starts from it)."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="base_config", node=LaunchConfig)

@@ -10,13 +10,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from launcher.alloc import ModelAllocation
+from launcher.alloc import INFERENCE_BACKENDS, TRAINING_BACKENDS, ModelAllocation  # noqa: F401
 from launcher.cluster import ClusterSpec
+from launcher.config import ENGINE_NAMES as ENGINES  # noqa: F401 - engine order, re-exported
 
 SCHEMA = 1
-ENGINES = ("rollout", "actor", "critic", "ref", "teacher")
-INFERENCE_BACKENDS = ("sglang", "vllm")
-TRAINING_BACKENDS = ("fsdp", "megatron", "archon")
 
 
 @dataclass(frozen=True)
@@ -143,6 +141,8 @@ class Plan:
     weight_sync: tuple[WeightSync, ...] = ()
     processes: tuple[ProcessSpec, ...] = ()
     warnings: tuple[str, ...] = ()
+    # run facts handed to entry points (model_path, recipe options, run names): added keys
+    meta: dict = field(default_factory=dict)
 
     def to_dict(self, mask_secrets: bool = True) -> dict:
         procs = [p.to_dict() for p in self.processes]
@@ -157,6 +157,7 @@ class Plan:
             "weight_sync": [w.to_dict() for w in self.weight_sync],
             "processes": procs,
             "warnings": list(self.warnings),
+            **self.meta,
         }
 
     def to_json(self, mask_secrets: bool = True, indent: Optional[int] = 2) -> str:

@@ -1,0 +1,1 @@
+"""Hydra config files (found as package data when installed)."""

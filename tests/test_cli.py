@@ -1,0 +1,142 @@
+"""The CLI as a user meets it: `areal-launch` run as a real subprocess."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXE = str(Path(sys.executable).parent / "areal-launch")
+
+
+def run(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", **(env or {})}
+    return subprocess.run([EXE, *args], capture_output=True, text=True, env=full_env,
+                          cwd=cwd or ROOT, timeout=120)
+
+
+def plan_json(*args: str) -> dict:
+    out = run("plan", "--json", *args)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_plan_prints_table_for_the_readme_example():
+    out = run("plan", "rollout.backend=sglang:d4t2", "actor.backend=fsdp:d8", "cluster=gpu8",
+              "cluster.num_nodes=2")
+    assert out.returncode == 0, out.stderr
+    for text in ("rollout", "actor", "sglang:d4t2", "fsdp:d8"):
+        assert text in out.stdout
+
+
+def test_plan_json_has_schema_components_and_inherited_from():
+    plan = plan_json("cluster=gpu8", "cluster.num_nodes=2", "rollout.backend=sglang:d4t2",
+                     "actor.backend=fsdp:d8", "ref=inherit")
+    assert plan["schema"] == 1
+    assert plan["cluster"] == {"num_nodes": 2, "gpus_per_node": 8, "device": "cuda"}
+    comps = plan["components"]
+    assert comps["rollout"]["spec"] == "sglang:d4t2" and comps["rollout"]["world_size"] == 8
+    assert comps["ref"]["spec"] == "fsdp:d8" and comps["ref"]["inherited_from"] == "actor"
+    assert comps["actor"]["inherited_from"] is None
+    assert "critic" not in comps and "teacher" not in comps
+
+
+def test_backend_prefix_alone_picks_the_engine_without_group_choice():
+    plan = plan_json("rollout.backend=sglang:d2", "cluster=gpu8")
+    assert plan["components"]["rollout"]["backend"] == "sglang"
+
+
+def test_default_plan_on_a_machine_without_gpus_is_cpu_vllm_d1_fsdp_d2():
+    plan = plan_json()
+    assert plan["cluster"]["device"] == "cpu"
+    assert plan["cluster"]["gpus_per_node"] == 3  # exactly the virtual slots the plan needs
+    assert plan["components"]["rollout"]["spec"] == "vllm:d1"
+    assert plan["components"]["actor"]["spec"] == "fsdp:d2"
+    assert plan["mode"] == "disaggregated"
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("rollout.backend=d4t2", "prefix"),
+    ("rollout.backend=sglang.d4t2", "':'"),
+    ("actor.backend=fsdp:d4p2", "megatron"),
+    ("rollout.backend=sglang:d4+fsdp:d8", "rollout.backend"),
+    ("rollout.bakend=vllm:d1", "did you mean 'rollout.backend'"),
+    ("cluster.num_nodes=abc", "cluster.num_nodes"),
+    ("actor.backend=megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)", "\"actor.backend='megatron:(attn"),
+    ("rollout.backend=fsdp:d2", "inference backend"),
+    ("rollout=nope", "sglang vllm"),
+])
+def test_bad_input_is_one_error_line_exit_2_and_nothing_on_stdout(override, needle):
+    out = run("plan", "--json", override)
+    assert out.returncode == 2
+    assert out.stdout == ""
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), out.stderr
+    assert needle in lines[0]
+
+
+def test_launch_command_reports_bad_input_the_same_way_and_starts_nothing(tmp_path):
+    out = run("actor.backend=fsdp:d0", f"hydra.run.dir={tmp_path}/run")
+    assert out.returncode == 2 and out.stderr.startswith("error:")
+    assert not (tmp_path / "run").exists()
+
+
+def test_cfg_job_prints_the_composed_config():
+    out = run("--cfg", "job", "actor.backend=fsdp:d4")
+    assert out.returncode == 0, out.stderr
+    assert "backend: fsdp:d4" in out.stdout and "component_placement" in out.stdout
+
+
+def test_help_lists_engines_and_examples():
+    out = run("--help")
+    assert out.returncode == 0
+    for text in ("rollout.backend", "actor.backend", "component_placement", "Examples"):
+        assert text in out.stdout
+    out = run("plan", "--help")
+    assert out.returncode == 0 and "--json" in out.stdout and "--svg" in out.stdout
+
+
+def test_legacy_allocation_mode_is_translated_with_a_deprecation_warning():
+    out = run("plan", "--json", "cluster=gpu8", "cluster.num_nodes=2", "allocation_mode=sglang:d4t2+fsdp:d8")
+    assert out.returncode == 0, out.stderr
+    assert "deprecated" in out.stderr
+    comps = json.loads(out.stdout)["components"]
+    assert comps["rollout"]["spec"] == "sglang:d4t2" and comps["actor"]["spec"] == "fsdp:d8"
+    assert set(comps["rollout"]["gpus"]).isdisjoint(comps["actor"]["gpus"])
+
+
+def test_legacy_colocation_shares_gpus_and_per_engine_backend_wins():
+    out = run("plan", "--json", "cluster=gpu8",
+              "allocation_mode='sglang[rollout]:d2+fsdp[actor]:d4|fsdp[critic]:d4'",
+              "rollout.backend=sglang:d4")
+    assert out.returncode == 0, out.stderr
+    assert "wins over allocation_mode" in out.stderr
+    comps = json.loads(out.stdout)["components"]
+    assert comps["rollout"]["spec"] == "sglang:d4"
+    assert comps["critic"]["gpus"] == comps["actor"]["gpus"] == [4, 5, 6, 7]
+
+
+def test_engine_option_for_an_unselected_backend_is_an_error():
+    out = run("plan", "rollout.sglang.mem_fraction_static=0.5")  # backend is vllm:d1
+    assert out.returncode == 2 and "rollout.sglang.mem_fraction_static" in out.stderr
+
+
+def test_per_engine_placement_override_without_plus():
+    plan = plan_json("cluster=gpu8", "actor.backend=fsdp:d4", "rollout.backend=sglang:d2",
+                     "cluster.component_placement.actor=4-7", "cluster.component_placement.rollout='0,1'")
+    assert plan["components"]["actor"]["gpus"] == [4, 5, 6, 7]
+    assert plan["components"]["rollout"]["gpus"] == [0, 1]
+
+
+def test_launcher_process_never_imports_heavy_engines():
+    code = ("import sys; from launcher.cli import main\n"
+            "try:\n    main(['plan', '--json', 'cluster=gpu8', 'rollout.backend=sglang:d2t2', 'ref=inherit'])\n"
+            "except SystemExit: pass\n"
+            "heavy = [m for m in ('torch', 'vllm', 'sglang', 'megatron', 'transformers') if m in sys.modules]\n"
+            "sys.stderr.write('HEAVY=' + ','.join(heavy))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert "HEAVY=" in out.stderr and out.stderr.rstrip().endswith("HEAVY="), out.stderr
