@@ -1,0 +1,219 @@
+"""What a started worker needs to know about its place in the plan (DESIGN §6, §7).
+
+The launcher hands every process the plan's path (`AREAL_LAUNCH_PLAN`), its engines
+(`AREAL_COMPONENT`) and the rollout servers (`AREAL_LLM_SERVER_ADDRS`). A recipe asks this
+module which engine it is, its rank's coordinates and groups, which rollout instance its
+weights go to, and where the servers are, instead of re-deriving the launcher's arithmetic:
+coordinates and groups are read from the plan's rank list, so worker and launcher cannot
+disagree. Stdlib only, so any worker (and the launcher) imports it without torch.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+from launcher.errors import LaunchError
+
+ENV_PLAN = "AREAL_LAUNCH_PLAN"
+ENV_COMPONENT = "AREAL_COMPONENT"
+ENV_SERVER_ADDRS = "AREAL_LLM_SERVER_ADDRS"
+ENV_SERVED_MODEL = "AREAL_SERVED_MODEL_NAME"
+ENV_RUN_DIR = "AREAL_RUN_DIR"
+DEFAULT_SERVED_MODEL = "policy"
+AXES = ("tp", "cp", "dp", "pp")  # fastest first, as in launcher.ranks
+
+
+@dataclass(frozen=True)
+class RuntimePlan:
+    """A plan dict plus the environment of this process; every answer is a pure lookup."""
+
+    data: Mapping[str, Any]
+    env: Mapping[str, str] = field(default_factory=dict)
+    path: Optional[str] = None
+
+    # ------------------------------------------------------------------ who am I
+    def components(self) -> list[str]:
+        """The engines this process serves: $AREAL_COMPONENT, else every training engine."""
+        named = self.env.get(ENV_COMPONENT, "")
+        if named.strip():
+            return [c.strip() for c in named.split(",") if c.strip()]
+        return [name for name, comp in self.data.get("components", {}).items()
+                if "ranks" in comp]
+
+    def has_component(self, engine: str) -> bool:
+        """True when the plan runs `engine` (disabled engines are absent from the plan)."""
+        return engine in self.data.get("components", {})
+
+    def rank(self, rank: Optional[int] = None) -> int:
+        """`rank` when given, else torchrun's $RANK, else 0 (a single process)."""
+        return int(self.env.get("RANK", "0")) if rank is None else int(rank)
+
+    def run_dir(self) -> Optional[str]:
+        """The run folder: $AREAL_RUN_DIR, else the folder the plan was written to."""
+        named = self.env.get(ENV_RUN_DIR)
+        if named:
+            return named
+        return os.path.dirname(os.path.abspath(self.path)) if self.path else None
+
+    def device(self) -> str:
+        return str(self.data.get("cluster", {}).get("device", "cuda"))
+
+    def model_path(self, default: Optional[str] = None) -> Optional[str]:
+        """The model the rollout servers started from (the plan's model_path), else `default`."""
+        path = self.data.get("model_path") or default
+        return os.path.expanduser(path) if isinstance(path, str) else path
+
+    def recipe_options(self, defaults: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+        """The plan's free-form `recipe` dict laid over `defaults`."""
+        out = dict(defaults or {})
+        out.update(self.data.get("recipe") or {})
+        return out
+
+    # ------------------------------------------------------------------ training ranks
+    def component(self, engine: str) -> Mapping[str, Any]:
+        try:
+            return self.data["components"][engine]
+        except KeyError:
+            have = ", ".join(self.data.get("components", {})) or "none"
+            raise LaunchError(f"the plan has no {engine!r} component (it has: {have})") from None
+
+    def ranks(self, engine: str = "actor") -> list[Mapping[str, Any]]:
+        comp = self.component(engine)
+        if "ranks" not in comp:
+            raise LaunchError(f"{engine!r} is an inference engine: it has instances, not ranks")
+        return list(comp["ranks"])
+
+    def world_size(self, engine: str = "actor") -> int:
+        return len(self.ranks(engine))
+
+    def coords(self, rank: Optional[int] = None, engine: str = "actor") -> dict[str, int]:
+        """dp/tp/pp/cp/gpu/node/local_gpu of one rank of `engine`, as the plan placed it."""
+        r = self.rank(rank)
+        for entry in self.ranks(engine):
+            if entry["rank"] == r:
+                return {k: int(entry[k]) for k in ("rank", "dp", "tp", "pp", "cp", "gpu",
+                                                    "node", "local_gpu") if k in entry}
+        raise LaunchError(f"rank {r} is not in {engine!r} (world size "
+                          f"{self.world_size(engine)}); check RANK and the plan")
+
+    def size(self, axis: str, engine: str = "actor") -> int:
+        """How many ranks one `axis` group has (1 + the largest coordinate on that axis)."""
+        _check_axis(axis)
+        return 1 + max(int(e[axis]) for e in self.ranks(engine))
+
+    def group(self, axis: str, rank: Optional[int] = None, engine: str = "actor") -> list[int]:
+        """The ranks that share every coordinate with `rank` except `axis`, in axis order."""
+        _check_axis(axis)
+        mine = self.coords(rank, engine)
+        others = [a for a in AXES if a != axis]
+        members = [e for e in self.ranks(engine) if all(int(e[a]) == mine[a] for a in others)]
+        return [int(e["rank"]) for e in sorted(members, key=lambda e: int(e[axis]))]
+
+    # ------------------------------------------------------------------ rollout side
+    def instances(self, engine: str = "rollout") -> list[Mapping[str, Any]]:
+        return list(self.component(engine).get("instances", []))
+
+    def rollout_backend(self) -> Optional[str]:
+        comp = self.data.get("components", {}).get("rollout")
+        return comp.get("backend") if comp else None
+
+    def weight_targets(self, rank: Optional[int] = None, src: str = "actor",
+                       dst: str = "rollout") -> list[tuple[int, int]]:
+        """(instance, tp rank) pairs that training rank `rank` of `src` feeds in `dst`."""
+        r = self.rank(rank)
+        out: list[tuple[int, int]] = []
+        for sync in self.data.get("weight_sync", []):
+            if sync.get("from") == src and sync.get("to") == dst:
+                out += [(int(p["instance"]), int(p["tp"])) for p in sync["pairs"]
+                        if int(p["rank"]) == r]
+        return sorted(out)
+
+    def server_addrs(self) -> list[str]:
+        """host:port of every rollout server: $AREAL_LLM_SERVER_ADDRS, else the plan's."""
+        named = self.env.get(ENV_SERVER_ADDRS, "")
+        if named.strip():
+            return [a.strip() for a in named.split(",") if a.strip()]
+        return _addrs_from_processes(self.data.get("processes", []))
+
+    def served_model_name(self) -> str:
+        """The model name the servers answer to in OpenAI requests."""
+        return self.env.get(ENV_SERVED_MODEL) or DEFAULT_SERVED_MODEL
+
+    def wait_for_servers(self, timeout_s: float = 600.0, interval_s: float = 1.0) -> list[str]:
+        """Block until every server answers /health with 200; return their addresses."""
+        return wait_for_servers(self.server_addrs(), timeout_s, interval_s)
+
+
+def _check_axis(axis: str) -> None:
+    if axis not in AXES:
+        raise LaunchError(f"unknown parallel axis {axis!r}; use one of {', '.join(AXES)}")
+
+
+def _addrs_from_processes(processes: list[Mapping[str, Any]]) -> list[str]:
+    """Servers' addresses from their health URLs (or first port), in plan order."""
+    out = []
+    for proc in processes:
+        if proc.get("role") != "server":
+            continue
+        url = proc.get("health_url")
+        if url:
+            out.append(urllib.parse.urlsplit(url).netloc)
+        elif proc.get("ports"):
+            out.append(f"127.0.0.1:{proc['ports'][0]}")
+    return out
+
+
+def health_ok(addr: str, timeout_s: float = 2.0) -> bool:
+    """True when http://addr/health answers 200 right now."""
+    try:
+        with urllib.request.urlopen(f"http://{addr}/health", timeout=timeout_s) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def wait_for_servers(addrs: list[str], timeout_s: float = 600.0,
+                     interval_s: float = 1.0) -> list[str]:
+    """Poll each address's /health until all answer 200; TimeoutError names the late ones."""
+    if not addrs:
+        raise LaunchError(f"no rollout servers to wait for: set {ENV_SERVER_ADDRS} "
+                          "or give the plan a rollout component")
+    deadline = time.monotonic() + timeout_s
+    pending = list(addrs)
+    while True:
+        pending = [a for a in pending if not health_ok(a)]
+        if not pending:
+            return list(addrs)
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"rollout servers not healthy after {timeout_s:.0f}s: "
+                               + ", ".join(pending))
+        time.sleep(interval_s)
+
+
+def plan_from_dict(data: Mapping[str, Any], env: Optional[Mapping[str, str]] = None,
+                   path: Optional[str] = None) -> RuntimePlan:
+    """A RuntimePlan over a plan dict; `env` defaults to this process's environment."""
+    return RuntimePlan(data=data, env=dict(os.environ if env is None else env), path=path)
+
+
+def load_plan(path: Optional[str] = None,
+              env: Optional[Mapping[str, str]] = None) -> RuntimePlan:
+    """Read the plan JSON at `path` (default: $AREAL_LAUNCH_PLAN)."""
+    environ = dict(os.environ if env is None else env)
+    path = path or environ.get(ENV_PLAN)
+    if not path:
+        raise LaunchError(f"no plan: set {ENV_PLAN} to the plan JSON the launcher wrote")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        raise LaunchError(f"{ENV_PLAN}={path}: no such file") from None
+    except json.JSONDecodeError as exc:
+        raise LaunchError(f"{path}: not a plan JSON ({exc})") from None
+    return plan_from_dict(data, environ, path)

@@ -1,0 +1,1 @@
+"""The default recipe: GRPO on the rollout servers the launcher started (DESIGN §9)."""
