@@ -1,0 +1,116 @@
+"""What the person at the terminal sees while a local run is up.
+
+Processes write straight into their log files (so logs are whole even if the launcher dies, and
+a slow terminal never blocks a server). The console follows those files and prints every line
+prefixed with the process name, one colour per process; while servers come up, a live line
+says which are healthy and how long it has been.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+
+COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "bright_red", "bright_cyan",
+           "bright_magenta", "bright_green", "bright_yellow", "bright_blue")
+
+
+@dataclass
+class FollowedLog:
+    """One log file read as it grows; `partial` holds a line not yet ended by a newline."""
+
+    name: str
+    path: Path
+    style: str
+    offset: int = 0
+    partial: bytes = b""
+
+    def read_lines(self, final: bool = False) -> list[str]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(data)
+        data = self.partial + data
+        *lines, self.partial = data.split(b"\n")
+        if final and self.partial:
+            lines.append(self.partial)
+            self.partial = b""
+        # progress bars redraw with \r: show what the line finally says
+        return [ln.rstrip(b"\r").rsplit(b"\r", 1)[-1].decode("utf-8", "replace")
+                for ln in lines]
+
+
+@dataclass
+class RunConsole:
+    """Prefixed log lines and the server start-up status, on one rich Console."""
+
+    console: Console
+    logs: list[FollowedLog] = field(default_factory=list)
+    width: int = 0
+    _live: Optional[Live] = None
+
+    def follow(self, name: str, path: Path) -> None:
+        self.logs.append(FollowedLog(name, path, COLOURS[len(self.logs) % len(COLOURS)]))
+        self.width = max(self.width, len(name))
+
+    def pump(self, final: bool = False) -> None:
+        """Print every line the processes wrote since the last call."""
+        for log in self.logs:
+            for line in log.read_lines(final):
+                self.console.print(Text.assemble((f"{log.name:<{self.width}} | ", log.style),
+                                                 line), soft_wrap=True, highlight=False)
+
+    def say(self, text: str, style: str = "bold") -> None:
+        self.console.print(Text(text, style=style), soft_wrap=True, highlight=False)
+
+    def show_servers(self, started: float, healthy: dict[str, Optional[float]],
+                     deadline_s: float) -> None:
+        """Live status while servers come up (terminals only; logs get `say` lines instead)."""
+        if not self.console.is_terminal:
+            return
+        parts = [Text(f"waiting for servers ({time.monotonic() - started:.0f} s of "
+                      f"{deadline_s:.0f} s): ")]
+        for name, at in healthy.items():
+            parts.append(Text(f"{name} healthy ", "green") if at is not None
+                         else Text(f"{name} starting ", "yellow"))
+        status = Text.assemble(*parts)
+        if self._live is None:
+            self._live = Live(status, console=self.console, transient=True,
+                              refresh_per_second=4)
+            self._live.start()
+        else:
+            self._live.update(status)
+
+    def end_status(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    def root_cause(self, reason: str, log: Optional[Path], tail: list[str]) -> None:
+        self.say(f"root cause: {reason}", "bold red")
+        if tail:
+            self.say(f"last {len(tail)} lines of {log}:", "red")
+            for line in tail:
+                self.console.print(Text("  " + line), soft_wrap=True, highlight=False)
+
+
+def tail(path: Path, lines: int = 20) -> list[str]:
+    """The last `lines` lines of a log file (reads only its end)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - 64 * 1024))
+            data = f.read()
+    except OSError:
+        return []
+    text = data.decode("utf-8", "replace").splitlines()
+    return [ln.rstrip("\r").rsplit("\r", 1)[-1] for ln in text[-lines:]]
