@@ -9,9 +9,7 @@ A user mistake is one `error:` line on stderr and exit code 2; nothing is starte
 """
 from __future__ import annotations
 
-import os
 import sys
-from pathlib import Path
 from typing import Optional, Sequence
 
 from launcher.errors import LaunchError
@@ -64,7 +62,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
 def run_launch(args: list[str]) -> int:
     """The launch command: one run, or a sweep with -m/--multirun."""
-    from launcher.launch import launch_sweep, launch_one, print_config
+    from launcher.launch import launch_one, print_config
+    from launcher.sweep import launch_sweep
 
     cfg_mode, args = _pop_option(args, "--cfg", "-c")
     multirun = any(a in ("-m", "--multirun") for a in args)

@@ -97,7 +97,7 @@ def _apply_legacy(text: str, backends: dict, placement: dict, explicit: frozense
         parts = parse_allocation_mode(text)
     except AllocationError as exc:
         raise ConfigError(f"allocation_mode: {exc}") from None
-    warnings.append(f"allocation_mode is deprecated: write "
+    warnings.append("allocation_mode is deprecated: write "
                     + " ".join(f"{p.name}.backend={p.alloc}" for p in parts)
                     + " (and cluster.component_placement for shared GPUs)")
     backends = dict(backends)

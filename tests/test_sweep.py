@@ -1,0 +1,232 @@
+"""Hydra multirun sweeps (`areal-launch -m KEY=A,B ...`): every point is resolved before any
+starts; locally the points run one after another, on Slurm each is one submitted job; each
+point has its own run folder <sweep dir>/<i>; a summary table goes to stderr at the end.
+
+The trainer is a tiny script run by real torchrun on gloo: each rank records when it ran.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from launcher.errors import LaunchError
+from launcher.sweep import sweep_points
+
+ROOT = Path(__file__).resolve().parent.parent
+EXE = str(ROOT / ".venv" / "bin" / "areal-launch")
+TRAINER = """\
+import json, os, time
+rank, world = os.environ["RANK"], os.environ["WORLD_SIZE"]
+run_dir = os.environ["AREAL_RUN_DIR"]
+print(f"RANK={rank} WORLD_SIZE={world}", flush=True)
+started = time.time()
+open(os.path.join(run_dir, f"started-{rank}"), "w").close()
+time.sleep(SLEEP_S)
+with open(os.path.join(run_dir, f"rank-{rank}.json"), "w") as f:
+    json.dump({"rank": int(rank), "world": int(world), "start": started, "end": time.time()}, f)
+"""
+
+
+def trainer(tmp_path: Path, sleep_s: float = 0.5) -> Path:
+    path = tmp_path / "tiny_trainer.py"
+    path.write_text(TRAINER.replace("SLEEP_S", repr(sleep_s)))
+    return path
+
+
+def sweep_args(tmp_path: Path, *overrides: str, sleep_s: float = 0.5) -> list[str]:
+    return [EXE, "-m", "rollout=none", f"trainer.entry={trainer(tmp_path, sleep_s)}",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}", *overrides]
+
+
+def run(args: list[str], tmp_path: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    return subprocess.run(args, capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout)
+
+
+def summary(stderr: str) -> tuple[str, list[list[str]]]:
+    """The summary's title line and its rows (point, overrides, result, run folder)."""
+    lines = stderr.splitlines()
+    first = max(i for i, ln in enumerate(lines) if ln.startswith("sweep: "))
+    assert lines[first + 1].split()[:2] == ["point", "overrides"], stderr
+    rows = [re.split(r"\s{2,}", ln.strip()) for ln in lines[first + 2:] if ln.strip()]
+    return lines[first], rows
+
+
+def ranks(run_dir: Path) -> list[dict]:
+    return sorted((json.loads(p.read_text()) for p in run_dir.glob("rank-*.json")),
+                  key=lambda r: r["rank"])
+
+
+# ----------------------------------------------------------------------------- points
+def test_sweep_points_are_the_cartesian_product_in_hydras_order():
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    overrides = ["a=1,2", "rollout=none", "b=x,y"]
+    points = sweep_points(overrides)
+    assert points == [["a=1", "rollout=none", "b=x"], ["a=1", "rollout=none", "b=y"],
+                      ["a=2", "rollout=none", "b=x"], ["a=2", "rollout=none", "b=y"]]
+    hydra_batches = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(overrides), None)
+    assert points == hydra_batches[0]
+
+
+def test_quoted_comma_lists_are_one_value_not_a_sweep():
+    points = sweep_points(["cluster.component_placement.actor='0-2,5,7'", "actor.backend=fsdp:d1,fsdp:d2"])
+    assert points == [["cluster.component_placement.actor='0-2,5,7'", "actor.backend=fsdp:d1"],
+                      ["cluster.component_placement.actor='0-2,5,7'", "actor.backend=fsdp:d2"]]
+    assert sweep_points(["x='a,b',c"]) == [["x='a,b'"], ["x=c"]]
+
+
+def test_sweep_values_keep_the_users_spelling_not_hydras_escapes():
+    """Hydra's sweeper writes `fsdp\\:d8`; the points (shown in errors and the summary) don't."""
+    assert sweep_points(["actor.backend=fsdp:d8,fsdp:d4t2"]) == [["actor.backend=fsdp:d8"],
+                                                               ["actor.backend=fsdp:d4t2"]]
+    assert sweep_points(["x=range(0,3)"]) == [["x=0"], ["x=1"], ["x=2"]]
+
+
+def test_an_interval_sweep_is_a_one_line_error():
+    with pytest.raises(LaunchError, match=r"interval.*list the values"):
+        sweep_points(["recipe.steps=interval(1,5)"])
+
+
+# ----------------------------------------------------------------------------- local
+def test_local_sweep_runs_points_one_after_another_each_in_its_own_run_folder(tmp_path):
+    out = run(sweep_args(tmp_path, "actor.backend=fsdp:d1,fsdp:d2"), tmp_path)
+    assert out.returncode == 0, out.stderr
+    sweep = tmp_path / "sweep"
+    point0, point1 = ranks(sweep / "0"), ranks(sweep / "1")
+    assert [(r["rank"], r["world"]) for r in point0] == [(0, 1)]
+    assert [(r["rank"], r["world"]) for r in point1] == [(0, 2), (1, 2)]
+    assert max(r["end"] for r in point0) <= min(r["start"] for r in point1)  # in turn
+    for i, world in ((0, 1), (1, 2)):
+        assert json.loads((sweep / str(i) / "plan.json").read_text())["components"]["actor"][
+            "spec"] == f"fsdp:d{world}"
+        log = (sweep / str(i) / "logs" / "actor-node0.log").read_text()
+        assert f"RANK=0 WORLD_SIZE={world}" in log
+    assert sorted(p.name for p in sweep.iterdir()) == ["0", "1"]
+    title, rows = summary(out.stderr)
+    assert title == f"sweep: 2 points in {sweep}"
+    assert rows == [["0", "actor.backend=fsdp:d1", "exit 0", str(sweep / "0")],
+                    ["1", "actor.backend=fsdp:d2", "exit 0", str(sweep / "1")]]
+
+
+@pytest.mark.parametrize("bad, named", [
+    (["actor.backend=fsdp:d1,fsdp:d0"], "sweep point 1 (actor.backend=fsdp:d0)"),
+    # caught only when the point's processes are built (engine flags), not when it is planned
+    (["actor.backend=fsdp:d1,megatron:d1", "actor.extra_args=['--tensor-model-parallel-size=2']"],
+     "sweep point 1 (actor.backend=megatron:d1)"),
+])
+@pytest.mark.parametrize("launcher", ["local", "slurm"])
+def test_a_bad_point_stops_the_sweep_before_anything_starts(tmp_path, launcher, bad, named):
+    """Runs without Slurm: nothing is submitted, so sbatch is never reached (the Slurm cluster
+    test below checks that against a real one)."""
+    out = run(sweep_args(tmp_path, f"launcher={launcher}", *bad), tmp_path)
+    assert out.returncode == 2
+    assert out.stdout == ""
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {named}: "), out.stderr
+    assert lines[0].endswith("nothing was started")
+    assert not (tmp_path / "sweep").exists()  # point 0, which is fine, did not run either
+    assert not (tmp_path / "cache").exists()  # no job recorded
+
+
+def test_interrupting_a_local_sweep_stops_it_and_the_rest_is_not_started(tmp_path):
+    args = sweep_args(tmp_path, "actor.backend=fsdp:d1,fsdp:d2", "launcher.grace_period_s=2",
+                      sleep_s=120)
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    launcher = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "sweep" / "0" / "started-0").exists():
+            assert launcher.poll() is None and time.monotonic() < deadline, "point 0 never started"
+            time.sleep(0.1)
+        launcher.send_signal(signal.SIGINT)
+        stderr = launcher.communicate(timeout=60)[1]
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode == 130, stderr
+    assert not (tmp_path / "sweep" / "1").exists()
+    _, rows = summary(stderr)
+    assert [r[:3] for r in rows] == [["0", "actor.backend=fsdp:d1", "exit 130"],
+                                    ["1", "actor.backend=fsdp:d2", "not started"]]
+
+
+# ----------------------------------------------------------------------------- slurm
+def test_slurm_points_get_ports_of_their_own(tmp_path):
+    """Jobs of one sweep may run at once on one host: their torchrun rendezvous ports differ."""
+    out = run(sweep_args(tmp_path, "launcher=slurm", "launcher.dry_run=true",
+                         "actor.backend=fsdp:d1,fsdp:d2,fsdp:d4", "launcher.base_port=31000"), tmp_path)
+    assert out.returncode == 0, out.stderr
+    scripts = out.stdout.split("#!/bin/bash")[1:]
+    assert [re.findall(r"--master-port (\d+)", s) for s in scripts] == [["31000"], ["31001"], ["31002"]]
+
+
+SLURM_FINISHED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
+
+
+def slurm_jobs_from(folder: Path) -> list[str]:
+    """Every job Slurm knows (any state) whose script lies under `folder`."""
+    out = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i|%o"], capture_output=True,
+                         text=True, check=True)
+    return [ln for ln in out.stdout.splitlines() if str(folder) in ln]
+
+
+def status_of(job: str, tmp_path: Path) -> str:
+    """`areal-launch status JOB`'s first line, as the user would ask."""
+    out = run([EXE, "status", job], tmp_path, timeout=60)
+    return out.stdout.splitlines()[0] if out.stdout else out.stderr
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(600)
+def test_slurm_sweep_submits_one_job_per_point_and_all_complete(tmp_path, slurm_cluster):
+    out = run(sweep_args(tmp_path, "launcher=slurm", "cluster.num_nodes=2", "cluster.gpus_per_node=2",
+                         "actor.backend=fsdp:d1,fsdp:d2,fsdp:d4"), tmp_path, timeout=120)
+    jobs = out.stdout.split()
+    try:
+        assert out.returncode == 0, out.stderr
+        assert len(jobs) == 3 and all(j.isdigit() for j in jobs), out.stdout  # stdout: ids only
+        sweep = tmp_path / "sweep"
+        _, rows = summary(out.stderr)
+        assert rows == [[str(i), f"actor.backend=fsdp:d{w}", f"job {j}", str(sweep / str(i))]
+                        for i, (w, j) in enumerate(zip((1, 2, 4), jobs))]
+        index = tmp_path / "cache" / "areal-launch" / "jobs"
+        assert {p.name: p.read_text().strip() for p in index.iterdir()} == {
+            j: str(sweep / str(i)) for i, j in enumerate(jobs)}
+        deadline = time.monotonic() + 480
+        states = {}
+        while time.monotonic() < deadline:
+            states = {j: status_of(j, tmp_path) for j in jobs}
+            if all(s.split(": ")[-1] in SLURM_FINISHED for s in states.values()):
+                break
+            time.sleep(1)
+        assert list(states.values()) == [f"job {j}: COMPLETED" for j in jobs], states
+        for i, world in enumerate((1, 2, 4)):
+            assert [(r["rank"], r["world"]) for r in ranks(sweep / str(i))] == \
+                [(k, world) for k in range(world)]
+            assert (sweep / str(i) / "plan.json").exists()
+            assert "areal-launch: job finished: ok" in (sweep / str(i) / f"slurm-{jobs[i]}.out").read_text()
+    finally:
+        subprocess.run(["scancel", *[j for j in jobs if j.isdigit()]], capture_output=True)
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(120)
+def test_slurm_sweep_with_a_bad_point_submits_nothing(tmp_path, slurm_cluster):
+    out = run(sweep_args(tmp_path, "launcher=slurm", "cluster.num_nodes=2", "cluster.gpus_per_node=2",
+                         "actor.backend=fsdp:d1,fsdp:d2,fsdp:d0"), tmp_path, timeout=120)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.startswith("error: sweep point 2 (actor.backend=fsdp:d0): "), out.stderr
+    assert slurm_jobs_from(tmp_path) == []
+    assert not (tmp_path / "cache" / "areal-launch" / "jobs").exists()
+    assert not (tmp_path / "sweep").exists()
+
