@@ -42,7 +42,7 @@ slurm-up:
 slurm-down:
 	bash scripts/slurm/stop-slurm.sh
 
-test: install-test tiny-model
+test: install-test install-sglang tiny-model
 	bash scripts/run-tests.sh
 
 test-fast: install
