@@ -10,6 +10,7 @@ A user mistake is one `error:` line on stderr and exit code 2; nothing is starte
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Optional, Sequence
 
 from launcher.errors import LaunchError
@@ -52,6 +53,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if args and args[0] in ("-h", "--help", "help"):
         print(HELP, end="")
         raise SystemExit(0)
+    if args and args[0] == "plan" and not {"-h", "--help"} & set(args):
+        raise SystemExit(run_plan(args[1:]))  # the hot path: no typer start-up cost
     if args and args[0] in SUBCOMMANDS:
         from launcher.commands import app
 
@@ -75,6 +78,29 @@ def run_launch(args: list[str]) -> int:
         if cfg_mode:
             return print_config(overrides, cfg_mode)
         return launch_sweep(overrides) if multirun else launch_one(overrides)
+    except LaunchError as exc:
+        return fail(exc)
+
+
+def run_plan(args: list[str]) -> int:
+    """`plan [--json] [--svg FILE] OVERRIDES...` (its --help is typer's, in launcher.commands)."""
+    from launcher.launch import show_plan
+
+    json_out, svg, overrides = False, None, []
+    try:
+        rest = iter(args)
+        for a in rest:
+            if a == "--json":
+                json_out = True
+            elif a == "--svg" or a.startswith("--svg="):
+                svg = a.partition("=")[2] or next(rest, "")
+                if not svg:
+                    raise LaunchError("--svg needs a file name: areal-launch plan ... --svg map.svg")
+            elif a.startswith("-"):
+                raise LaunchError(f"unknown option {a!r} for plan: use --json, --svg FILE, or KEY=VALUE overrides")
+            else:
+                overrides.append(a)
+        return show_plan(overrides, json_out, Path(svg) if svg else None)
     except LaunchError as exc:
         return fail(exc)
 

@@ -163,6 +163,29 @@ def submit_slurm(prep: Prepared, plan: Any, script: str) -> int:
     return 0
 
 
+def show_plan(overrides: list[str], json_out: bool, svg: Optional[Path]) -> int:
+    """`areal-launch plan`: the table and GPU map, or the plan JSON; starts nothing."""
+    prep = prepare(overrides)
+    base = prep.cfg.launcher.base_port or DEFAULT_BASE_PORT
+    the_plan = with_processes(prep, counting_ports(base))
+    warn(the_plan)
+    if svg is not None:
+        from launcher.render import render_svg
+
+        svg.write_text(render_svg(the_plan))
+    if json_out:
+        sys.stdout.write(the_plan.to_json() + "\n")
+        return 0
+    from rich.console import Console
+
+    from launcher.render import render_gpu_map, render_table
+
+    console = Console()
+    console.print(render_table(the_plan))
+    console.print(render_gpu_map(the_plan))
+    return 0
+
+
 def print_config(overrides: list[str], mode: str) -> int:
     from omegaconf import OmegaConf
 
