@@ -49,6 +49,10 @@ def explain_hydra_error(exc: BaseException, overrides: Sequence[str]) -> str:
         bad = _first(overrides, lambda o: any(c in o for c in "()[]"))
         if bad is not None:
             key, _, value = bad.partition("=")
+            if value.startswith("[") and value.endswith("]"):  # a list: quote each element
+                items = ",".join(f"'{v.strip()}'" for v in value[1:-1].split(",") if v.strip())
+                return (f"cannot parse override {bad!r}: quote each list element that holds "
+                        f"'=', ':' or brackets: type \"{key}=[{items}]\"")
             bare = value.replace("(", "").replace(")", "")
             alt = f", or without parentheses: {key}={bare}" if "(" in value and "[" not in value else ""
             return (f"cannot parse override {bad!r}: Hydra's override grammar needs quotes around "

@@ -126,13 +126,12 @@ def dry_run_text(processes: Any) -> str:
 
 
 def start_local(prep: Prepared, base: Optional[int]) -> int:
-    from rich.console import Console
-
+    from launcher.render import console as make_console
     from launcher.runners.local import supervise, write_plan
     from launcher.runners.ports import PortReserver
 
     launcher = prep.cfg.launcher
-    console = Console(stderr=False)
+    console = make_console()
     prep.run_dir.mkdir(parents=True, exist_ok=True)
     with PortReserver(base_port=base) as ports:
         plan, _ = request(prep, ports.take, cpus=tuple(sorted(os.sched_getaffinity(0))))
@@ -176,11 +175,10 @@ def show_plan(overrides: list[str], json_out: bool, svg: Optional[Path]) -> int:
     if json_out:
         sys.stdout.write(the_plan.to_json() + "\n")
         return 0
-    from rich.console import Console
-
+    from launcher.render import console as make_console
     from launcher.render import render_gpu_map, render_table
 
-    console = Console()
+    console = make_console()
     console.print(render_table(the_plan))
     console.print(render_gpu_map(the_plan))
     return 0

@@ -11,13 +11,22 @@ from dataclasses import dataclass
 from html import escape
 from typing import Sequence
 
-from rich.console import Group
+from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
 from launcher.gpuset import format_gpu_set
 from launcher.plan import ENGINES, ComponentPlan, Plan
 from launcher.ranks import groups
+
+PIPE_WIDTH = 132  # columns when output goes to a file or pipe (rich would wrap at 80)
+
+
+def console() -> Console:
+    """A console that keeps maps and tables unwrapped in logs and pipes as on a terminal."""
+    import sys
+
+    return Console(width=None if sys.stdout.isatty() else PIPE_WIDTH)
 
 LETTER = {"rollout": "R", "actor": "A", "critic": "C", "ref": "F", "teacher": "T"}
 COLOR = {"rollout": "#2e9d5b", "actor": "#3b7dd8", "critic": "#b04fc4", "ref": "#d08a00",

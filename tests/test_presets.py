@@ -1,0 +1,53 @@
+"""The GPU-cluster presets (conf/experiment/) resolve cleanly, and their server command lines
+pass SGLang's own checks: they cannot run here, so this is what we can prove without GPUs."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from launcher.checks import check_argvs, plan_items
+from launcher.launch import counting_ports, prepare, with_processes
+
+ROOT = Path(__file__).resolve().parents[1]
+PRESETS = sorted(p.stem for p in (ROOT / "launcher" / "conf" / "experiment").glob("*.yaml"))
+SGLANG_PYTHON = ROOT / ".venv-sglang" / "bin" / "python"
+EXPECTED_MODE = {"gpu1x8_collocated_sglang_fsdp": "collocated",
+                 "gpu2x8_disaggregated_sglang_fsdp": "disaggregated",
+                 "gpu2x8_megatron": "disaggregated"}
+
+
+def preset_plan(name: str):
+    prep = prepare([f"experiment={name}"])
+    return with_processes(prep, counting_ports(30000))
+
+
+def test_every_preset_is_covered_here():
+    assert PRESETS == sorted(EXPECTED_MODE)
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_preset_resolves_on_cuda_without_warnings(name):
+    plan = preset_plan(name)
+    assert plan.cluster.device == "cuda" and plan.mode == EXPECTED_MODE[name]
+    assert plan.warnings == ()
+    servers = [p for p in plan.processes if p.role == "server"]
+    assert len(servers) == len(plan.components["rollout"].instances)
+    assert all(p.argv[:3] == (p.argv[0], "-m", "sglang.launch_server") for p in servers)
+
+
+def test_megatron_preset_passes_megatron_parallel_flags_to_the_entry_point():
+    trainers = [p for p in preset_plan("gpu2x8_megatron").processes if p.role == "trainer"]
+    argv = trainers[0].argv
+    for flag, value in (("--tensor-model-parallel-size", "2"), ("--pipeline-model-parallel-size", "2")):
+        assert argv[argv.index(flag) + 1] == value
+
+
+@pytest.mark.sglang
+@pytest.mark.skipif(not SGLANG_PYTHON.exists(),
+                    reason="no .venv-sglang: `make install-sglang` builds it (SGLang 0.5.23, ~1.5 GB)")
+def test_preset_server_argvs_pass_sglangs_own_checks():
+    items = [item for name in PRESETS for item in plan_items(preset_plan(name), "sglang")]
+    verdicts = check_argvs(str(SGLANG_PYTHON), "sglang", items)
+    assert [v.error for v in verdicts] == [""] * len(items)
+    assert len(items) == 4 + 4 + 2
