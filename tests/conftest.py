@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -47,3 +48,13 @@ def slurm_cluster():
     yield nodes
     if started:
         subprocess.run(["bash", str(SLURM_SCRIPTS / "stop-slurm.sh")], timeout=120)
+
+
+@pytest.fixture(scope="session")
+def tiny_model() -> str:
+    """The demo's tiny Llama, built once per machine into the shared cache (`make tiny-model`)."""
+    from launcher.tiny_model import MARKER, default_path
+
+    if not (default_path() / MARKER).exists():
+        subprocess.run([sys.executable, "-m", "launcher.tiny_model"], check=True, timeout=300)
+    return str(default_path())

@@ -23,15 +23,6 @@ EXE = str(Path(sys.executable).parent / "areal-launch")
 pytestmark = [pytest.mark.vllm, pytest.mark.torch]
 
 
-@pytest.fixture(scope="module")
-def tiny_model() -> str:
-    from launcher.tiny_model import MARKER, default_path
-
-    if not (default_path() / MARKER).exists():
-        subprocess.run([sys.executable, "-m", "launcher.tiny_model"], check=True, timeout=300)
-    return str(default_path())
-
-
 def test_default_run_trains_pushes_weights_and_leaves_nothing(tiny_model, tmp_path):
     tag = uuid.uuid4().hex
     run_dir = tmp_path / "run"

@@ -101,17 +101,6 @@ def run_driver(specs, run_dir: Path, *args: str) -> subprocess.Popen:
 
 
 # ----------------------------------------------------------------------------- vLLM
-@pytest.fixture(scope="module")
-def tiny_model() -> str:
-    """The tiny Llama that `python -m launcher.tiny_model` builds (once per machine)."""
-    from launcher.tiny_model import MARKER, default_path
-
-    path = default_path()
-    if not (path / MARKER).exists():
-        subprocess.run([PY, "-m", "launcher.tiny_model"], check=True, timeout=300)
-    return str(path)
-
-
 def vllm_server(model: str, port: int, tag: str) -> ProcessSpec:
     return ProcessSpec(
         "rollout-0", "rollout", "server", 0,

@@ -48,14 +48,6 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 @pytest.fixture(scope="module")
-def tiny_model() -> Path:
-    """The demo's tiny model (built once into the shared cache, as `make tiny-model` does)."""
-    out = subprocess.run([PYTHON, "-m", "launcher.tiny_model"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=300, check=True)
-    return Path(out.stdout.strip().split(": ", 1)[1])
-
-
-@pytest.fixture(scope="module")
 def vllm_server(tiny_model, tmp_path_factory):
     """One real vLLM CPU server on the tiny model, with the weight-update endpoints on."""
     port = free_port()
@@ -139,7 +131,7 @@ STEP = re.compile(r"^step (\d+)/2 reward (\S+) loss (\S+) kl \S+ logp_gap \S+ "
 
 
 def test_grpo_loop_trains_and_confirms_every_reload(vllm_server, tiny_model, tmp_path):
-    plan = write_plan(tmp_path / "run", tiny_model, vllm_server, {"steps": 2})
+    plan = write_plan(tmp_path / "run", Path(tiny_model), vllm_server, {"steps": 2})
     result, wall = run_trainers(trainer_env(plan, [vllm_server]))
     print(f"trainers: {wall:.1f}s\n{result.stdout[-2000:]}")
     assert result.returncode == 0, result.stdout[-4000:]
@@ -156,7 +148,7 @@ def test_server_serving_other_weights_fails_the_run(vllm_server, tiny_model, tmp
     # a model with wider MLPs: vLLM's reload "succeeds" yet serves a mix of old and new
     # weights; the trainer's check must notice and exit non-zero
     wide = tmp_path / "wide-model"
-    shutil.copytree(tiny_model, wide)
+    shutil.copytree(Path(tiny_model), wide)
     code = ("import sys; from transformers import AutoConfig, AutoModelForCausalLM as M; "
             "c = AutoConfig.from_pretrained(sys.argv[1]); c.intermediate_size = 384; "
             "M.from_config(c).save_pretrained(sys.argv[1])")
@@ -168,7 +160,7 @@ def test_server_serving_other_weights_fails_the_run(vllm_server, tiny_model, tmp
 
 
 def test_grpo_loop_without_servers_samples_itself_and_keeps_a_kl_to_ref(tiny_model, tmp_path):
-    plan = write_plan(tmp_path / "run", tiny_model, None, {"steps": 2})
+    plan = write_plan(tmp_path / "run", Path(tiny_model), None, {"steps": 2})
     result, _ = run_trainers(trainer_env(plan, [], component="actor,ref"))
     assert result.returncode == 0, result.stdout[-4000:]
     kls = re.findall(r"^step \d/2 .* kl (\S+) .* reload none \(no servers\)", result.stdout,
