@@ -17,8 +17,12 @@ def rt(recipe=None):
 
 
 def test_defaults_come_from_the_recipe_yaml():
+    from omegaconf import OmegaConf
+
+    yaml = OmegaConf.load(Path(__file__).resolve().parents[1] / "launcher/conf/recipe/grpo.yaml")
     opts = load_options(rt(), [])[0]
-    assert opts.steps == 3 and opts.verify_reload is True and opts.weights_dir is None
+    assert (opts.steps, opts.lr, opts.samples_per_prompt) == (yaml.steps, yaml.lr, yaml.samples_per_prompt)
+    assert opts.verify_reload is True and opts.weights_dir is None
 
 
 def test_plan_recipe_then_arguments_override_defaults():
