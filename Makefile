@@ -62,8 +62,8 @@ install-sglang: $(SGL)/.stamp
 check-sglang: install-sglang install-test
 	$(BIN)/pytest -q -m sglang tests/test_engine_argv_check.py
 
-bench: install-cpu
-	$(BIN)/python benchmarks/run_all.py
+bench: install-cpu tiny-model
+	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
 	rm -rf $(VENV) outputs multirun .pytest_cache

@@ -1,26 +1,28 @@
 """From a composed config to a Plan: resolve, size the cluster, place, map ranks (pure).
 
-The only outside fact it takes is `local_gpus` (how many GPUs this machine has), passed in by
-the CLI, so the same config plans the same way everywhere and tests need no GPU.
+The only outside fact it takes is `local_gpus` (how many GPUs this machine has: a number, or a
+callable the CLI passes so that `nvidia-smi` runs only when the answer matters), so the same
+config plans the same way everywhere and tests need no GPU.
 """
 from __future__ import annotations
 
-import os
-from typing import Any, Mapping
-
-from omegaconf import OmegaConf
+from typing import Any, Callable, Union
 
 from launcher.cluster import ClusterSpec
+from launcher.config import model_path, plain
 from launcher.errors import ConfigError
 from launcher.placement import place, slots_needed
-from launcher.plan import ComponentPlan, Plan
+from launcher.plan import Plan
 from launcher.ranks import component_plan, weight_sync
 from launcher.resolve import resolve
 
 DEFAULT_GPUS_PER_NODE = 8  # planning for cuda where no GPU is visible (a laptop)
 
 
-def build_plan(cfg: Any, local_gpus: int = 0, explicit: frozenset[str] = frozenset()) -> Plan:
+GPUCount = Union[int, Callable[[], int]]
+
+
+def build_plan(cfg: Any, local_gpus: GPUCount = 0, explicit: frozenset[str] = frozenset()) -> Plan:
     """Everything decided before anything starts: engines, GPUs, ranks, weight-sync pairs."""
     res = resolve(cfg, explicit)
     allocs = {name: e.alloc for name, e in res.engines.items()}
@@ -33,19 +35,22 @@ def build_plan(cfg: Any, local_gpus: int = 0, explicit: frozenset[str] = frozens
     syncs = ()
     if "actor" in components and "rollout" in components:
         syncs = (weight_sync(components["actor"], components["rollout"], cluster),)
-    meta = {**plan_meta(cfg), "engine_options": engine_options(cfg, components)}
+    meta = {**plan_meta(cfg), "engine_options": {n: engine_options(cfg, n, components[n].backend, e.offload)
+                                                  for n, e in res.engines.items()}}
     return Plan(cluster=cluster, mode=placement.mode, components=components, weight_sync=syncs,
                 warnings=tuple(warnings), meta=meta)
 
 
-def cluster_spec(cluster_cfg: Any, local_gpus: int, needed, warnings: list[str]) -> ClusterSpec:
+def cluster_spec(cluster_cfg: Any, local_gpus: GPUCount, needed: Callable[[], int],
+                 warnings: list[str]) -> ClusterSpec:
     """cluster.* -> ClusterSpec. On cpu, GPU slots are virtual: default to what the plan needs."""
     device = str(cluster_cfg.device)
     if device not in ("auto", "cuda", "cpu"):
         raise ConfigError(f"cluster.device={device!r}: choose auto, cuda or cpu")
+    count = local_gpus if callable(local_gpus) else (lambda: local_gpus)
     if device == "auto":
-        device = "cuda" if local_gpus > 0 else "cpu"
-    nodes = cluster_cfg.num_nodes or 1
+        device = "cuda" if count() > 0 else "cpu"
+    nodes = 1 if cluster_cfg.num_nodes is None else cluster_cfg.num_nodes
     if nodes < 1 or (cluster_cfg.gpus_per_node is not None and cluster_cfg.gpus_per_node < 1):
         raise ConfigError(f"cluster.num_nodes and cluster.gpus_per_node must be >= 1 "
                           f"(got {cluster_cfg.num_nodes}, {cluster_cfg.gpus_per_node})")
@@ -53,8 +58,8 @@ def cluster_spec(cluster_cfg: Any, local_gpus: int, needed, warnings: list[str])
     if per_node is None:
         if device == "cpu":
             per_node = -(-needed() // nodes)
-        elif local_gpus > 0:
-            per_node = local_gpus
+        elif count() > 0:
+            per_node = count()
         else:
             per_node = DEFAULT_GPUS_PER_NODE
             warnings.append(f"no GPU visible here: planning for {per_node} GPUs per node "
@@ -63,38 +68,22 @@ def cluster_spec(cluster_cfg: Any, local_gpus: int, needed, warnings: list[str])
 
 
 def plan_meta(cfg: Any) -> dict:
-    """Run facts entry points read from the plan: names, model, trainer, recipe options."""
-    recipe = cfg.recipe
-    if not isinstance(recipe, Mapping):
-        recipe = OmegaConf.to_container(recipe, resolve=True)
+    """Run facts entry points read from the plan: names, model, recipe options, and how long
+    the launcher waits for servers (trainers wait as long)."""
     return {
         "experiment_name": cfg.experiment_name,
         "trial_name": cfg.trial_name,
-        "model_path": os.path.expanduser(str(cfg.rollout.model_path or cfg.model_path)),
-        "recipe": dict(recipe or {}),
+        "model_path": model_path(cfg),
+        "health_timeout_s": cfg.launcher.health_timeout_s or cfg.rollout.health_timeout_s,
+        "recipe": dict(plain(cfg.recipe) or {}),
     }
 
 
-def engine_options(cfg: Any, components: Mapping[str, ComponentPlan]) -> dict:
-    """Each active engine's options (its backend's sub-key and offload) for the entry point."""
-    out = {}
-    for name, comp in components.items():
-        node = getattr(cfg, name)
-        options = {"options": _plain(getattr(node, comp.backend)), "offload": _plain(node.offload)}
-        if name == "rollout":
-            options["offload"] = bool(node.offload or node.enable_offload)
-        out[name] = options
-    return out
-
-
-def _plain(value: Any) -> Any:
-    if OmegaConf.is_config(value):
-        return OmegaConf.to_container(value, resolve=True)
-    if hasattr(value, "__dataclass_fields__"):
-        import dataclasses
-
-        return dataclasses.asdict(value)
-    return value
+def engine_options(cfg: Any, name: str, backend: str, offload: bool) -> dict:
+    """One engine's options for its entry point: its backend's sub-key, and its offload."""
+    node = getattr(cfg, name)
+    return {"options": plain(getattr(node, backend)),
+            "offload": offload if name == "rollout" else plain(node.offload)}
 
 
 def explicit_keys(overrides: list[str]) -> frozenset[str]:

@@ -36,11 +36,15 @@ e expert; world = d*t*p*c):
   rollout.offload=true, actor.offload.weight=true  needed when engines share GPUs
   launcher=slurm launcher.partition=gpu launcher.dry_run=true
   model_path=DIR trainer.entry=recipes/grpo/train.py recipe.steps=5
+  +launcher.env.NAME=value                        environment for every process (free-form key)
+  experiment=gpu1x8_collocated_sglang_fsdp        presets: also gpu2x8_disaggregated_sglang_fsdp,
+                                                  gpu2x8_megatron
 
 Examples:
   areal-launch                                                  # the default CPU run (make demo)
   areal-launch plan rollout.backend=sglang:d4t2 actor.backend=fsdp:d8
-  areal-launch plan "actor.backend='megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)'" rollout=none cluster=gpu8
+  areal-launch plan "actor.backend='megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)'" rollout=none cluster=gpu8 \\
+      cluster.num_nodes=4
   areal-launch plan cluster=gpu8 actor.backend=fsdp:d8 rollout.backend=sglang:d2t4 \\
       rollout.offload=true actor.offload.weight=true "cluster.component_placement.rollout=all" \\
       "cluster.component_placement.actor=all"

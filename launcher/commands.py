@@ -33,12 +33,6 @@ def plan(ctx: typer.Context,
     raise typer.Exit(run_plan(flags + list(ctx.args)))
 
 
-def _register_slurm() -> None:
-    try:
-        from launcher.cli_slurm import register
-    except ImportError:
-        return
-    register(app)
+from launcher.cli_slurm import register  # noqa: E402 - status, cancel, logs
 
-
-_register_slurm()
+register(app)

@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from launcher.errors import ConfigError
 
 _CONF_MODULE = "launcher.conf"
+FREE_FORM = ("launcher.env.", "recipe.")  # dict options whose keys the user chooses
 _initialised = False
 
 
@@ -67,6 +68,8 @@ def explain_hydra_error(exc: BaseException, overrides: Sequence[str]) -> str:
     match = re.search(r"Could not override '([^']+)'", text) or re.search(r"Key '([^']+)' not in", text)
     if match:
         key = match.group(1)
+        if key.startswith(FREE_FORM):  # dicts whose keys are the user's own: Hydra wants `+`
+            return f"{key!r} adds a key to {key.rsplit('.', 1)[0]}: write it as +{_first(overrides, lambda o: o.startswith(key)) or key}"
         return f"unknown config key {key!r}{_suggest(key)} (`areal-launch --cfg job` prints every key)"
     match = re.search(r"Error merging override (\S+)", text)
     if match:

@@ -7,10 +7,12 @@ picks the engine.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 ENGINE_NAMES = ("rollout", "actor", "critic", "ref", "teacher")
+INHERITING = ("critic", "ref", "teacher")  # may take the actor's backend ("") and share its GPUs
 DEFAULT_MODEL_PATH = "~/.cache/areal-launch/tiny-llama"
 
 
@@ -127,6 +129,8 @@ class LauncherConfig:
     grace_period_s: float = 10.0
     health_timeout_s: Optional[float] = None  # None: rollout.health_timeout_s
     base_port: Optional[int] = None  # None: ports chosen free and reserved
+    # environment for every process: after engine defaults, before the launcher's contract
+    env: Dict[str, str] = field(default_factory=dict)
     # slurm (used with launcher=slurm)
     partition: Optional[str] = None
     account: Optional[str] = None
@@ -158,6 +162,30 @@ class LaunchConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     # free-form options for the recipe's entry point (steps, lr, ...), handed over in the plan
     recipe: Dict[str, Any] = field(default_factory=dict)
+
+
+def model_path(cfg: Any) -> str:
+    """rollout.model_path, else model_path, with `~` expanded (no other environment read)."""
+    import os
+
+    return os.path.expanduser(str(cfg.rollout.model_path or cfg.model_path))
+
+
+def rollout_offload(cfg: Any) -> bool:
+    """rollout.offload, or RLinf's spelling rollout.enable_offload."""
+    return bool(cfg.rollout.offload or cfg.rollout.enable_offload)
+
+
+def plain(value: Any) -> Any:
+    """An option as plain data (DictConfig/ListConfig/dataclass -> dict/list), for comparing
+    with defaults and for the plan JSON."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if hasattr(value, "items") and not isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) or type(value).__name__ == "ListConfig":
+        return [plain(v) for v in value]
+    return value
 
 
 def register_configs() -> None:

@@ -38,23 +38,43 @@ def prepare(overrides: list[str], run_dir: Optional[Path] = None) -> Prepared:
     from launcher.hostinfo import count_local_gpus
 
     cfg = compose_config(overrides, with_hydra=True)
-    with open_dict(cfg):
-        cfg.trainer.entry = resolve_entry(str(cfg.trainer.entry))
-    device = str(cfg.cluster.device)
-    local_gpus = count_local_gpus() if device in ("auto", "cuda") else 0
-    plan = build_plan(cfg, local_gpus, explicit_keys(overrides))
-    check_unused_options(cfg, backends={n: str(c.alloc) for n, c in plan.components.items()})
+    base = cfg.launcher.base_port
+    if base is not None and not 1024 <= base <= 65000:
+        raise LaunchError(f"launcher.base_port={base}: choose a port in 1024..65000 (or null: free ports)")
+    plan = build_plan(cfg, count_local_gpus, explicit_keys(overrides))
+    backends = {n: str(c.alloc) for n, c in plan.components.items()}
+    try:
+        check_unused_options(cfg, backends=backends)
+    except LaunchError:  # set by the user, or by a preset/group file? only the user's count
+        check_unused_options(cfg, backends=backends, defaults=compose_config(choices_only(overrides)))
+    if any(not c.is_inference for c in plan.components.values()):
+        with open_dict(cfg):
+            cfg.trainer.entry = resolve_entry(str(cfg.trainer.entry))
     if run_dir is None:
-        run_dir = Path(str(OmegaConf.select(cfg, "hydra.run.dir")))
+        try:
+            run_dir = Path(str(OmegaConf.select(cfg, "hydra.run.dir")))
+        except Exception as exc:  # noqa: BLE001 - an interpolation the user wrote
+            raise LaunchError(f"hydra.run.dir: {str(exc).splitlines()[0]}") from None
     return Prepared(list(overrides), cfg, plan, run_dir.absolute())
 
 
+def choices_only(overrides: list[str]) -> list[str]:
+    """The overrides that pick config files (`rollout=sglang`, `experiment=...`), not values."""
+    return [o for o in overrides if "." not in o.partition("=")[0]
+            and not o.startswith(("hydra", "+", "~"))]
+
+
 def resolve_entry(entry: str) -> str:
-    """A relative trainer entry is looked up in the working directory, then in the project."""
-    if entry.startswith("-m ") or os.path.isabs(entry) or os.path.exists(entry):
-        return os.path.abspath(entry) if os.path.exists(entry) else entry
-    bundled = REPO_ROOT / entry
-    return str(bundled) if bundled.exists() else entry
+    """A relative trainer entry is looked up in the working directory, then in the project.
+
+    Checked here, so a missing script fails before any server spends a minute starting."""
+    if entry.startswith("-m "):
+        return entry
+    for candidate in (Path(entry), REPO_ROOT / entry):
+        if candidate.is_file():
+            return str(candidate.absolute())
+    raise LaunchError(f"trainer.entry={entry!r}: no such file (relative paths are looked up in "
+                      f"the working directory, then in {REPO_ROOT}); use a path or '-m module'")
 
 
 def counting_ports(start: int) -> Callable[[], int]:
@@ -67,10 +87,20 @@ def with_processes(prep: Prepared, next_port: Callable[[], int], host=None, cpus
     from launcher.engines import LaunchContext, plan_with_processes
 
     ctx = LaunchContext(run_dir=str(prep.run_dir), plan_path=str(prep.run_dir / "plan.json"),
-                        python=sys.executable, next_port=next_port, cpus=cpus)
+                        python=sys.executable, next_port=next_port, cpus=cpus,
+                        extra_env=user_env(prep.cfg))
     if host is not None:
         ctx.host = host
     return plan_with_processes(prep.plan, prep.cfg, ctx)
+
+
+def user_env(cfg: Any) -> dict[str, str]:
+    """What the user says every process gets: engine defaults they exported in their shell
+    (OMP_NUM_THREADS, ...), then launcher.env. The launcher's contract still wins over both."""
+    from launcher.engines.options import ENV_DEFAULT_KEYS
+
+    exported = {k: os.environ[k] for k in ENV_DEFAULT_KEYS if k in os.environ}
+    return {**exported, **{str(k): str(v) for k, v in (cfg.launcher.env or {}).items()}}
 
 
 def warn(plan: Any) -> None:
@@ -113,16 +143,12 @@ def start(prep: Prepared) -> int:
         plan, script = request(prep, counting_ports(base or DEFAULT_BASE_PORT))
         warn(plan)
         if launcher.dry_run:
+            from launcher.runners.local import dry_run_text
+
             print(script if script is not None else dry_run_text(plan.processes) + "\n", end="")
             return 0
         return submit_slurm(prep, plan, script)
     return start_local(prep, base)
-
-
-def dry_run_text(processes: Any) -> str:
-    from launcher.runners.local import dry_run_text as text
-
-    return text(processes)
 
 
 def start_local(prep: Prepared, base: Optional[int]) -> int:
@@ -131,6 +157,10 @@ def start_local(prep: Prepared, base: Optional[int]) -> int:
     from launcher.runners.ports import PortReserver
 
     launcher = prep.cfg.launcher
+    nodes = prep.plan.cluster.num_nodes
+    if nodes > 1 and prep.plan.cluster.device == "cuda":
+        raise LaunchError(f"the plan spans {nodes} nodes; launcher=local runs on this machine only: "
+                          "use launcher=slurm, or cluster.num_nodes=1")
     console = make_console()
     prep.run_dir.mkdir(parents=True, exist_ok=True)
     with PortReserver(base_port=base) as ports:
@@ -139,8 +169,9 @@ def start_local(prep: Prepared, base: Optional[int]) -> int:
         write_plan(plan, prep.run_dir)
         show_plan_summary(plan, console, prep.run_dir)
         health = launcher.health_timeout_s or prep.cfg.rollout.health_timeout_s
+        # on cpu every node is this machine (virtual slots): all nodes' processes start here
         result = supervise(plan.processes, prep.run_dir, grace_period_s=launcher.grace_period_s,
-                           health_timeout_s=health, console=console)
+                           health_timeout_s=health, console=console, node=None)
     return result.exit_code
 
 
@@ -165,13 +196,15 @@ def submit_slurm(prep: Prepared, plan: Any, script: str) -> int:
 def show_plan(overrides: list[str], json_out: bool, svg: Optional[Path]) -> int:
     """`areal-launch plan`: the table and GPU map, or the plan JSON; starts nothing."""
     prep = prepare(overrides)
-    base = prep.cfg.launcher.base_port or DEFAULT_BASE_PORT
-    the_plan = with_processes(prep, counting_ports(base))
+    the_plan, _ = request(prep, counting_ports(prep.cfg.launcher.base_port or DEFAULT_BASE_PORT))
     warn(the_plan)
     if svg is not None:
         from launcher.render import render_svg
 
-        svg.write_text(render_svg(the_plan))
+        try:
+            svg.write_text(render_svg(the_plan))
+        except OSError as exc:
+            raise LaunchError(f"--svg {svg}: cannot write it ({exc.strerror})") from None
     if json_out:
         sys.stdout.write(the_plan.to_json() + "\n")
         return 0

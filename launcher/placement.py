@@ -16,6 +16,7 @@ from launcher.alloc import ModelAllocation
 from launcher.cluster import ClusterSpec
 from launcher.errors import PlacementError
 from launcher.gpuset import format_gpu_set, parse_gpu_set
+from launcher.config import INHERITING
 from launcher.plan import ENGINES, INFERENCE_BACKENDS
 from launcher.ranks import check_inference, check_training
 
@@ -23,7 +24,7 @@ __all__ = ["Placement", "parse_gpu_set", "format_gpu_set", "parse_placement_keys
            "slots_needed", "place", "offload_option"]
 
 # engines that sit on the actor's GPUs by default when their world size matches
-SHARES_ACTOR = ("critic", "ref", "teacher")
+SHARES_ACTOR = INHERITING
 PlacementValue = Union[str, int, None]
 
 

@@ -10,11 +10,10 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from launcher.alloc import AllocationError, ModelAllocation, parse_backend
-from launcher.config import ENGINE_NAMES
+from launcher.config import ENGINE_NAMES, INHERITING, rollout_offload
 from launcher.errors import ConfigError
 from launcher.plan import INFERENCE_BACKENDS, TRAINING_BACKENDS
 
-INHERITING = ("critic", "ref", "teacher")
 
 
 @dataclass(frozen=True)
@@ -81,10 +80,9 @@ def _parse_for(name: str, spec: str) -> ModelAllocation:
 
 
 def _offload(cfg: Any, name: str) -> bool:
-    node = _get(cfg, name)
     if name == "rollout":
-        return bool(node.offload or node.enable_offload)
-    off = node.offload
+        return rollout_offload(cfg)
+    off = _get(cfg, name).offload
     return bool(off.optimizer or off.weight or off.grad)
 
 

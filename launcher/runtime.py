@@ -145,6 +145,10 @@ class RuntimePlan:
         """The model name the servers answer to in OpenAI requests."""
         return self.env.get(ENV_SERVED_MODEL) or DEFAULT_SERVED_MODEL
 
+    def health_timeout_s(self, default: float = 600.0) -> float:
+        """How long the launcher waits for the servers' /health: a trainer waits as long."""
+        return float(self.data.get("health_timeout_s") or default)
+
     def wait_for_servers(self, timeout_s: float = 600.0, interval_s: float = 1.0) -> list[str]:
         """Block until every server answers /health with 200; return their addresses."""
         return wait_for_servers(self.server_addrs(), timeout_s, interval_s)

@@ -140,3 +140,17 @@ def test_launcher_process_never_imports_heavy_engines():
             "sys.stderr.write('HEAVY=' + ','.join(heavy))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert "HEAVY=" in out.stderr and out.stderr.rstrip().endswith("HEAVY="), out.stderr
+
+
+def test_every_plan_example_in_the_help_runs():
+    import shlex
+
+    from launcher.cli import HELP
+
+    text = HELP.split("Examples:", 1)[1].replace("\\\n", " ")
+    examples = [line.split("#")[0].strip() for line in text.splitlines()
+                if line.strip().startswith("areal-launch plan")]
+    assert len(examples) >= 3
+    for line in examples:
+        out = run(*shlex.split(line)[1:])
+        assert out.returncode == 0, f"{line}\n{out.stderr}"

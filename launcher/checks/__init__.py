@@ -17,8 +17,10 @@ from typing import IO, Any, Callable, Optional, Sequence
 from launcher.plan import Plan, ProcessSpec
 
 CHECKERS = {"vllm": "launcher.checks.check_vllm_argv", "sglang": "launcher.checks.check_sglang_argv"}
+from launcher.engines import sglang, vllm  # noqa: E402 - the modules their servers run
+
 SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SERVER_MODULES = {"vllm": "vllm.entrypoints.openai.api_server", "sglang": "sglang.launch_server"}
+SERVER_MODULES = {"vllm": vllm.MODULE, "sglang": sglang.MODULE}
 
 
 @dataclass(frozen=True)

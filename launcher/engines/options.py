@@ -7,15 +7,14 @@ layered so the launcher's contract (AREAL_*, CUDA_VISIBLE_DEVICES) always wins.
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any, Iterable, Mapping, Optional
 
-from launcher.config import (ArchonOptions, FSDPOptions, LaunchConfig, MegatronOptions,
-                             SGLangOptions, VLLMOptions)
+from launcher.config import (INHERITING, ArchonOptions, FSDPOptions, LaunchConfig,  # noqa: F401
+                             MegatronOptions, SGLangOptions, VLLMOptions, model_path, plain,
+                             rollout_offload)
 from launcher.errors import ConfigError, LaunchError
 
 DEFAULT_SERVED_MODEL_NAME = "policy"  # stable, so trainers can name the model in requests
-INHERITING = ("critic", "ref", "teacher")  # an empty backend means the actor's
 
 # engine group -> {backend: the options sub-key's dataclass}
 ENGINE_OPTIONS: dict[str, dict[str, type]] = {
@@ -23,20 +22,13 @@ ENGINE_OPTIONS: dict[str, dict[str, type]] = {
     **{name: {"fsdp": FSDPOptions, "megatron": MegatronOptions, "archon": ArchonOptions}
        for name in ("actor", "critic", "ref", "teacher")},
 }
+# engine defaults a user may set in their own shell instead (the launcher's contract may not be)
+ENV_DEFAULT_KEYS = ("OMP_NUM_THREADS", "HF_HUB_OFFLINE", "VLLM_CPU_KVCACHE_SPACE",
+                    "VLLM_CPU_OMP_THREADS_BIND", "CUDA_DEVICE_MAX_CONNECTIONS")
 EXAMPLE_DIMS = {"vllm": "d1", "sglang": "d1", "fsdp": "d2", "megatron": "d2", "archon": "d2"}
 
 
 # ----------------------------------------------------------------------------- reading
-def model_path(cfg: Any) -> str:
-    """rollout.model_path, else model_path, with `~` expanded (no other environment read)."""
-    return os.path.expanduser(str(cfg.rollout.model_path or cfg.model_path))
-
-
-def rollout_offload(cfg: Any) -> bool:
-    """rollout.offload, or RLinf's spelling rollout.enable_offload."""
-    return bool(cfg.rollout.offload or cfg.rollout.enable_offload)
-
-
 def served_model_name(cfg: Any, backend: str) -> str:
     """The name servers answer to; the same string goes to trainers (AREAL_SERVED_MODEL_NAME)."""
     return str(getattr(cfg.rollout, backend).served_model_name or DEFAULT_SERVED_MODEL_NAME)
@@ -73,8 +65,8 @@ def check_unused_options(cfg: Any, backends: Optional[Mapping[str, Optional[str]
             if backend == chosen:
                 continue
             for f in dataclasses.fields(options_type):
-                value = _plain(getattr(getattr(getattr(cfg, engine), backend), f.name))
-                default = _plain(getattr(getattr(getattr(defaults, engine), backend), f.name))
+                value = plain(getattr(getattr(getattr(cfg, engine), backend), f.name))
+                default = plain(getattr(getattr(getattr(defaults, engine), backend), f.name))
                 if value != default:
                     key = f"{engine}.{backend}.{f.name}"
                     raise ConfigError(_unused_message(key, engine, spec, specs, backend))
@@ -94,15 +86,6 @@ def _unused_message(key: str, engine: str, spec: Optional[str], specs: Mapping, 
         return f"{key} is set but {engine} is off ({engine}.backend is null); {fix}"
     inherited = " (the actor's)" if engine in INHERITING and spec == specs.get("actor") else ""
     return f"{key} is set but {engine}.backend is {spec}{inherited}; {fix}"
-
-
-def _plain(value: Any) -> Any:
-    """ListConfig/DictConfig -> list/dict, so values compare equal to dataclass defaults."""
-    if hasattr(value, "items") and not isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)) or type(value).__name__ == "ListConfig":
-        return [_plain(v) for v in value]
-    return value
 
 
 # ----------------------------------------------------------------------------- extra_args

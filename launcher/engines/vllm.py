@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from launcher.gpuset import format_gpu_set
 from launcher.engines.context import LaunchContext
 from launcher.engines.options import (as_strings, launcher_owned, model_path, refuse_flags,
                                       rollout_offload, served_model_name)
@@ -131,14 +132,5 @@ def slot_cpus(slot: int, slots_per_node: int, cpus: tuple[int, ...]) -> list[int
 
 
 def cpu_list(ids: list[int]) -> str:
-    """[0,1,2,5] -> '0-2,5' (the form VLLM_CPU_OMP_THREADS_BIND parses)."""
-    parts: list[str] = []
-    start = prev = None
-    for i in ids + [None]:
-        if start is not None and (i is None or i != prev + 1):
-            parts.append(str(start) if start == prev else f"{start}-{prev}")
-            start = None
-        if i is not None and start is None:
-            start = i
-        prev = i
-    return ",".join(parts)
+    """[0,1,2,5] -> '0-2,5' (the form VLLM_CPU_OMP_THREADS_BIND parses; GPU sets print alike)."""
+    return format_gpu_set(ids)

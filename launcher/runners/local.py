@@ -207,9 +207,9 @@ def _stop_all(started: list[Started], run_id: str, sessions: keeper.Sessions,
 
 def supervise(processes: Sequence[ProcessSpec], run_dir: Path, *,
               grace_period_s: float = 10.0, health_timeout_s: float = 600.0,
-              console: Optional[Console] = None, node: int = 0) -> RunResult:
+              console: Optional[Console] = None, node: Optional[int] = 0) -> RunResult:
     """Start every process of `node` at once, supervise them, stop them all; see module doc."""
-    mine = [p for p in processes if p.node == node]
+    mine = [p for p in processes if node is None or p.node == node]  # None: every node is here
     if not mine:
         return RunResult(0, None, f"no process to run on node {node}")
     run_dir = Path(run_dir)

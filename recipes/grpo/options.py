@@ -36,7 +36,6 @@ class GRPOOptions:
     verify_prompt: str
     verify_tokens: int
     verify_logprob_tol: Optional[float]
-    health_timeout_s: float
 
 
 _TYPES = {"int": int, "float": float, "bool": bool, "str": str, "Optional[str]": str,

@@ -136,7 +136,7 @@ def setup(rt: RuntimePlan, opts: GRPOOptions) -> Trainer:
                   f"{len(servers)} rollout server(s) {','.join(s.addr for s in servers)}, "
                   f"model {model_path}, weights -> {root}")
         if servers:
-            rt.wait_for_servers(opts.health_timeout_s)
+            rt.wait_for_servers(rt.health_timeout_s())
         else:
             log(rank, "grpo: no rollout servers (rollout=none): rank 0 samples from the "
                       "trainer's own saved weights")
