@@ -238,7 +238,8 @@ def supervise(processes: Sequence[ProcessSpec], run_dir: Path, *,
                     threading.Thread(target=_probe, args=(s, begun, done), daemon=True).start()
                 elif s.is_server:
                     s.healthy_at, s.announced = 0.0, True
-            out.say(f"started {len(started)} process(es) on node {node}: "
+            where = "this machine" if node is None else f"node {node}"
+            out.say(f"started {len(started)} process(es) on {where}: "
                     + ", ".join(f"{s.spec.name} (pid {s.popen.pid})" for s in started)
                     + f"; logs in {logs}", "dim")
             if result is None:
@@ -260,7 +261,8 @@ def supervise(processes: Sequence[ProcessSpec], run_dir: Path, *,
         result.tail = tail(log)
         out.root_cause(result.reason, log, result.tail)
     else:
-        out.say(result.reason, "bold green" if result.exit_code == 0 else "bold yellow")
+        out.say(f"{result.reason} after {time.monotonic() - begun:.0f} s; run folder {run_dir}",
+                "bold green" if result.exit_code == 0 else "bold yellow")
     return result
 
 
