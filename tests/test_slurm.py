@@ -279,3 +279,6 @@ def test_areal_launch_runs_vllm_and_fsdp_on_different_nodes(tmp_path):
     assert re.search(r"step \d+\.\d+ rollout-0: \w+ .* on node1", text), text
     assert re.search(r"step \d+\.\d+ actor\S*: COMPLETED \(exit 0:0\) on node2", text), text
     assert "areal-launch: job finished: ok" in text
+    # the trainers reached the server on the other node and had every weight push confirmed
+    trainer_lines = "\n".join(slurm.logs(job, engine="actor"))
+    assert "reloads confirmed 2/2" in trainer_lines, trainer_lines[-3000:]
