@@ -28,8 +28,10 @@ class Prepared:
     job_id: Optional[str] = None  # set once submitted to Slurm
 
 
-def prepare(overrides: list[str], run_dir: Optional[Path] = None) -> Prepared:
-    """Compose and resolve; every user mistake raises here, before anything starts."""
+def prepare(overrides: list[str], run_dir: Optional[Path] = None, to_run: bool = True) -> Prepared:
+    """Compose and resolve; every user mistake raises here, before anything starts.
+
+    to_run=False (`plan`): the trainer script need not exist on the machine that plans."""
     from omegaconf import OmegaConf, open_dict
 
     from launcher.build import build_plan, explicit_keys
@@ -49,7 +51,7 @@ def prepare(overrides: list[str], run_dir: Optional[Path] = None) -> Prepared:
         check_unused_options(cfg, backends=backends, defaults=compose_config(choices_only(overrides)))
     if any(not c.is_inference for c in plan.components.values()):
         with open_dict(cfg):
-            cfg.trainer.entry = resolve_entry(str(cfg.trainer.entry))
+            cfg.trainer.entry = resolve_entry(str(cfg.trainer.entry), must_exist=to_run)
     if run_dir is None:
         try:
             run_dir = Path(str(OmegaConf.select(cfg, "hydra.run.dir")))
@@ -64,7 +66,7 @@ def choices_only(overrides: list[str]) -> list[str]:
             and not o.startswith(("hydra", "+", "~"))]
 
 
-def resolve_entry(entry: str) -> str:
+def resolve_entry(entry: str, must_exist: bool = True) -> str:
     """A relative trainer entry is looked up in the working directory, then in the project.
 
     Checked here, so a missing script fails before any server spends a minute starting."""
@@ -73,6 +75,8 @@ def resolve_entry(entry: str) -> str:
     for candidate in (Path(entry), REPO_ROOT / entry):
         if candidate.is_file():
             return str(candidate.absolute())
+    if not must_exist:
+        return entry
     raise LaunchError(f"trainer.entry={entry!r}: no such file (relative paths are looked up in "
                       f"the working directory, then in {REPO_ROOT}); use a path or '-m module'")
 
@@ -195,7 +199,7 @@ def submit_slurm(prep: Prepared, plan: Any, script: str) -> int:
 
 def show_plan(overrides: list[str], json_out: bool, svg: Optional[Path]) -> int:
     """`areal-launch plan`: the table and GPU map, or the plan JSON; starts nothing."""
-    prep = prepare(overrides)
+    prep = prepare(overrides, to_run=False)
     the_plan, _ = request(prep, counting_ports(prep.cfg.launcher.base_port or DEFAULT_BASE_PORT))
     warn(the_plan)
     if svg is not None:

@@ -154,3 +154,21 @@ def test_every_plan_example_in_the_help_runs():
     for line in examples:
         out = run(*shlex.split(line)[1:])
         assert out.returncode == 0, f"{line}\n{out.stderr}"
+
+
+def test_config_files_are_found_from_an_installed_package(tmp_path):
+    """A regular (non-editable) install, run from outside the checkout."""
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--target", str(target), str(ROOT)], check=True, capture_output=True, timeout=300)
+    assert (target / "launcher" / "conf" / "experiment" / "gpu2x8_megatron.yaml").is_file()
+    env = {**os.environ, "PYTHONPATH": str(target), "CUDA_VISIBLE_DEVICES": ""}
+    out = subprocess.run([sys.executable, "-m", "launcher.cli", "plan", "--json", "ref=inherit",
+                          "experiment=gpu2x8_megatron"], capture_output=True, text=True, env=env,
+                         cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stderr
+    plan = json.loads(out.stdout)
+    assert plan["components"]["actor"]["spec"] == "megatron:d2p2t2"
+    imported_from = subprocess.run([sys.executable, "-c", "import launcher; print(launcher.__file__)"],
+                                   capture_output=True, text=True, env=env, cwd=tmp_path).stdout
+    assert imported_from.startswith(str(target))
