@@ -5,18 +5,10 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-EXE = str(Path(sys.executable).parent / "areal-launch")
-
-
-def run(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", **(env or {})}
-    return subprocess.run([EXE, *args], capture_output=True, text=True, env=full_env,
-                          cwd=cwd or ROOT, timeout=120)
+from tests.areal_launch import ROOT, one_error_line, run
 
 
 def plan_json(*args: str) -> dict:
@@ -71,17 +63,11 @@ def test_default_plan_on_a_machine_without_gpus_is_cpu_vllm_d1_fsdp_d2():
     ("rollout=nope", "sglang vllm"),
 ])
 def test_bad_input_is_one_error_line_exit_2_and_nothing_on_stdout(override, needle):
-    out = run("plan", "--json", override)
-    assert out.returncode == 2
-    assert out.stdout == ""
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error:"), out.stderr
-    assert needle in lines[0]
+    assert needle in one_error_line(run("plan", "--json", override))
 
 
 def test_launch_command_reports_bad_input_the_same_way_and_starts_nothing(tmp_path):
-    out = run("actor.backend=fsdp:d0", f"hydra.run.dir={tmp_path}/run")
-    assert out.returncode == 2 and out.stderr.startswith("error:")
+    one_error_line(run("actor.backend=fsdp:d0", f"hydra.run.dir={tmp_path}/run"))
     assert not (tmp_path / "run").exists()
 
 
@@ -121,8 +107,8 @@ def test_legacy_colocation_shares_gpus_and_per_engine_backend_wins():
 
 
 def test_engine_option_for_an_unselected_backend_is_an_error():
-    out = run("plan", "rollout.sglang.mem_fraction_static=0.5")  # backend is vllm:d1
-    assert out.returncode == 2 and "rollout.sglang.mem_fraction_static" in out.stderr
+    line = one_error_line(run("plan", "rollout.sglang.mem_fraction_static=0.5"))  # vllm:d1
+    assert "rollout.sglang.mem_fraction_static" in line
 
 
 def test_per_engine_placement_override_without_plus():

@@ -6,19 +6,14 @@ weights into the server and confirm it serves them. Nothing of the run may be le
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 import uuid
-from pathlib import Path
 
 import pytest
 
+from tests.areal_launch import run
 from tests.processes import survivors, wait_until
 
-ROOT = Path(__file__).resolve().parent.parent
-EXE = str(Path(sys.executable).parent / "areal-launch")
 
 pytestmark = [pytest.mark.vllm, pytest.mark.torch]
 
@@ -26,9 +21,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.torch]
 def test_default_run_trains_pushes_weights_and_leaves_nothing(tiny_model, tmp_path):
     tag = uuid.uuid4().hex
     run_dir = tmp_path / "run"
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TEST_RUN_TAG": tag}
-    out = subprocess.run([EXE, "recipe.steps=2", f"hydra.run.dir={run_dir}"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=900)
+    out = run("recipe.steps=2", f"hydra.run.dir={run_dir}", env={"TEST_RUN_TAG": tag}, timeout=900)
     text = out.stdout + out.stderr
     assert out.returncode == 0, text[-4000:]
     # the trainers reached the server, trained and had every reload confirmed by the server

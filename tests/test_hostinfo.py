@@ -4,13 +4,10 @@ from __future__ import annotations
 import json
 import os
 import stat
-import subprocess
-import sys
-from pathlib import Path
 
 from launcher.hostinfo import count_local_gpus
+from tests.areal_launch import run
 
-EXE = str(Path(sys.executable).parent / "areal-launch")
 
 
 def test_cuda_visible_devices_is_counted_first():
@@ -35,8 +32,7 @@ def test_no_gpu_anywhere_is_zero(monkeypatch, tmp_path):
 
 
 def test_auto_plans_for_the_gpus_this_machine_shows():
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
-    out = subprocess.run([EXE, "plan", "--json", "actor.backend=fsdp:d2", "rollout.backend=vllm:d2"],
-                         capture_output=True, text=True, env=env, timeout=120)
+    out = run("plan", "--json", "actor.backend=fsdp:d2", "rollout.backend=vllm:d2",
+              env={"CUDA_VISIBLE_DEVICES": "0,1,2,3"})
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["cluster"] == {"num_nodes": 1, "gpus_per_node": 4, "device": "cuda"}

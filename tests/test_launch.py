@@ -2,15 +2,11 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-EXE = str(Path(sys.executable).parent / "areal-launch")
+from tests.areal_launch import one_error_line, run
+
 RANK_SCRIPT = """
 import os, torch.distributed as dist
 dist.init_process_group("gloo")
@@ -19,19 +15,6 @@ dist.all_reduce(t)
 print(f"rank {dist.get_rank()} of {dist.get_world_size()} group {os.environ['GROUP_RANK']} sum {int(t.item())}", flush=True)
 dist.destroy_process_group()
 """
-
-
-def run(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    full = {**os.environ, "CUDA_VISIBLE_DEVICES": "", **(env or {})}
-    return subprocess.run([EXE, *args], capture_output=True, text=True, env=full, cwd=ROOT,
-                          timeout=timeout)
-
-
-def one_error_line(out: subprocess.CompletedProcess) -> str:
-    assert out.returncode == 2 and out.stdout == "", out.stderr
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error:"), out.stderr
-    return lines[0]
 
 
 @pytest.mark.torch
