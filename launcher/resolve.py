@@ -36,7 +36,7 @@ class Resolution:
 def resolve(cfg: Any, explicit: frozenset[str] = frozenset()) -> Resolution:
     """Parse every engine's backend; `explicit` holds the keys the user set (`rollout.backend`)."""
     warnings: list[str] = []
-    backends: dict[str, Optional[str]] = {name: _get(cfg, name).backend for name in ENGINE_NAMES}
+    backends: dict[str, Optional[str]] = {name: getattr(cfg, name).backend for name in ENGINE_NAMES}
     placement = {str(k): v for k, v in dict(cfg.cluster.component_placement or {}).items()}
     if cfg.allocation_mode:
         backends, placement = _apply_legacy(str(cfg.allocation_mode), backends, placement, explicit, warnings)
@@ -60,10 +60,6 @@ def resolve(cfg: Any, explicit: frozenset[str] = frozenset()) -> Resolution:
     return Resolution(engines, placement, tuple(warnings))
 
 
-def _get(cfg: Any, name: str) -> Any:
-    return getattr(cfg, name)
-
-
 def _parse_for(name: str, spec: str) -> ModelAllocation:
     field = f"{name}.backend"
     try:
@@ -82,7 +78,7 @@ def _parse_for(name: str, spec: str) -> ModelAllocation:
 def _offload(cfg: Any, name: str) -> bool:
     if name == "rollout":
         return rollout_offload(cfg)
-    off = _get(cfg, name).offload
+    off = getattr(cfg, name).offload
     return bool(off.optimizer or off.weight or off.grad)
 
 

@@ -6,7 +6,7 @@ the HTTP API (its address goes to the trainers), the others join it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from launcher.engines.context import LaunchContext
 from launcher.engines.options import layered_env, served_model_name
@@ -56,5 +56,6 @@ def server_env(plan: Plan, cfg: Any, ctx: LaunchContext, comp: ComponentPlan,
     return layered_env(defaults, ctx.extra_env, contract)
 
 
-def health_url(host: str, port: int) -> Optional[str]:
+def health_url(host: str, port: int) -> str:
+    """Where the runner polls a server before counting it up (SGLang and vLLM both serve it)."""
     return f"http://{host}:{port}/health"

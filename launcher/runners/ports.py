@@ -104,10 +104,6 @@ class PortReserver:
             os.close(fd)
         self._held.clear()
 
-    @property
-    def taken(self) -> tuple[int, ...]:
-        return tuple(self._held)
-
     def _lock(self, port: int) -> Optional[int]:
         fd = os.open(self.lock_dir / f"{port}.lock", os.O_RDONLY | os.O_CREAT, 0o666)
         try:
