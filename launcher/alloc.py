@@ -14,21 +14,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from launcher import backends
 from launcher.errors import LaunchError
+from launcher.limits import MAX_GPUS
 
-# Which dims each backend takes; any other dim is accepted only with size 1.
-BACKEND_DIMS = {"sglang": "dtp", "vllm": "dtp", "fsdp": "dtc", "megatron": "dtpce",
-                "archon": "dtpce"}
-INFERENCE_BACKENDS = ("sglang", "vllm")
-TRAINING_BACKENDS = ("fsdp", "megatron", "archon")
-HYBRID_BACKENDS = ("megatron", "archon")
 DIM_NAMES = {"d": "data", "t": "tensor", "p": "pipeline", "c": "context", "e": "expert"}
-EXAMPLES = {"sglang": "sglang:d4t2", "vllm": "vllm:d2t2", "fsdp": "fsdp:d8",
-            "megatron": "megatron:d2p2t2", "archon": "archon:d4t2"}
 HYBRID_EXAMPLE = "megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)"
-KNOWN = ", ".join(BACKEND_DIMS)
 DIGITS = "0123456789"
 MAX_SIZE_DIGITS = 6  # no real grid has a million-way dim; also keeps int() off huge inputs
+
+
+def known() -> str:
+    """The backend names, for hints."""
+    return ", ".join(backends.names())
+
+
+def is_hybrid_backend(backend: str) -> bool:
+    return bool(getattr(backends.table().get(backend), "HYBRID", False))
+
+
+def example(backend: str) -> str:
+    return str(backends.get(backend).EXAMPLE)
 
 
 class AllocationError(LaunchError):
@@ -72,9 +78,9 @@ class ModelAllocation:
 
     def _problem(self) -> Optional[tuple[str, str]]:
         """Why these sizes are no valid allocation (message, hint), or None."""
-        takes = BACKEND_DIMS.get(self.backend)
+        takes = backends.dims(self.backend)
         if takes is None:
-            return f"unknown backend {self.backend!r}", f"known: {KNOWN}"
+            return f"unknown backend {self.backend!r}", f"known: {known()}"
         sizes = (("d", self.dp), ("t", self.tp), ("p", self.pp), ("c", self.cp),
                  ("e", self.ep), ("etp", self.etp))
         for letter, size in sizes:
@@ -82,11 +88,14 @@ class ModelAllocation:
                 return f"{letter} must be a positive int, not {size!r}", "sizes start at 1"
             if size > 1 and letter not in takes and letter != "etp":
                 return f"{self.backend} does not take {letter!r}", _not_taken(self.backend, letter)
-        if self.hybrid and self.backend not in HYBRID_BACKENDS:
+        if self.hybrid and not is_hybrid_backend(self.backend):
             return f"{self.backend} has no attn/ffn form", "only megatron and archon do"
         if self.etp > 1 and not self.hybrid:
             return "etp > 1 needs the attn/ffn form", f"e.g. {HYBRID_EXAMPLE}"
         world, experts = self.world_size, self.pp * self.etp * self.ep
+        if world > MAX_GPUS:
+            return (f"world size {world} is more than the {MAX_GPUS} GPUs areal-launch plans "
+                    "for", "use smaller sizes")
         if world % experts:
             return (f"pp*etp*ep ({experts}) does not divide the world size ({world})",
                     "choose expert sizes whose product with pp divides dp*tp*pp*cp")
@@ -98,6 +107,10 @@ class ModelAllocation:
     @property
     def world_size(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def is_inference(self) -> bool:
+        return backends.get(self.backend).KIND == backends.INFERENCE
 
     def to_dict(self) -> dict:
         return {"dp": self.dp, "tp": self.tp, "pp": self.pp, "cp": self.cp,
@@ -119,13 +132,14 @@ def _dims_text(dims: tuple[tuple[str, int], ...]) -> str:
 
 def _not_taken(backend: str, dim: str) -> str:
     """Hint for a dim the backend does not take: what it does take, and who takes the dim."""
-    takes = ", ".join(BACKEND_DIMS[backend])
-    kin = INFERENCE_BACKENDS if backend in INFERENCE_BACKENDS else TRAINING_BACKENDS
-    others = [b for b in kin if dim in BACKEND_DIMS[b]]
+    takes = ", ".join(backends.dims(backend) or "")
+    kin = backends.names(backends.get(backend).KIND)
+    others = [b for b in kin if dim in (backends.dims(b) or "")]
     name = DIM_NAMES.get(dim, dim)
     if others:
         return f"{backend} takes {takes}; use {others[0]} for {name} parallel"
-    trainers = ", ".join(b for b in TRAINING_BACKENDS if dim in BACKEND_DIMS[b])
+    trainers = ", ".join(b for b in backends.names(backends.TRAINING)
+                         if dim in (backends.dims(b) or ""))
     return f"{backend} takes {takes}; {name} parallel is for training backends: {trainers}"
 
 
@@ -160,18 +174,37 @@ class SpecText:
                                      f"use lowercase: {s.lower()}")
 
 
+ANONYMOUS_DIMS = "dtpce"  # what a legacy part without a backend may take (then fsdp or megatron)
+
+
+def anonymous_backend(pp: int, ep: int, hybrid: bool) -> str:
+    """The backend AReaL gave a legacy training part written without one: megatron for
+    pipeline, expert or attn/ffn layouts, fsdp otherwise (`d4`, `[ref]:t2d2`)."""
+    return "megatron" if hybrid or pp > 1 or ep > 1 else "fsdp"
+
+
+def _starts_anonymous(t: SpecText, i: int) -> bool:
+    """A legacy part with no backend: `[name]:dims`, `d4p2`, `attn:...|ffn:...`, `(attn:...`."""
+    s, n = t.s, t.n
+    return i < n and (s[i] in "[(" or s.startswith("attn", i)
+                      or (s[i] in DIM_NAMES and i + 1 < n and s[i + 1] in DIGITS))
+
+
 def read_component(t: SpecText, i: int, names: bool) -> tuple[ModelAllocation, Optional[str], int]:
     """Parse `backend[name]:dims` starting at i; return the allocation, the name, the end.
 
-    Names (`fsdp[critic]:d4`) exist only in the legacy allocation_mode (`names=True`).
-    Stops at the first character that cannot continue the component ('+', '|', end).
+    Names (`fsdp[critic]:d4`) and parts without a backend (`[actor]:d4`, `d2p2`) exist only in
+    the legacy allocation_mode (`names=True`). Stops at the first character that cannot continue
+    the component ('+', '|', end).
     """
     s, n = t.s, t.n
+    anonymous = names and _starts_anonymous(t, i)
     j = i
-    while j < n and "a" <= s[j] <= "z":
+    while not anonymous and j < n and "a" <= s[j] <= "z":
         j += 1
     backend = s[i:j]
-    if backend not in BACKEND_DIMS:
+    takes = ANONYMOUS_DIMS if anonymous else backends.dims(backend)
+    if takes is None:
         raise _unknown_backend(t, i, j, backend)
     name = None
     if j < n and s[j] == "[":
@@ -183,32 +216,50 @@ def read_component(t: SpecText, i: int, names: bool) -> tuple[ModelAllocation, O
             raise t.error(j, "unclosed '['", "write the name as fsdp[actor]:d4")
         name = s[j + 1:k]
         j = k + 1
-    if j >= n or s[j] != ":":
+    if anonymous and name is None and j < n and s[j] != ":":
+        pass  # bare dims (`d4`) or a bare attn/ffn form
+    elif j >= n or s[j] != ":":
         if j < n and s[j] == ".":
             fix = s.replace(".", ":")
             raise t.error(j, "use ':' after the backend, not '.'", f"write {fix}")
-        raise t.error(j, f"expected ':' and dims after {backend!r}", f"e.g. {EXAMPLES[backend]}")
-    j += 1
+        shown = backend or s[i:j]
+        raise t.error(j, f"expected ':' and dims after {shown!r}",
+                      f"e.g. {example(backend) if backend else 'fsdp[actor]:d4'}")
+    else:
+        j += 1
     if j < n and (s[j] == "(" or s.startswith("attn", j)):
-        if backend not in HYBRID_BACKENDS:
+        if anonymous:
+            backend = anonymous_backend(1, 1, hybrid=True)
+        elif not is_hybrid_backend(backend):
             raise t.error(j, f"{backend} has no attn/ffn form",
                           f"only megatron and archon do, e.g. {HYBRID_EXAMPLE}")
         alloc, j = _read_hybrid(t, j, backend)
         return alloc, name, j
     start = j
-    dims, pos, j = _read_dims(t, j, BACKEND_DIMS[backend], backend)
-    if s.startswith("|ffn", j) and backend in HYBRID_BACKENDS:
+    dims, pos, j = _read_dims(t, j, takes, backend or "megatron")
+    if s.startswith("|ffn", j) and (anonymous or is_hybrid_backend(backend)):
         end = s.find("+", j)
         rest = (s[j:end] if end >= 0 else s[j:]).rstrip(")") + ")"
         raise t.error(start, "the attn/ffn form needs 'attn:' before the attention dims",
-                      f"write {backend}:(attn:{s[start:j]}{rest}")
+                      f"write {backend or 'megatron'}:(attn:{s[start:j]}{rest}")
     dp, tp, pp, cp = dims.get("d", 1), dims.get("t", 1), dims.get("p", 1), dims.get("c", 1)
     ep = dims.get("e", 1)
-    world = dp * tp * pp * cp
+    if anonymous:
+        backend = anonymous_backend(pp, ep, hybrid=False)
+    world = _bounded_world(t, start, dp * tp * pp * cp)
     if ep > 1 and world % (pp * ep):
         raise t.error(pos["e"], f"p*e ({pp * ep}) does not divide the world size d*t*p*c "
                                 f"({world})", f"choose e so that p*e divides {world}")
     return ModelAllocation(backend, dp, tp, pp, cp, ep, 1, world // (pp * ep)), name, j
+
+
+def _bounded_world(t: SpecText, pos: int, world: int) -> int:
+    """World sizes are GPU counts: past MAX_GPUS nothing could place them, and building their
+    rank maps would only eat memory, so they are refused here, in microseconds."""
+    if world > MAX_GPUS:
+        raise t.error(pos, f"world size d*t*p*c = {world} is more than the {MAX_GPUS} GPUs "
+                           "areal-launch plans for", "use smaller dims")
+    return world
 
 
 def _read_dims(t: SpecText, i: int, takes: str, owner: str) -> tuple[dict, dict, int]:
@@ -254,7 +305,7 @@ def _read_dims(t: SpecText, i: int, takes: str, owner: str) -> tuple[dict, dict,
         i = k
     if not sizes:
         raise t.error(i, f"expected dims after {t.s[:i]!r}",
-                      f"e.g. {EXAMPLES.get(owner, HYBRID_EXAMPLE)}")
+                      f"e.g. {example(owner) if backends.dims(owner) else HYBRID_EXAMPLE}")
     return sizes, pos, i
 
 
@@ -265,7 +316,7 @@ def _not_a_dim(t: SpecText, i: int, first: bool) -> AllocationError:
         if first:
             return t.error(i, "the attn/ffn form starts with 'attn:'", f"e.g. {HYBRID_EXAMPLE}")
         return t.error(i, "missing '|' before 'ffn'", f"e.g. {HYBRID_EXAMPLE}")
-    if any(s.startswith(b, i) for b in BACKEND_DIMS):
+    if any(s.startswith(b, i) for b in backends.names()):
         return t.error(i, "a second backend with no '+' before it",
                        "allocation_mode joins engines with '+'; a backend field holds one")
     return t.error(i, f"unknown dim {s[i]!r}",
@@ -290,7 +341,7 @@ def _read_hybrid(t: SpecText, i: int, backend: str) -> tuple[ModelAllocation, in
             raise t.error(i, "missing ')'", f"close the attn/ffn form: {s[:i]})")
         i += 1
     dp, tp, pp, cp = attn.get("d", 1), attn.get("t", 1), attn.get("p", 1), attn.get("c", 1)
-    world = dp * tp * pp * cp
+    world = _bounded_world(t, ffn_at - 1, dp * tp * pp * cp)
     if ffn.get("p", pp) != pp:
         raise t.error(fpos["p"], f"ffn p{ffn['p']} differs from attn p{pp}",
                       "p must be equal in attn and ffn; leave it out of ffn to inherit it")
@@ -319,27 +370,90 @@ def _unknown_backend(t: SpecText, i: int, j: int, word: str) -> AllocationError:
         return t.error(i, "a backend prefix is required", f"e.g. {HYBRID_EXAMPLE}")
     if not word:
         found = repr(s[i]) if i < n else "the end"
-        return t.error(i, f"expected a backend name, found {found}", f"known: {KNOWN}")
-    for known in BACKEND_DIMS:
-        if word.startswith(known):
-            cut = i + len(known)
+        return t.error(i, f"expected a backend name, found {found}", f"known: {known()}")
+    for name in backends.names():
+        if word.startswith(name):
+            cut = i + len(name)
             return t.error(cut, f"unknown backend {word!r}",
                            f"put ':' after the backend: {s[:cut]}:{s[cut:]}")
     import difflib  # only on this error path
 
-    close = difflib.get_close_matches(word, BACKEND_DIMS, n=1)
+    close = difflib.get_close_matches(word, backends.names(), n=1)
     guess = f"; did you mean {close[0]}?" if close else ""
-    return t.error(i, f"unknown backend {word!r}", f"known: {KNOWN}{guess}")
+    return t.error(i, f"unknown backend {word!r}", f"known: {known()}{guess}")
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part of a multi-engine string: its allocation (None for AReaL's `eval`), the name
+    written in brackets, its GPU group ('|' joins a group, '+' starts the next) and column."""
+
+    alloc: Optional[ModelAllocation]
+    name: Optional[str]
+    group: int
+    pos: int
+
+
+EVAL = "eval"  # AReaL's `+eval`: an evaluation client on CPU, no training GPUs
+
+
+def read_parts(t: SpecText) -> list[Part]:
+    """`part ('+'|'|' part)*`: the parts of an allocation_mode string, as written.
+
+    The grammar only: names are not checked here (launcher.legacy does that)."""
+    parts: list[Part] = []
+    group, i = 0, 0
+    while True:
+        if t.s.startswith(EVAL, i) and (i + 4 == t.n or t.s[i + 4] in "+|"):
+            parts.append(Part(None, None, group, i))
+            j = i + 4
+        else:
+            alloc, name, j = read_component(t, i, names=True)
+            parts.append(Part(alloc, name, group, i))
+        if j == t.n:
+            return parts
+        ch = t.s[j]
+        if ch not in "+|":
+            raise t.error(j, f"unexpected {ch!r}", "join parts with '+' (separate GPUs) or "
+                                                   "'|' (shared GPUs)")
+        if ch == "+":
+            group += 1
+        i = j + 1
+        if i == t.n:
+            raise t.error(i, f"expected a part after {ch!r}",
+                          "e.g. sglang[rollout]:d2+fsdp[actor]:d4|fsdp[critic]:d4")
+
+
+def implied_names(parts: list[Part]) -> list[Optional[str]]:
+    """Each part's engine name: as written, else the first unnamed inference part is rollout
+    and the first unnamed training part actor; None where a name is required (a second
+    unnamed part of a kind, any unnamed part among 3 or more, `eval`)."""
+    counted = [p for p in parts if p.alloc is not None]
+    out: list[Optional[str]] = []
+    unseen = {True: True, False: True}  # first inference / first training part still unnamed
+    for p in parts:
+        if p.name is not None or p.alloc is None:
+            out.append(p.name)
+            continue
+        inference = p.alloc.is_inference
+        if len(counted) >= 3 or not unseen[inference]:
+            out.append(None)
+        else:
+            out.append("rollout" if inference else "actor")
+        unseen[inference] = False
+    return out
 
 
 def _several_engines(t: SpecText, i: int, what: str) -> AllocationError:
     """A multi-engine allocation_mode string in a per-engine field: say which fields to set."""
     fields = "rollout.backend and actor.backend"
     try:
-        from launcher.legacy import parse_allocation_mode  # legacy builds on this module
-
-        parts = [f"{c.name}.backend={c.alloc}" for c in parse_allocation_mode(t.spec)]
-        fields = " and ".join((", ".join(parts[:-1]), parts[-1])) if len(parts) > 1 else parts[0]
+        parts = read_parts(t)
+        named = [(n, p.alloc) for n, p in zip(implied_names(parts), parts) if p.alloc]
+        if all(n is not None for n, _ in named) and named:
+            texts = [f"{n}.backend={a}" for n, a in named]
+            fields = " and ".join((", ".join(texts[:-1]), texts[-1])) if len(texts) > 1 \
+                else texts[0]
     except AllocationError:
         pass
     return t.error(i, what, f"this field holds one engine's backend: set {fields} separately, "

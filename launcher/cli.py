@@ -3,7 +3,7 @@
     areal-launch [OVERRIDES...]            resolve, validate, start everything, supervise
     areal-launch -m OVERRIDES...           a Hydra sweep: every point resolved before any starts
     areal-launch plan OVERRIDES... [--json] [--svg FILE]
-    areal-launch status|cancel|logs JOB    Slurm jobs started with launcher=slurm
+    areal-launch status|cancel|logs RUN    a run of any runner, by its id or run folder
 
 A user mistake is one `error:` line on stderr and exit code 2; nothing is started.
 """
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from launcher.errors import LaunchError
+from launcher.errors import LaunchError, error_line
 
 EXIT_USAGE = 2
 SUBCOMMANDS = ("plan", "status", "cancel", "logs")
@@ -22,7 +22,7 @@ HELP = """\
 Usage: areal-launch [OVERRIDES...]                 launch (this machine, or Slurm with launcher=slurm)
        areal-launch -m KEY=A,B [OVERRIDES...]     sweep: every point validated first, then run/submitted
        areal-launch plan [OVERRIDES...] [--json] [--svg FILE]   show where every process will run
-       areal-launch status|cancel|logs JOB        manage a Slurm job (logs: --follow, --engine NAME)
+       areal-launch status|cancel|logs RUN        a run: by the id printed at its start, or its folder
        areal-launch --cfg job [OVERRIDES...]      print the composed config (every settable key)
 
 Overrides use Hydra's command-line syntax; every key is declared, no `+` needed.
@@ -64,7 +64,23 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
         app(args=args, prog_name="areal-launch")
         return
+    if args and _looks_like_a_command(args[0]):
+        raise SystemExit(fail(LaunchError(_unknown_command(args[0]))))
     raise SystemExit(run_launch(args))
+
+
+def _looks_like_a_command(word: str) -> bool:
+    """A bare word where overrides are KEY=VALUE: a mistyped sub-command, not an override."""
+    return word.isidentifier() and "=" not in word
+
+
+def _unknown_command(word: str) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(word, SUBCOMMANDS, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return (f"unknown command {word!r}{hint}: commands are {', '.join(SUBCOMMANDS)}; a launch "
+            "takes KEY=VALUE overrides (areal-launch --help)")
 
 
 def run_launch(args: list[str]) -> int:
@@ -110,7 +126,7 @@ def run_plan(args: list[str]) -> int:
 
 
 def fail(exc: BaseException) -> int:
-    print(f"error: {exc}", file=sys.stderr)
+    print(error_line(exc), file=sys.stderr)
     return EXIT_USAGE
 
 

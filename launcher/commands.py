@@ -1,16 +1,30 @@
-"""Typer sub-commands: `plan` (and the Slurm job commands, registered from the Slurm runner)."""
+"""Typer sub-commands: `plan --help`, and `status`, `cancel`, `logs` for runs of every runner.
+
+Thin: `status|cancel|logs RUN` find the run by the id a runner printed (a Slurm job id, a local
+run id, ...) or by its run folder (launcher.runs), ask the runner that started it, and print
+its text. A user mistake (no id, a bad id, an unknown run, no Slurm) is one `error:` line and
+exit code 2.
+"""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional, TypeVar
 
 import typer
 
+from launcher.errors import LaunchError, error_line
+from launcher.runners import Runner
+from launcher.runs import RunRecord
+
+EXIT_USAGE = 2
+T = TypeVar("T")
 
 app = typer.Typer(add_completion=False, no_args_is_help=False, rich_markup_mode=None,
                   help="areal-launch: plan and launch RL post-training engines.")
 
 _EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
+RUN_HELP = "the id areal-launch printed when it started the run, or its run folder"
 
 
 @app.callback()
@@ -27,12 +41,59 @@ def plan(ctx: typer.Context,
     Examples: areal-launch plan rollout.backend=sglang:d4t2 actor.backend=fsdp:d8
               areal-launch plan cluster=gpu8 actor.backend=fsdp:d4 rollout.backend=sglang:d2t2 --json
     """
-    from launcher.cli import run_plan
+    from launcher.launch import show_plan
 
-    flags = (["--json"] if json_out else []) + (["--svg", str(svg)] if svg is not None else [])
-    raise typer.Exit(run_plan(flags + list(ctx.args)))
+    raise typer.Exit(_guarded(lambda: show_plan(list(ctx.args), json_out, svg)))
 
 
-from launcher.cli_slurm import register  # noqa: E402 - status, cancel, logs
+@app.command()
+def status(run: Optional[str] = typer.Argument(None, help=RUN_HELP)) -> None:
+    """Show a run's state: its processes (or Slurm steps), how it ended, its run folder."""
+    runner, record = _guarded(lambda: _runner(run, "status"))
+    text, code = _guarded(lambda: runner.status(record))
+    typer.echo(text)
+    raise typer.Exit(code)
 
-register(app)
+
+@app.command()
+def cancel(run: Optional[str] = typer.Argument(None, help=RUN_HELP)) -> None:
+    """Stop a run on every node (a Slurm job is scancel'ed)."""
+    runner, record = _guarded(lambda: _runner(run, "cancel"))
+    typer.echo(_guarded(lambda: runner.cancel(record)))
+
+
+@app.command()
+def logs(run: Optional[str] = typer.Argument(None, help=RUN_HELP),
+         follow: bool = typer.Option(False, "--follow", "-f", help="keep printing until the run ends"),
+         engine: Optional[str] = typer.Option(None, "--engine", "-e",
+                                              help="only the processes of this engine (rollout, actor, ...)")) -> None:
+    """Print a run's logs, each line prefixed with its process's name."""
+    runner, record = _guarded(lambda: _runner(run, "logs"))
+
+    def lines() -> None:
+        for line in runner.logs(record, follow, engine):
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+
+    try:
+        _guarded(lines)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+def _runner(run: Optional[str], verb: str) -> tuple[Runner, RunRecord]:
+    from launcher import runners
+    from launcher.runs import find_run
+
+    if run is None:
+        raise LaunchError(f"{verb} needs a run: areal-launch {verb} JOB_ID (or RUN_FOLDER)")
+    record = find_run(run)
+    return runners.for_record(record), record
+
+
+def _guarded(call: Callable[[], T]) -> T:
+    try:
+        return call()
+    except LaunchError as exc:
+        typer.echo(error_line(exc), err=True)
+        raise typer.Exit(EXIT_USAGE) from None

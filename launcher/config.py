@@ -1,9 +1,14 @@
 """Typed configuration: the dataclasses Hydra composes `conf/` into (DESIGN §2).
 
-Every key a user may set on the command line is declared here, so no `+` is ever needed, and a
-mistyped key or a wrong type is a clear error from Hydra/OmegaConf. Engine options live under a
-sub-key named after the engine (`rollout.vllm.*`, `actor.fsdp.*`), so the backend prefix alone
-picks the engine.
+Every key a user may set on the command line is declared here or in the module that reads it,
+so no `+` is ever needed and a mistyped key or a wrong type is a clear error from Hydra. Engine
+options live under a sub-key named after the backend (`rollout.vllm.*`, `actor.fsdp.*`),
+declared by each backend module (launcher/backends/), so the backend prefix alone picks the
+engine and a new backend brings its options with it. The `launcher` group's schema is the
+chosen runner's own (launcher/runners/), the `recipe` group's the chosen recipe's.
+
+`launcher.spec.run_spec` turns the composed config into these dataclasses once; nothing after
+that reads the Hydra config.
 """
 from __future__ import annotations
 
@@ -11,93 +16,68 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-ENGINE_NAMES = ("rollout", "actor", "critic", "ref", "teacher")
-INHERITING = ("critic", "ref", "teacher")  # may take the actor's backend ("") and share its GPUs
+from omegaconf import MISSING
+
+from launcher import backends
+from launcher.errors import ConfigError
+from launcher.limits import seconds_problem
+from launcher.plan import ENGINES
+
 DEFAULT_MODEL_PATH = "~/.cache/areal-launch/tiny-llama"
 
 
-# ----------------------------------------------------------------------------- inference
+# ----------------------------------------------------------------------------- engines
 @dataclass
-class VLLMOptions:
-    """Flags for `vllm serve`; None means vLLM's own default (flag not passed)."""
+class OffloadOptions:
+    """What a training engine moves to host memory between phases (collocated runs)."""
 
-    gpu_memory_utilization: Optional[float] = None
-    max_model_len: Optional[int] = None
-    dtype: Optional[str] = None
-    enforce_eager: bool = False
-    served_model_name: Optional[str] = None
-    seed: Optional[int] = None
-    enable_sleep_mode: bool = False
-    # vLLM's CPU build: KV cache size in GiB (VLLM_CPU_KVCACHE_SPACE)
-    cpu_kvcache_space_gb: int = 1
+    optimizer: bool = False
+    weight: bool = False
+    grad: bool = False
+
+    @property
+    def any(self) -> bool:
+        return self.optimizer or self.weight or self.grad
 
 
 @dataclass
-class SGLangOptions:
-    """Flags for `python -m sglang.launch_server`; None means SGLang's own default."""
+class RolloutBase:
+    """rollout: the inference servers. backend None = off; a bare name (`vllm`) = that backend
+    sized for the machine (launcher.defaults)."""
 
-    mem_fraction_static: Optional[float] = None
-    dtype: Optional[str] = None
-    context_length: Optional[int] = None
-    served_model_name: Optional[str] = None
-    # dp attention and expert parallel *inside* one instance: do not change the GPU count
-    enable_dp_attention: bool = False
-    attn_dp_size: Optional[int] = None
-    ep_size: Optional[int] = None
-    enable_memory_saver: bool = False
-    skip_server_warmup: bool = False
-    watchdog_timeout: Optional[float] = None
-    log_level: Optional[str] = None
-
-
-@dataclass
-class RolloutConfig:
-    backend: Optional[str] = "vllm:d1"  # None: no rollout servers (trainer-only run)
+    backend: Optional[str] = "vllm"
     model_path: Optional[str] = None  # None: the top-level model_path
     offload: bool = False  # release weights/KV between phases (memory saver / sleep mode)
     enable_offload: Optional[bool] = None  # RLinf's spelling of `offload`
     health_timeout_s: float = 600.0
     extra_args: List[str] = field(default_factory=list)
-    vllm: VLLMOptions = field(default_factory=VLLMOptions)
-    sglang: SGLangOptions = field(default_factory=SGLangOptions)
 
-
-# ----------------------------------------------------------------------------- training
-@dataclass
-class OffloadOptions:
-    optimizer: bool = False
-    weight: bool = False
-    grad: bool = False
+    def __post_init__(self) -> None:
+        problem = seconds_problem(self.health_timeout_s, allow_zero=False)
+        if problem:
+            raise ConfigError(f"rollout.health_timeout_s={self.health_timeout_s}: {problem}")
 
 
 @dataclass
-class FSDPOptions:
-    reshard_after_forward: bool = True
-    mixed_precision: Optional[str] = None  # e.g. bf16
-
-
-@dataclass
-class MegatronOptions:
-    sequence_parallel: bool = False
-    use_distributed_optimizer: bool = True
-    recompute_granularity: Optional[str] = None
-
-
-@dataclass
-class ArchonOptions:
-    compile: bool = False
-
-
-@dataclass
-class TrainEngineConfig:
-    """actor, critic, ref, teacher. backend None = off; "" = the actor's backend."""
+class TrainEngineBase:
+    """actor, critic, ref, teacher. backend None = off; "" = the actor's backend and options;
+    a bare name (`fsdp`) = that backend sized for the machine."""
 
     backend: Optional[str] = None
     offload: OffloadOptions = field(default_factory=OffloadOptions)
     extra_args: List[str] = field(default_factory=list)
-    fsdp: FSDPOptions = field(default_factory=FSDPOptions)
-    megatron: MegatronOptions = field(default_factory=MegatronOptions)
-    archon: ArchonOptions = field(default_factory=ArchonOptions)
+
+
+def _with_backend_options(base: type, kind: str, name: str) -> type:
+    """`base` plus one sub-key per backend of `kind`, typed by that backend's Options."""
+    extra = [(b, m.Options, field(default_factory=m.Options))
+             for b, m in backends.table().items() if m.KIND == kind]
+    return dataclasses.make_dataclass(name, extra, bases=(base,))
+
+
+RolloutConfig = _with_backend_options(RolloutBase, backends.INFERENCE, "RolloutConfig")
+TrainEngineConfig = _with_backend_options(TrainEngineBase, backends.TRAINING,
+                                          "TrainEngineConfig")
 
 
 @dataclass
@@ -110,86 +90,53 @@ class TrainerConfig:
 
 # ----------------------------------------------------------------------------- cluster
 def _engine_keys() -> Dict[str, Optional[str]]:
-    return {name: None for name in ENGINE_NAMES}
+    return {name: None for name in ENGINES}
 
 
 @dataclass
 class ClusterConfig:
     num_nodes: Optional[int] = None  # None: this machine (1), or what the plan needs on cpu
-    gpus_per_node: Optional[int] = None
+    gpus_per_node: Optional[int] = None  # None: the GPUs this machine shows
     device: str = "auto"  # auto | cuda | cpu
     # keys: engine names, or comma lists of them in YAML ("actor,rollout": all)
     component_placement: Dict[str, Optional[str]] = field(default_factory=_engine_keys)
 
 
-@dataclass
-class LauncherConfig:
-    type: str = "local"  # local | slurm
-    dry_run: bool = False
-    grace_period_s: float = 10.0
-    health_timeout_s: Optional[float] = None  # None: rollout.health_timeout_s
-    base_port: Optional[int] = None  # None: ports chosen free and reserved
-    # environment for every process: after engine defaults, before the launcher's contract
-    env: Dict[str, str] = field(default_factory=dict)
-    # slurm (used with launcher=slurm)
-    partition: Optional[str] = None
-    account: Optional[str] = None
-    qos: Optional[str] = None
-    time_limit: Optional[str] = None
-    cpus_per_gpu: Optional[int] = None
-    mem_per_gpu: Optional[str] = None
-    container_image: Optional[str] = None
-    container_mounts: Optional[str] = None
-    sbatch_extra: List[str] = field(default_factory=list)
-    srun_extra: List[str] = field(default_factory=list)
-    setup: List[str] = field(default_factory=list)
-    job_name: Optional[str] = None
-
-
+# ----------------------------------------------------------------------------- the run
 @dataclass
 class LaunchConfig:
     experiment_name: str = "areal"
     trial_name: str = "run"
     model_path: str = DEFAULT_MODEL_PATH
     allocation_mode: Optional[str] = None  # legacy: sglang:d4t2+fsdp:d8 (deprecated)
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    actor: TrainEngineConfig = field(default_factory=lambda: TrainEngineConfig(backend="fsdp:d2"))
-    critic: TrainEngineConfig = field(default_factory=TrainEngineConfig)
-    ref: TrainEngineConfig = field(default_factory=TrainEngineConfig)
-    teacher: TrainEngineConfig = field(default_factory=TrainEngineConfig)
+    rollout: RolloutBase = field(default_factory=RolloutConfig)
+    actor: TrainEngineBase = field(default_factory=lambda: TrainEngineConfig(backend="fsdp"))
+    critic: TrainEngineBase = field(default_factory=TrainEngineConfig)
+    ref: TrainEngineBase = field(default_factory=TrainEngineConfig)
+    teacher: TrainEngineBase = field(default_factory=TrainEngineConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
-    launcher: LauncherConfig = field(default_factory=LauncherConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    # free-form options for the recipe's entry point (steps, lr, ...), handed over in the plan
-    recipe: Dict[str, Any] = field(default_factory=dict)
+    # the runner's own schema (launcher=local|slurm|ray): launcher.runners.<name>.Config
+    launcher: Any = MISSING
+    # the recipe's own schema (recipe=grpo), handed to its entry point in the plan
+    recipe: Any = MISSING
 
 
-def model_path(cfg: Any) -> str:
-    """rollout.model_path, else model_path, with `~` expanded (no other environment read)."""
-    import os
-
-    return os.path.expanduser(str(cfg.rollout.model_path or cfg.model_path))
-
-
-def rollout_offload(cfg: Any) -> bool:
-    """rollout.offload, or RLinf's spelling rollout.enable_offload."""
-    return bool(cfg.rollout.offload or cfg.rollout.enable_offload)
-
-
-def plain(value: Any) -> Any:
-    """An option as plain data (DictConfig/ListConfig/dataclass -> dict/list), for comparing
-    with defaults and for the plan JSON."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    if hasattr(value, "items") and not isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)) or type(value).__name__ == "ListConfig":
-        return [plain(v) for v in value]
-    return value
+def engine(spec: LaunchConfig, name: str) -> Any:
+    """The config node of engine `name` (rollout, actor, ...)."""
+    return getattr(spec, name)
 
 
 def register_configs() -> None:
-    """Register the schema with Hydra's ConfigStore (conf/config.yaml starts from it)."""
+    """Register the schemas with Hydra's ConfigStore: the run (conf/config.yaml starts from
+    it), each runner's (`<name>_schema` in the launcher group) and the default recipe's."""
     from hydra.core.config_store import ConfigStore
 
-    ConfigStore.instance().store(name="base_config", node=LaunchConfig)
+    from launcher import runners
+    from recipes.grpo.options import GRPOOptions
+
+    store = ConfigStore.instance()
+    store.store(name="base_config", node=LaunchConfig)
+    for name in runners.names():
+        store.store(group="launcher", name=f"{name}_schema", node=runners.config_class(name))
+    store.store(group="recipe", name="grpo_schema", node=GRPOOptions)

@@ -15,3 +15,9 @@ class PlacementError(LaunchError):
 
 class ConfigError(LaunchError):
     """The composed configuration is invalid (unknown key, wrong type, conflicting options)."""
+
+
+def error_line(exc: BaseException) -> str:
+    """How the CLI shows a user mistake: one line (a value with a newline is shown escaped)."""
+    text = " ".join(str(exc).split("\n"))
+    return f"error: {text}"

@@ -10,6 +10,7 @@ from typing import Iterable, Union
 
 from launcher.cluster import ClusterSpec
 from launcher.errors import PlacementError
+from launcher.limits import MAX_INDEX_DIGITS
 
 _ITEM = re.compile(r"(\d+)(?:\s*-\s*(\d+))?", re.ASCII)
 
@@ -47,6 +48,9 @@ def parse_gpu_set(text: Union[str, int], cluster: ClusterSpec, key: str = "") ->
         if match is None:
             raise _fail(text, key, f"{part!r} is not a GPU index or range",
                         "write all, a-b, a, or a list like 0-2,5,7")
+        if max(len(match[1]), len(match[2] or "")) > MAX_INDEX_DIGITS:
+            raise _fail(text[:40] + ("..." if len(text) > 40 else ""), key,
+                        "a GPU index is too large", f"the cluster has {_cluster_words(cluster)}")
         lo = int(match[1])
         hi = int(match[2]) if match[2] is not None else lo
         if hi < lo:

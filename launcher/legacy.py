@@ -1,20 +1,28 @@
-"""The deprecated top-level `allocation_mode` string (AReaL's form), read into per-engine parts.
+"""The deprecated top-level `allocation_mode` string (AReaL's form), read as AReaL means it.
 
     mode  := group ('+' group)*          '+': separate GPUs
     group := part ('|' part)*            '|': same GPUs as the part before it (binds tighter)
-    part  := backend ['[' name ']'] ':' (dims | attn/ffn form)
+    part  := [backend] ['[' name ']'] ':' (dims | attn/ffn form) | dims | 'eval'
 
 `sglang:d4t2+fsdp:d8` (unnamed: the first inference backend is rollout, the first training
-backend actor) or `sglang[rollout]:d2+fsdp[actor]:d4|fsdp[critic]:d4`. Unlike the peer, every
-part comes out with a name and a GPU group, so a colocated part always knows its partners.
+backend actor) or `sglang[rollout]:d2+fsdp[actor]:d4|fsdp[critic]:d4`. A training part may
+leave its backend out (`sglang:d4+d4`, `[actor]:d4`): megatron for pipeline, expert or
+attn/ffn layouts, fsdp otherwise. `+eval` is an evaluation client without GPUs.
+
+The string names the engines of the run: `sglang:d4p2t2` is an inference-only run and `fsdp:d4`
+a training-only one; engines it does not name are off (launcher.resolve applies that). Unlike
+the peer, every part comes out with a name and a GPU group, so a colocated part always knows
+its partners.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Optional
 
-from launcher.alloc import (INFERENCE_BACKENDS, AllocationError, ModelAllocation, SpecText,
-                            read_component)
-from launcher.config import ENGINE_NAMES
+from launcher.alloc import (AllocationError, ModelAllocation, Part, SpecText, implied_names,
+                            parse_backend, read_parts)
+from launcher.errors import ConfigError
+from launcher.plan import ENGINES
 
 EXAMPLE = "sglang[rollout]:d2+fsdp[actor]:d4|fsdp[critic]:d4"
 
@@ -28,8 +36,26 @@ class LegacyComponent:
     group: int
 
 
+@dataclass(frozen=True)
+class AllocationMode:
+    """The engines an allocation_mode names, and whether it asked for an evaluation client
+    (`+eval`: servers only, no training engine)."""
+
+    components: tuple[LegacyComponent, ...]
+    evaluation: bool = False
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.components)
+
+
 def parse_allocation_mode(text: str) -> list[LegacyComponent]:
     """Parse an allocation_mode string into named parts in the order written."""
+    return list(read_allocation_mode(text).components)
+
+
+def read_allocation_mode(text: str) -> AllocationMode:
+    """Parse an allocation_mode string (AllocationError, with the column, for what is wrong)."""
     if not isinstance(text, str):
         raise AllocationError(repr(text), "allocation_mode must be text", hint=f"e.g. {EXAMPLE}")
     t = SpecText(text)
@@ -37,72 +63,113 @@ def parse_allocation_mode(text: str) -> list[LegacyComponent]:
         raise AllocationError(text, "empty allocation_mode",
                               hint=f"e.g. sglang:d4t2+fsdp:d8 or {EXAMPLE}")
     t.require_lowercase()
-    parts: list[tuple[ModelAllocation, str | None, int, int]] = []  # alloc, name, group, pos
-    group, i = 0, 0
-    while True:
-        alloc, name, j = read_component(t, i, names=True)
-        if name is not None:
-            _check_name(t, i, name, alloc)
-        if parts and parts[-1][2] == group:
-            _check_colocated(t, i, parts[-1], alloc)
-        parts.append((alloc, name, group, i))
-        if j == t.n:
-            break
-        ch = t.s[j]
-        if ch not in "+|":
-            raise t.error(j, f"unexpected {ch!r}", "join parts with '+' (separate GPUs) or "
-                                                   "'|' (shared GPUs)")
-        if ch == "+":
-            group += 1
-        i = j + 1
-        if i == t.n:
-            raise t.error(i, f"expected a part after {ch!r}", f"e.g. {EXAMPLE}")
-    return _named(t, parts)
+    parts = read_parts(t)
+    evaluation = any(p.alloc is None for p in parts)
+    for prev, part in zip([None, *parts], parts):
+        if part.alloc is None:
+            continue
+        if part.name is not None:
+            _check_name(t, part)
+        if prev is not None and prev.group == part.group:
+            _check_colocated(t, prev, part)
+    return AllocationMode(_named(t, parts), evaluation)
 
 
-def _check_name(t: SpecText, pos: int, name: str, alloc: ModelAllocation) -> None:
-    hint = f"names: {', '.join(ENGINE_NAMES)}"
-    if name not in ENGINE_NAMES:
-        raise t.error(pos, f"unknown engine name {name!r}", hint)
-    inference = alloc.backend in INFERENCE_BACKENDS
-    if inference != (name == "rollout"):
-        want = "an inference backend (sglang, vllm)" if name == "rollout" else \
+def _check_name(t: SpecText, part: Part) -> None:
+    assert part.alloc is not None and part.name is not None
+    if part.name not in ENGINES:
+        raise t.error(part.pos, f"unknown engine name {part.name!r}",
+                      f"areal-launch runs the engines {', '.join(ENGINES)}")
+    if part.alloc.is_inference != (part.name == "rollout"):
+        want = "an inference backend (sglang, vllm)" if part.name == "rollout" else \
             "a training backend (fsdp, megatron, archon)"
-        raise t.error(pos, f"{name} needs {want}, not {alloc.backend}",
+        raise t.error(part.pos, f"{part.name} needs {want}, not {part.alloc.backend}",
                       "rollout serves; actor, critic, ref and teacher train")
 
 
-def _check_colocated(t: SpecText, pos: int, anchor: tuple, alloc: ModelAllocation) -> None:
+def _check_colocated(t: SpecText, anchor: Part, part: Part) -> None:
     """Parts joined by '|' run on the same GPUs, so their world sizes must match."""
-    if alloc.world_size != anchor[0].world_size:
-        raise t.error(pos, f"{alloc} shares the GPUs of {anchor[0]} ('|') but needs "
-                           f"{alloc.world_size} GPUs, not {anchor[0].world_size}",
+    if anchor.alloc is None or part.alloc is None:
+        raise t.error(part.pos, "eval takes no GPUs and shares them with nothing",
+                      "join eval with '+'")
+    if part.alloc.world_size != anchor.alloc.world_size:
+        raise t.error(part.pos, f"{part.alloc} shares the GPUs of {anchor.alloc} ('|') but "
+                                f"needs {part.alloc.world_size} GPUs, not "
+                                f"{anchor.alloc.world_size}",
                       "colocated parts need equal world sizes; use '+' for separate GPUs")
 
 
-def _named(t: SpecText, parts: list) -> list[LegacyComponent]:
+def _named(t: SpecText, parts: list[Part]) -> tuple[LegacyComponent, ...]:
     """Give unnamed parts their implied names; 3+ parts must all be named."""
-    if len(parts) >= 3:
-        for alloc, name, _, pos in parts:
-            if name is None:
-                raise t.error(pos, f"with {len(parts)} parts every part needs a name",
-                              f"e.g. {EXAMPLE}")
     out: list[LegacyComponent] = []
     seen: dict[str, int] = {}
-    first = {True: True, False: True}  # first inference / first training part still unseen
-    for alloc, name, group, pos in parts:
-        inference = alloc.backend in INFERENCE_BACKENDS
+    counted = sum(1 for p in parts if p.alloc is not None)
+    for part, name in zip(parts, implied_names(parts)):
+        if part.alloc is None:
+            continue
         if name is None:
-            if not first[inference]:
-                kind, example = ("inference", "rollout") if inference else ("training", "critic")
-                backend, dims = str(alloc).split(":", 1)
-                raise t.error(pos, f"a second {kind} part needs a name",
-                              f"e.g. {backend}[{example}]:{dims}")
-            name = "rollout" if inference else "actor"
-        first[inference] = False
+            if counted >= 3:
+                raise t.error(part.pos, f"with {counted} parts every part needs a name",
+                              f"e.g. {EXAMPLE}")
+            kind, example = ("inference", "rollout") if part.alloc.is_inference else \
+                ("training", "critic")
+            backend, dims = str(part.alloc).split(":", 1)
+            raise t.error(part.pos, f"a second {kind} part needs a name",
+                          f"e.g. {backend}[{example}]:{dims}")
         if name in seen:
-            raise t.error(pos, f"{name} given twice, first at column {t.column(seen[name])}",
-                          "each engine appears once")
-        seen[name] = pos
-        out.append(LegacyComponent(name, alloc, group))
-    return out
+            raise t.error(part.pos, f"{name} given twice, first at column "
+                                    f"{t.column(seen[name])}", "each engine appears once")
+        seen[name] = part.pos
+        out.append(LegacyComponent(name, part.alloc, part.group))
+    return tuple(out)
+
+
+# ----------------------------------------------------------------------------- translation
+def apply_allocation_mode(text: str, texts: dict[str, Optional[str]], placement: dict[str, Any],
+                          explicit: frozenset[str], warnings: list[str]
+                          ) -> tuple[dict[str, Optional[str]], dict[str, Any]]:
+    """The engines' backend texts and placement with `allocation_mode` applied.
+
+    The string names the engines of the run: they get its backends, every other engine is
+    off; an `<engine>.backend` set on the command line wins over both. Parts joined by '|'
+    share GPUs: a group holding rollout and a trainer is placed on the first GPUs (a group of
+    trainers only is where the default placement puts it already). The warning spells the
+    full equivalent in today's keys.
+    """
+    try:
+        mode = read_allocation_mode(text)
+    except AllocationError as exc:
+        raise ConfigError(f"allocation_mode: {exc}") from None
+    named = {c.name: c for c in mode.components}
+    out: dict[str, Optional[str]] = {}
+    for name in ENGINES:
+        if f"{name}.backend" in explicit or name in explicit:
+            out[name] = texts[name]
+            if name in named:
+                warnings.append(f"{name}.backend={texts[name]} wins over allocation_mode's "
+                                f"{named[name].alloc}")
+        else:
+            out[name] = str(named[name].alloc) if name in named else None
+    shared: dict[str, Any] = {}
+    groups: dict[int, list[str]] = {}
+    for c in mode.components:
+        groups.setdefault(c.group, []).append(c.name)
+    placed = {n.strip() for k, v in placement.items() if v is not None for n in k.split(",")}
+    for members in groups.values():
+        free = [n for n in members if n not in placed and out.get(n) is not None]
+        if "rollout" in free and len(free) > 1:
+            size = parse_backend_world(out["rollout"])
+            shared[",".join(free)] = f"0-{size - 1}"
+    words = [f"{n}.backend={out[n]}" if out[n] is not None else f"{n}=none"
+             for n in ENGINES if out[n] is not None or n in ("rollout", "actor")]
+    words += [f"cluster.component_placement.{n}={v}" for k, v in shared.items()
+              for n in k.split(",")]
+    if mode.evaluation:
+        warnings.append("allocation_mode's '+eval' is an evaluation client without GPUs: "
+                        "the run starts the servers; point your evaluation at them")
+    warnings.append("allocation_mode is deprecated: write " + " ".join(words))
+    return out, {**placement, **shared}
+
+
+def parse_backend_world(text: Optional[str]) -> int:
+    return parse_backend(str(text)).world_size

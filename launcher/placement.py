@@ -16,8 +16,7 @@ from launcher.alloc import ModelAllocation
 from launcher.cluster import ClusterSpec
 from launcher.errors import PlacementError
 from launcher.gpuset import format_gpu_set, parse_gpu_set
-from launcher.config import INHERITING
-from launcher.plan import ENGINES, INFERENCE_BACKENDS
+from launcher.plan import ENGINES, INHERITING
 from launcher.ranks import check_inference, check_training
 
 __all__ = ["Placement", "parse_gpu_set", "format_gpu_set", "parse_placement_keys",
@@ -137,8 +136,8 @@ def _words(items: Sequence[str]) -> str:
 
 
 def _shortage(allocs: Mapping[str, ModelAllocation], fixed: Mapping[str, tuple[int, ...]],
-              cluster: ClusterSpec) -> PlacementError:
-    parts = []
+              cluster: ClusterSpec, more_nodes: bool) -> PlacementError:
+    parts: list[str] = []
     need = 0
     for name, alloc in allocs.items():
         if name in fixed or _shares_actor(name, allocs, fixed):
@@ -150,11 +149,34 @@ def _shortage(allocs: Mapping[str, ModelAllocation], fixed: Mapping[str, tuple[i
         parts.append(f"cluster.component_placement takes {len(taken)} ({format_gpu_set(taken)})")
         need += len(taken)
     nodes = "node" if cluster.num_nodes == 1 else "nodes"
-    more = math.ceil(need / cluster.gpus_per_node)
-    return PlacementError(
-        f"{_words(parts)}: {need} in all, but the cluster has {cluster.total_gpus} "
-        f"({cluster.num_nodes} {nodes} x {cluster.gpus_per_node}) (set cluster.num_nodes="
-        f"{more}, or use smaller backends)")
+    have = (f"the cluster has {cluster.total_gpus} ({cluster.num_nodes} {nodes} x "
+            f"{cluster.gpus_per_node})")
+    return PlacementError(f"{_words(parts)}: {need} in all, but {have} "
+                          f"({_fixes(allocs, cluster, need, more_nodes)})")
+
+
+def _fixes(allocs: Mapping[str, ModelAllocation], cluster: ClusterSpec, need: int,
+           more_nodes: bool) -> str:
+    """Only advice that works where the run goes: more nodes where the runner can add them;
+    on this machine, engines that fit, or engines that share the GPUs."""
+    if more_nodes:
+        more = math.ceil(need / cluster.gpus_per_node)
+        return f"set cluster.num_nodes={more}, or use smaller backends"
+    if cluster.device == "cpu":
+        return "raise cluster.gpus_per_node or leave it unset, or use smaller backends"
+    total = cluster.total_gpus
+    big = [n for n, a in allocs.items() if a.world_size > total]
+    if big:
+        sizes = " ".join(f"{n}.backend={a.backend}:d{total}" for n, a in allocs.items()
+                         if n in big)
+        return (f"this machine has {total} GPU(s): use backends that fit, e.g. {sizes}; a "
+                "bigger layout needs launcher=slurm or launcher=ray")
+    names = [n for n in allocs if n in ("rollout", "actor")] or list(allocs)
+    share = " ".join(f"cluster.component_placement.{n}=all" for n in names
+                     if allocs[n].world_size == total)
+    shared = (f"or let engines share the GPUs, each releasing memory between phases: {share} "
+              f"{' '.join(offload_option(n) for n in names)}") if share else ""
+    return f"this machine has {total} GPU(s): use smaller backends{', ' + shared if shared else ''}"
 
 
 def _mode(gpus: Mapping[str, tuple[int, ...]]) -> str:
@@ -196,7 +218,7 @@ def _sharing_warnings(gpus: Mapping[str, tuple[int, ...]], offload: Mapping[str,
 
 def place(allocs: Mapping[str, ModelAllocation], cluster: ClusterSpec,
           component_placement: Mapping[str, PlacementValue],
-          offload: Optional[Mapping[str, bool]] = None) -> Placement:
+          offload: Optional[Mapping[str, bool]] = None, more_nodes: bool = True) -> Placement:
     """GPUs for every engine in `allocs` (rollout, actor, critic, ref, teacher: the active ones).
 
     Raises PlacementError for anything that cannot run: sets outside the cluster, a set whose
@@ -217,16 +239,18 @@ def place(allocs: Mapping[str, ModelAllocation], cluster: ClusterSpec,
     used = {g for gpus in fixed.values() for g in gpus}
     gpus = _fill(allocs, fixed, _free(used, cluster.total_gpus))
     if any(len(gpus[name]) < alloc.world_size for name, alloc in allocs.items()):
-        raise _shortage(allocs, fixed, cluster)
+        raise _shortage(allocs, fixed, cluster, more_nodes)
     for name, alloc in allocs.items():
-        check = check_inference if alloc.backend in INFERENCE_BACKENDS else check_training
+        check = check_inference if alloc.is_inference else check_training
         check(name, alloc, gpus[name], cluster)
     warnings = _sharing_warnings(gpus, offload)
     busy = set().union(*map(set, gpus.values())) if gpus else set()
     idle = [g for g in range(cluster.total_gpus) if g not in busy]
     if idle:
+        fix = "lower cluster.num_nodes, use larger backends" if cluster.num_nodes > 1 else \
+            "use larger backends"
         warnings.append(
             f"{len(idle)} of {cluster.total_gpus} GPUs are idle ({format_gpu_set(idle)}): no "
-            "engine is placed on them (lower cluster.num_nodes or place an engine there)")
+            f"engine is placed on them ({fix} or place an engine there)")
     return Placement(gpus=gpus, mode=_mode(gpus), warnings=tuple(warnings))
 

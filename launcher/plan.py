@@ -1,22 +1,84 @@
-"""The plan: everything the launcher decided, as pure data (JSON schema 1, DESIGN §6).
+"""The plan: everything the launcher decided, as pure data (JSON schema 1, DESIGN §6), and the
+environment contract every started process is told (DESIGN §7).
 
 `plan` prints it, runners write it to the run folder and hand its path to every process
-(`AREAL_LAUNCH_PLAN`). Built by `launcher.build.build_plan`; nothing here does I/O.
+(`AREAL_LAUNCH_PLAN`); `Plan.from_dict` reads it back, so the launcher, the runtime API and
+every runner share one reader. Built by `launcher.build.build_plan`; nothing here does I/O.
 """
 from __future__ import annotations
 
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Mapping, Optional, Sequence
 
-from launcher.alloc import INFERENCE_BACKENDS, TRAINING_BACKENDS, ModelAllocation  # noqa: F401
+from launcher.alloc import ModelAllocation, parse_backend
 from launcher.cluster import ClusterSpec
-from launcher.config import ENGINE_NAMES as ENGINES  # noqa: F401 - engine order, re-exported
 
 SCHEMA = 1
+ENGINES = ("rollout", "actor", "critic", "ref", "teacher")  # engine order, everywhere
+INHERITING = ("critic", "ref", "teacher")  # may take the actor's backend ("") and share its GPUs
+
+# ----------------------------------------------------------------------------- environment
+# What a started process is told (DESIGN §7). Every reader and writer imports these names.
+ENV_PLAN = "AREAL_LAUNCH_PLAN"  # path of the plan JSON
+ENV_RUN_DIR = "AREAL_RUN_DIR"  # the run folder
+ENV_COMPONENT = "AREAL_COMPONENT"  # the engine(s) a process serves: "actor" or "actor,ref"
+ENV_SERVER_ADDRS = "AREAL_LLM_SERVER_ADDRS"  # host:port,... of the rollout servers
+ENV_SERVED_MODEL = "AREAL_SERVED_MODEL_NAME"  # the model name the servers answer to
+ENV_RUN_MARKER = "AREAL_LAUNCH_RUN"  # the run id, in every process of a run
+ENV_RESTART = "AREAL_RESTART"  # how many times this process's job was restarted (0 first)
+ENV_GPUS = "CUDA_VISIBLE_DEVICES"  # set by the node's supervisor from the process's GPUs
+CONTRACT_PREFIX = "AREAL_"  # the launcher's own variables: the user's env never overrides them
+DEFAULT_SERVED_MODEL = "policy"  # stable, so trainers can name the model in requests
+
+# Hosts are not known when the plan is made (Slurm and Ray pick the nodes): backends write a
+# placeholder for node k and the node's supervisor fills it in (launcher.request.materialize).
+# A server binds its node's address: loopback stays loopback (a local run exposes nothing),
+# a real node's address becomes 0.0.0.0, so others reach it whatever the name resolves to.
+_PLACEHOLDER = re.compile(r"@@AREAL_(NODE|BIND)_(\d+)@@")
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
+def host_placeholder(node: int) -> str:
+    """The address of plan node `node`, filled in on the node by its supervisor."""
+    return f"@@AREAL_NODE_{int(node)}@@"
+
+
+def bind_placeholder(node: int) -> str:
+    """The address a server on plan node `node` listens on (see bind_address)."""
+    return f"@@AREAL_BIND_{int(node)}@@"
+
+
+def bind_address(host: str) -> str:
+    return host if host in LOOPBACK else "0.0.0.0"
+
+
+def fill_hosts(text: str, hosts: Sequence[str]) -> str:
+    """`text` with every placeholder replaced by its node's address (or bind address)."""
+    if "@@" not in text:
+        return text
+
+    def one(m: "re.Match[str]") -> str:
+        host = hosts[int(m.group(2))]
+        return host if m.group(1) == "NODE" else bind_address(host)
+    return _PLACEHOLDER.sub(one, text)
+
+
+def nodes_named(text: str) -> list[int]:
+    """The plan nodes whose placeholders appear in `text`."""
+    return [int(m.group(2)) for m in _PLACEHOLDER.finditer(text)]
+
+
+_SECRET = re.compile(r"(_TOKEN|_KEY|_SECRET)$|PASSWORD", re.IGNORECASE)
+
+
+def mask_env(env: Mapping[str, str]) -> dict[str, str]:
+    """Hide secret values wherever a plan or request is printed (DESIGN §7)."""
+    return {k: ("***" if _SECRET.search(k) else v) for k, v in env.items()}
+
+
+# ----------------------------------------------------------------------------- the schema
 @dataclass(frozen=True)
 class Rank:
     """One training rank: its GPU and its coordinates in the parallel grid."""
@@ -34,6 +96,11 @@ class Rank:
         return dict(rank=self.rank, gpu=self.gpu, node=self.node, local_gpu=self.local_gpu,
                     dp=self.dp, tp=self.tp, pp=self.pp, cp=self.cp)
 
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Rank":
+        return cls(*(int(d[k]) for k in ("rank", "gpu", "node", "local_gpu", "dp", "tp", "pp",
+                                          "cp")))
+
 
 @dataclass(frozen=True)
 class Instance:
@@ -45,6 +112,10 @@ class Instance:
 
     def to_dict(self) -> dict:
         return {"index": self.index, "gpus": list(self.gpus), "nodes": list(self.nodes)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Instance":
+        return cls(int(d["index"]), tuple(d["gpus"]), tuple(d["nodes"]))
 
 
 @dataclass(frozen=True)
@@ -68,13 +139,20 @@ class WeightSync:
     def to_dict(self) -> dict:
         return {"from": self.src, "to": self.dst, "pairs": [p.to_dict() for p in self.pairs]}
 
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "WeightSync":
+        return cls(d["from"], d["to"], tuple(SyncPair(int(p["rank"]), int(p["instance"]),
+                                                      int(p["tp"])) for p in d["pairs"]))
+
 
 @dataclass(frozen=True)
 class ProcessSpec:
-    """One process a runner starts: what to exec, where, with which added environment.
+    """One process a runner starts: what to exec, on which plan node, with what added env.
 
     `env` holds only what the launcher adds to the inherited environment. `gpus` are the
-    node-local GPU indices it may use; `health_url` is polled for servers (None: no probe).
+    node-local GPU indices (positions in the node's visible GPUs) it may use: the node's
+    supervisor turns them into CUDA_VISIBLE_DEVICES. Hosts in argv and env are placeholders
+    (`host_placeholder`). `health_url` is polled for servers (None: no probe).
     """
 
     name: str
@@ -87,11 +165,24 @@ class ProcessSpec:
     ports: tuple[int, ...] = ()
     health_url: Optional[str] = None
 
+    @property
+    def is_server(self) -> bool:
+        return self.role == "server"
+
     def to_dict(self) -> dict:
         return {"name": self.name, "component": self.component, "role": self.role,
                 "node": self.node, "argv": list(self.argv), "env": dict(self.env),
                 "gpus": list(self.gpus), "ports": list(self.ports),
                 "health_url": self.health_url}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ProcessSpec":
+        return cls(name=str(d["name"]), component=str(d.get("component", d["name"])),
+                   role=str(d["role"]), node=int(d.get("node", 0)), argv=tuple(d["argv"]),
+                   env={str(k): str(v) for k, v in (d.get("env") or {}).items()},
+                   gpus=tuple(int(g) for g in d.get("gpus", ())),
+                   ports=tuple(int(p) for p in d.get("ports", ())),
+                   health_url=d.get("health_url"))
 
 
 @dataclass(frozen=True)
@@ -115,7 +206,7 @@ class ComponentPlan:
 
     @property
     def is_inference(self) -> bool:
-        return self.alloc.backend in INFERENCE_BACKENDS
+        return self.alloc.is_inference
 
     def to_dict(self) -> dict:
         out: dict[str, Any] = {
@@ -132,6 +223,17 @@ class ComponentPlan:
             out["ranks"] = [r.to_dict() for r in self.ranks]
         return out
 
+    @classmethod
+    def from_dict(cls, name: str, d: Mapping[str, Any]) -> "ComponentPlan":
+        return cls(name=name, alloc=parse_backend(str(d["spec"])),
+                   inherited_from=d.get("inherited_from"), gpus=tuple(d.get("gpus", ())),
+                   ranks=tuple(Rank.from_dict(r) for r in d.get("ranks", ())),
+                   instances=tuple(Instance.from_dict(i) for i in d.get("instances", ())))
+
+
+_KNOWN_KEYS = ("schema", "cluster", "mode", "components", "weight_sync", "processes",
+               "warnings")
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -141,7 +243,8 @@ class Plan:
     weight_sync: tuple[WeightSync, ...] = ()
     processes: tuple[ProcessSpec, ...] = ()
     warnings: tuple[str, ...] = ()
-    # run facts handed to entry points (model_path, recipe options, run names): added keys
+    # run facts handed to entry points (model_path, recipe options, run names, engine options,
+    # memory): added keys at the top level of the JSON
     meta: dict = field(default_factory=dict)
 
     def to_dict(self, mask_secrets: bool = True) -> dict:
@@ -163,10 +266,18 @@ class Plan:
     def to_json(self, mask_secrets: bool = True, indent: Optional[int] = 2) -> str:
         return json.dumps(self.to_dict(mask_secrets=mask_secrets), indent=indent)
 
-
-_SECRET = re.compile(r"(_TOKEN|_KEY|_SECRET)$|PASSWORD", re.IGNORECASE)
-
-
-def mask_env(env: dict[str, str]) -> dict[str, str]:
-    """Hide secret values wherever a plan is printed (DESIGN §7)."""
-    return {k: ("***" if _SECRET.search(k) else v) for k, v in env.items()}
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Plan":
+        """The plan a `to_dict` wrote (the launcher's own JSON; not for untrusted input)."""
+        if d.get("schema") != SCHEMA:
+            raise ValueError(f"plan schema {d.get('schema')!r}: this launcher reads {SCHEMA}")
+        c = d["cluster"]
+        return cls(cluster=ClusterSpec(int(c["num_nodes"]), int(c["gpus_per_node"]),
+                                       str(c.get("device", "cuda"))),
+                   mode=str(d["mode"]),
+                   components={n: ComponentPlan.from_dict(n, comp)
+                               for n, comp in d["components"].items()},
+                   weight_sync=tuple(WeightSync.from_dict(w) for w in d.get("weight_sync", ())),
+                   processes=tuple(ProcessSpec.from_dict(p) for p in d.get("processes", ())),
+                   warnings=tuple(d.get("warnings", ())),
+                   meta={k: v for k, v in d.items() if k not in _KNOWN_KEYS})

@@ -14,7 +14,7 @@ from launcher.alloc import ModelAllocation
 from launcher.cluster import ClusterSpec
 from launcher.errors import PlacementError
 from launcher.gpuset import format_gpu_set
-from launcher.plan import INFERENCE_BACKENDS, ComponentPlan, Instance, Rank, SyncPair, WeightSync
+from launcher.plan import ComponentPlan, Instance, Rank, SyncPair, WeightSync
 
 ORDER = "tp-cp-dp-pp"  # Megatron's default 'tp-cp-ep-dp-pp' without ep (experts re-use the grid)
 AXES = ("tp", "cp", "dp", "pp")
@@ -144,7 +144,7 @@ def component_plan(name: str, alloc: ModelAllocation, gpus: Sequence[int], clust
                    inherited_from: Optional[str] = None) -> ComponentPlan:
     """An engine's plan entry: instances for inference backends, ranks for training ones."""
     gpus = tuple(gpus)
-    if alloc.backend in INFERENCE_BACKENDS:
+    if alloc.is_inference:
         return ComponentPlan(name, alloc, inherited_from, gpus,
                              instances=inference_instances(name, alloc, gpus, cluster))
     return ComponentPlan(name, alloc, inherited_from, gpus,

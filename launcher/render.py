@@ -302,10 +302,10 @@ def render_svg(plan: Plan) -> str:
             body.extend(_overview_svg(row, cells, left, top))
         y += height + 10
     y += 4
-    for name, words in legend(plan):
+    for name, said in legend(plan):
         body.append(f'<rect x="{MARGIN}" y="{y}" width="14" height="14" rx="3" '
                     f'fill="{COLOR[name]}"/>')
-        body.append(_text(MARGIN + 20, y + 11, words, size=12))
+        body.append(_text(MARGIN + 20, y + 11, said, size=12))
         y += 20
     for line in syncs:
         body.append(_text(MARGIN, y + 12, line, size=12))

@@ -1,115 +1,170 @@
-"""Resolution: backend strings -> allocations per active engine, fallbacks and legacy input.
+"""Resolution: the engines' config -> typed `Engine`s (backend parsed, options, switches).
 
-critic/ref/teacher with an empty backend take the actor's here, in code (never by YAML
-interpolation), and the result records `inherited_from`. The deprecated top-level
-`allocation_mode` is translated to per-engine backends and placement.
+critic/ref/teacher with an empty backend take the actor's backend and options here, in code
+(never by YAML interpolation), and the result records `inherited_from`. A bare backend name
+(`rollout.backend=vllm`) is sized for the machine by launcher.sizing before this parses it.
+The deprecated top-level `allocation_mode` names the engines of the run (AReaL's meaning):
+engines it does not name are off, unless set on the command line.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
+from launcher import backends
 from launcher.alloc import AllocationError, ModelAllocation, parse_backend
-from launcher.config import ENGINE_NAMES, INHERITING, rollout_offload
+from launcher.config import LaunchConfig, OffloadOptions, engine
 from launcher.errors import ConfigError
-from launcher.plan import INFERENCE_BACKENDS, TRAINING_BACKENDS
+from launcher.legacy import apply_allocation_mode
+from launcher.plan import ENGINES, INHERITING
 
+EXAMPLE_DIMS = {backends.INFERENCE: "d1", backends.TRAINING: "d2"}
 
 
 @dataclass(frozen=True)
-class EngineChoice:
-    """One active engine as the user asked for it."""
+class Engine:
+    """One active engine, typed: what every later step needs to know about it."""
 
     name: str
     alloc: ModelAllocation
+    options: Any  # the backend's Options dataclass (launcher.backends.<backend>.Options)
+    offload: bool  # releases its memory between phases
+    offload_parts: Optional[OffloadOptions] = None  # training engines: what it offloads
+    extra_args: tuple[str, ...] = ()
     inherited_from: Optional[str] = None
-    offload: bool = False
+    model_path: str = ""  # the model it loads
+
+    @property
+    def backend(self) -> str:
+        return self.alloc.backend
+
+    @property
+    def is_inference(self) -> bool:
+        return self.alloc.is_inference
 
 
-@dataclass(frozen=True)
-class Resolution:
-    engines: dict[str, EngineChoice]  # active engines, in ENGINE_NAMES order
-    placement: dict[str, Any]  # cluster.component_placement, legacy translation merged in
-    warnings: tuple[str, ...] = ()
+def backend_of(spec: Optional[str]) -> Optional[str]:
+    """'sglang:d4t2' -> 'sglang'; None (engine off) stays None."""
+    if spec is None:
+        return None
+    return str(spec).partition(":")[0].strip().lower() or None
 
 
-def resolve(cfg: Any, explicit: frozenset[str] = frozenset()) -> Resolution:
-    """Parse every engine's backend; `explicit` holds the keys the user set (`rollout.backend`)."""
-    warnings: list[str] = []
-    backends: dict[str, Optional[str]] = {name: getattr(cfg, name).backend for name in ENGINE_NAMES}
-    placement = {str(k): v for k, v in dict(cfg.cluster.component_placement or {}).items()}
-    if cfg.allocation_mode:
-        backends, placement = _apply_legacy(str(cfg.allocation_mode), backends, placement, explicit, warnings)
-
-    engines: dict[str, EngineChoice] = {}
-    for name in ENGINE_NAMES:
-        spec = backends[name]
-        if spec is None:
-            continue
-        inherited = None
-        if name in INHERITING and not str(spec).strip():
-            if backends.get("actor") is None:
-                raise ConfigError(f"{name}.backend is empty, which means the actor's backend, but actor "
-                                  f"is off: set {name}.backend=fsdp:d2 (for example) or actor.backend")
-            spec, inherited = backends["actor"], "actor"
-        alloc = _parse_for(name, str(spec))
-        engines[name] = EngineChoice(name, alloc, inherited, _offload(cfg, name))
-    if not engines:
-        raise ConfigError("every engine is off: set rollout.backend and/or actor.backend (e.g. "
-                          "rollout.backend=vllm:d1 actor.backend=fsdp:d2)")
-    return Resolution(engines, placement, tuple(warnings))
+def is_bare(spec: Optional[str]) -> bool:
+    """A backend name without dims (`vllm`): sized for the machine."""
+    return spec is not None and ":" not in spec and str(spec).strip() in backends.names()
 
 
-def _parse_for(name: str, spec: str) -> ModelAllocation:
+def chosen_backends(spec: LaunchConfig, explicit: frozenset[str], warnings: list[str]
+                    ) -> tuple[dict[str, Optional[str]], dict[str, Any]]:
+    """Each engine's backend text as written (legacy allocation_mode applied; "" = inherit),
+    and cluster.component_placement with the legacy colocation merged in."""
+    texts: dict[str, Optional[str]] = {name: engine(spec, name).backend for name in ENGINES}
+    placement = {str(k): v for k, v in dict(spec.cluster.component_placement or {}).items()}
+    if spec.allocation_mode:
+        texts, placement = apply_allocation_mode(str(spec.allocation_mode), texts, placement,
+                                                 explicit, warnings)
+    return texts, placement
+
+
+def parse_for(name: str, text: str) -> ModelAllocation:
+    """engine `name`'s backend string, parsed and checked against the engine's kind."""
     field = f"{name}.backend"
     try:
-        alloc = parse_backend(spec)
+        alloc = parse_backend(text)
     except AllocationError as exc:
         raise ConfigError(f"{field}: {exc}") from None
-    wanted = INFERENCE_BACKENDS if name == "rollout" else TRAINING_BACKENDS
-    if alloc.backend not in wanted:
-        kind = "an inference" if name == "rollout" else "a training"
+    kind = backends.INFERENCE if name == "rollout" else backends.TRAINING
+    if backends.get(alloc.backend).KIND != kind:
+        wanted = ", ".join(backends.names(kind))
         example = "vllm:d1 or sglang:d4t2" if name == "rollout" else "fsdp:d2 or megatron:d2p2"
-        raise ConfigError(f"{field}={spec!r}: {name} needs {kind} backend ({', '.join(wanted)}), "
+        article = "an" if kind == backends.INFERENCE else "a"
+        raise ConfigError(f"{field}={text!r}: {name} needs {article} {kind} backend ({wanted}), "
                           f"e.g. {name}.backend={example}")
     return alloc
 
 
-def _offload(cfg: Any, name: str) -> bool:
-    if name == "rollout":
-        return rollout_offload(cfg)
-    off = getattr(cfg, name).offload
-    return bool(off.optimizer or off.weight or off.grad)
+def engines(spec: LaunchConfig, allocs: Mapping[str, ModelAllocation],
+            inherited: Mapping[str, str], model_path: str) -> dict[str, Engine]:
+    """Typed engines, in ENGINES order, for the parsed allocations."""
+    out: dict[str, Engine] = {}
+    for name, alloc in allocs.items():
+        source = engine(spec, inherited.get(name, name))  # an inheriting engine: the actor's
+        node = engine(spec, name)
+        options = getattr(source, alloc.backend)
+        if name == "rollout":
+            out[name] = Engine(name, alloc, options, rollout_offload(spec),
+                               extra_args=tuple(str(a) for a in node.extra_args),
+                               model_path=model_path)
+        else:
+            parts: OffloadOptions = node.offload
+            extra = source.extra_args if name in inherited else node.extra_args
+            out[name] = Engine(name, alloc, options, parts.any, offload_parts=parts,
+                               extra_args=tuple(str(a) for a in extra),
+                               inherited_from=inherited.get(name), model_path=model_path)
+    return out
 
 
-def _apply_legacy(text: str, backends: dict, placement: dict, explicit: frozenset[str],
-                  warnings: list[str]) -> tuple[dict, dict]:
-    """Translate `allocation_mode` (deprecated) into per-engine backends and placement."""
-    from launcher.legacy import parse_allocation_mode
+def rollout_offload(spec: LaunchConfig) -> bool:
+    """rollout.offload, or RLinf's spelling rollout.enable_offload."""
+    return bool(spec.rollout.offload or spec.rollout.enable_offload)
 
-    try:
-        parts = parse_allocation_mode(text)
-    except AllocationError as exc:
-        raise ConfigError(f"allocation_mode: {exc}") from None
-    warnings.append("allocation_mode is deprecated: write "
-                    + " ".join(f"{p.name}.backend={p.alloc}" for p in parts)
-                    + " (and cluster.component_placement for shared GPUs)")
-    backends = dict(backends)
-    for part in parts:
-        key = f"{part.name}.backend"
-        if key in explicit or part.name in explicit:
-            warnings.append(f"{key}={backends[part.name]} wins over allocation_mode's {part.alloc}")
-            continue
-        backends[part.name] = str(part.alloc)
-    placed = {n.strip() for k, v in placement.items() if v is not None for n in k.split(",")}
-    groups: dict[int, list] = {}
-    for part in parts:
-        groups.setdefault(part.group, []).append(part)
-    start, legacy_placement = 0, {}
-    for group in (groups[g] for g in sorted(groups)):
-        size = _parse_for(group[0].name, backends[group[0].name]).world_size  # a winning override counts
-        names = [p.name for p in group if p.name not in placed]
-        if names:  # `+` groups take consecutive GPU sets; `|` members share one
-            legacy_placement[",".join(names)] = f"{start}-{start + size - 1}"
-        start += size
-    return backends, {**placement, **legacy_placement}
+
+def with_offload(spec: LaunchConfig, names: tuple[str, ...]) -> LaunchConfig:
+    """`spec` with releasing between phases turned on for `names` (collocated defaults)."""
+    changes: dict[str, Any] = {}
+    for name in names:
+        node = engine(spec, name)
+        if name == "rollout":
+            changes[name] = dataclasses.replace(node, offload=True)
+        else:
+            changes[name] = dataclasses.replace(
+                node, offload=OffloadOptions(optimizer=True, weight=True, grad=node.offload.grad))
+    return dataclasses.replace(spec, **changes)
+
+
+# ----------------------------------------------------------------------------- unused options
+def check_unused_options(spec: LaunchConfig, chosen: Optional[Mapping[str, Optional[str]]] = None,
+                         defaults: Optional[LaunchConfig] = None) -> None:
+    """ConfigError when an option under a backend sub-key the engine does not use is set.
+
+    chosen: engine -> the backend string it runs (absent or None: off), as resolved (legacy
+    allocation_mode and the actor fallback applied); None reads `<engine>.backend` from spec.
+    defaults: a config whose values count as not set (composed without the user's values,
+    when group or preset files set engine options); None: the dataclass defaults.
+    """
+    defaults = defaults if defaults is not None else LaunchConfig()
+    texts = dict(chosen) if chosen is not None else _written(spec)
+    for name in ENGINES:
+        text = texts.get(name)
+        used = backend_of(text)
+        kind = backends.INFERENCE if name == "rollout" else backends.TRAINING
+        for backend in backends.names(kind):
+            if backend == used:
+                continue
+            value = getattr(engine(spec, name), backend)
+            default = getattr(engine(defaults, name), backend)
+            for f in dataclasses.fields(value):
+                if getattr(value, f.name) != getattr(default, f.name):
+                    inherited = name in INHERITING and engine(spec, name).backend == ""
+                    raise ConfigError(_unused_message(f"{name}.{backend}.{f.name}", name, text,
+                                                      inherited, backend))
+
+
+def _written(spec: LaunchConfig) -> dict[str, Optional[str]]:
+    texts = {name: engine(spec, name).backend for name in ENGINES}
+    for name in INHERITING:
+        if texts[name] is not None and not str(texts[name]).strip():
+            texts[name] = texts["actor"]
+    return texts
+
+
+def _unused_message(key: str, name: str, text: Optional[str], inherited: bool,
+                    backend: str) -> str:
+    kind = backends.INFERENCE if name == "rollout" else backends.TRAINING
+    fix = f"remove it or use {name}.backend={backend}:{EXAMPLE_DIMS[kind]}"
+    if text is None:
+        return f"{key} is set but {name} is off ({name}.backend is null); {fix}"
+    shown = f"{text} (the actor's)" if inherited else text
+    return f"{key} is set but {name}.backend is {shown}; {fix}"

@@ -19,14 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from launcher.errors import LaunchError
-
-ENV_PLAN = "AREAL_LAUNCH_PLAN"
-ENV_COMPONENT = "AREAL_COMPONENT"
-ENV_SERVER_ADDRS = "AREAL_LLM_SERVER_ADDRS"
-ENV_SERVED_MODEL = "AREAL_SERVED_MODEL_NAME"
-ENV_RUN_DIR = "AREAL_RUN_DIR"
-DEFAULT_SERVED_MODEL = "policy"
-AXES = ("tp", "cp", "dp", "pp")  # fastest first, as in launcher.ranks
+from launcher.plan import (DEFAULT_SERVED_MODEL, ENV_COMPONENT, ENV_PLAN,  # noqa: F401
+                           ENV_RUN_DIR, ENV_SERVED_MODEL, ENV_SERVER_ADDRS)
+from launcher.ranks import AXES
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from launcher.errors import LaunchError
-from launcher.launch import DEFAULT_BASE_PORT, Prepared, prepare, request, start
+from launcher.launch import Prepared, build_request, prepare, start
+from launcher.runners.ports import DEFAULT_BASE_PORT, counted_ports
 
 EXIT_FAILED = 1  # a point that could not be started (sbatch refused it, ...)
 
@@ -37,9 +38,9 @@ def sweep_points(overrides: list[str]) -> list[list[str]]:
         raise LaunchError(explain_hydra_error(exc, overrides)) from None
     axes: dict[str, list[str]] = {}
     for o in parsed:
-        key = o.get_key_element()
+        key = str(o.get_key_element())
         if not o.is_sweep_override():
-            axes[key] = [o.input_line]
+            axes[key] = [str(o.input_line)]
             continue
         try:
             values = list(o.sweep_string_iterator())
@@ -74,10 +75,16 @@ def rehearse(prep: Prepared) -> int:
     """Build a point's request (processes, and for Slurm its script) without starting anything:
     engine option and script errors then stop a sweep before its first point starts. Returns
     how many ports the point takes, counted up from launcher.base_port."""
-    base = prep.cfg.launcher.base_port or DEFAULT_BASE_PORT
-    ports = itertools.count(base)
-    request(prep, ports.__next__)
-    return next(ports) - base
+    base = prep.spec.config.launcher.base_port or DEFAULT_BASE_PORT
+    taken: list[int] = []
+    counted = counted_ports(base)
+
+    def take() -> int:
+        taken.append(counted())
+        return taken[-1]
+    _, request = build_request(prep, prep.run_dir, take)
+    prep.runner.check(request)
+    return len(taken)
 
 
 def launch_sweep(overrides: list[str]) -> int:
@@ -96,13 +103,13 @@ def launch_sweep(overrides: list[str]) -> int:
         try:
             prep = prepare(point)
             prep.point = i
-            sweep_dir = sweep_dir or _sweep_dir(prep.cfg)  # one folder, even if ${now:} ticks
+            sweep_dir = sweep_dir or Path(prep.spec.sweep_dir).absolute()  # one folder
             prep.run_dir = sweep_dir / str(i)
-            if str(prep.cfg.launcher.type) != "slurm":
+            if prep.runner_name == "local":
                 rehearse(prep)
             else:
-                base = free_port or prep.cfg.launcher.base_port or DEFAULT_BASE_PORT
-                prep.cfg.launcher.base_port = base
+                base = free_port or prep.spec.config.launcher.base_port or DEFAULT_BASE_PORT
+                prep.spec.config.launcher.base_port = base
                 free_port = base + rehearse(prep)
                 if free_port > 65536:
                     raise LaunchError(f"the points need ports {base}..{free_port - 1}, past 65535: "
@@ -120,7 +127,7 @@ def launch_sweep(overrides: list[str]) -> int:
         try:
             code = start(prep)
             job = prep.job_id
-            result = f"job {job}" if job else ("dry run" if prep.cfg.launcher.dry_run else f"exit {code}")
+            result = f"job {job}" if job else ("dry run" if prep.dry_run else f"exit {code}")
         except LaunchError as exc:  # e.g. sbatch refused it: the next points are still tried
             print(f"error: sweep point {i} ({label}): {exc}", file=sys.stderr)
             code, result = EXIT_FAILED, "not started: error above"
@@ -128,15 +135,6 @@ def launch_sweep(overrides: list[str]) -> int:
         rows.append((i, label, result, prep.run_dir))
     print(summary_table(rows, sweep_dir), file=sys.stderr)
     return max(codes, default=0)
-
-
-def _sweep_dir(cfg: Any) -> Path:
-    from omegaconf import OmegaConf
-
-    try:
-        return Path(str(OmegaConf.select(cfg, "hydra.sweep.dir"))).absolute()
-    except Exception as exc:  # noqa: BLE001 - an interpolation the user wrote
-        raise LaunchError(f"hydra.sweep.dir: {str(exc).splitlines()[0]}") from None
 
 
 def summary_table(rows: list[tuple[int, str, str, Path]], sweep_dir: Optional[Path]) -> str:

@@ -90,7 +90,7 @@ def build(out: Path, seed: int = 0) -> Path:
         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=False)
     # transformers >= 5 names it `dtype`; older releases read `torch_dtype`
     setattr(config, "dtype" if hasattr(config, "dtype") else "torch_dtype", "float32")
-    model = LlamaForCausalLM(config).to(torch.float32)
+    model = LlamaForCausalLM(config).float()
     for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
         setattr(model.generation_config, key, getattr(config, key))
 

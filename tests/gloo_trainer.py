@@ -12,6 +12,7 @@ import urllib.request
 
 import torch
 import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
 
 
 def get(url: str, timeout: float = 5.0) -> bytes:
@@ -32,6 +33,7 @@ def wait_healthy(base: str, within_s: float = 600.0) -> None:
             time.sleep(0.5)
 
 
+@record  # the failing rank's exception reaches the launcher through torchrun's error file
 def main() -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()

@@ -7,7 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from launcher.alloc import BACKEND_DIMS, AllocationError, ModelAllocation, parse_backend
+from launcher import backends
+from launcher.alloc import AllocationError, ModelAllocation, parse_backend
+
+BACKEND_DIMS = {name: backends.dims(name) for name in backends.names()}
 
 
 def error_of(spec: str) -> str:

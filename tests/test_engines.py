@@ -1,19 +1,24 @@
 """Engines: plan entries -> the processes a runner starts (argv, env, GPUs, ports)."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
+from typing import Callable, Optional
 
 import pytest
 from omegaconf import OmegaConf
 
+from launcher import request, resolve
 from launcher.alloc import ModelAllocation
+from launcher.backends.context import LaunchContext
+from launcher.build import Planned, model_path
 from launcher.cluster import ClusterSpec
 from launcher.config import LaunchConfig
-from launcher.engines import (LaunchContext, build_processes, check_unused_options,
-                              plan_with_processes)
 from launcher.errors import ConfigError, LaunchError
 from launcher.plan import ComponentPlan, Instance, Plan, ProcessSpec, Rank
+from launcher.resolve import check_unused_options
+from launcher.runners import local
 
 
 # ----------------------------------------------------------------------------- plans by hand
@@ -39,19 +44,48 @@ def make_plan(cluster: ClusterSpec, mode: str = "collocated", **parts) -> Plan:
     return Plan(cluster, mode, comps)
 
 
-def context(hosts=None, cpus=(), extra_env=None) -> LaunchContext:
+@dataclasses.dataclass
+class Context:
+    """A LaunchContext and the address each node will have (the supervisor fills hosts in)."""
+
+    ctx: LaunchContext
+    host: Callable[[int], str]
+
+
+def context(hosts=None, cpus=(), extra_env=None) -> Context:
     ports = itertools.count(20000)
-    return LaunchContext(run_dir="/runs/r1", plan_path="/runs/r1/plan.json", python="/venv/bin/python",
-                         next_port=lambda: next(ports),
-                         host=hosts or (lambda node: "127.0.0.1"), cpus=tuple(cpus),
-                         extra_env=dict(extra_env or {}))
+    return Context(LaunchContext(run_dir="/runs/r1", plan_path="/runs/r1/plan.json",
+                                 python="/venv/bin/python", next_port=lambda: next(ports),
+                                 cpus=tuple(cpus), extra_env=dict(extra_env or {})),
+                   hosts or (lambda node: "127.0.0.1"))
 
 
 def config(**dotted) -> LaunchConfig:
-    cfg = OmegaConf.structured(LaunchConfig)
+    cfg = OmegaConf.structured(LaunchConfig(launcher=local.Config(), recipe={}))
     for key, value in dotted.items():
         OmegaConf.update(cfg, key.replace("__", "."), value, merge=False)
-    return cfg
+    return OmegaConf.to_object(cfg)
+
+
+def plan_with_processes(plan: Plan, spec: LaunchConfig, c: Context) -> Plan:
+    """What the launcher does: typed engines for the plan's components, then the backends."""
+    allocs = {n: comp.alloc for n, comp in plan.components.items()}
+    inherited = {n: comp.inherited_from for n, comp in plan.components.items()
+                 if comp.inherited_from}
+    engines = resolve.engines(spec, allocs, inherited, model_path(spec))
+    return request.build_processes(Planned(plan, engines, spec), spec.trainer.entry,
+                                   spec.trainer.args, c.ctx)
+
+
+def build_processes(plan: Plan, spec: LaunchConfig, c: Context) -> tuple[ProcessSpec, ...]:
+    """The processes, as their nodes' supervisors exec them (hosts and GPUs filled in)."""
+    hosts = [c.host(k) for k in range(plan.cluster.num_nodes)]
+    out = []
+    for p in plan_with_processes(plan, spec, c).processes:
+        m = request.materialize(p, hosts, None, plan.cluster.device, "run")
+        env = {k: v for k, v in m.env.items() if k != "AREAL_LAUNCH_RUN"}
+        out.append(dataclasses.replace(p, argv=m.argv, env=env, health_url=m.health_url))
+    return tuple(out)
 
 
 def flag(argv, name):
@@ -401,7 +435,7 @@ def test_options_of_the_selected_engine_are_fine():
 
 def test_an_inheriting_engine_is_checked_against_the_actors_backend():
     cfg = config(ref__backend="", ref__megatron__sequence_parallel=True)
-    with pytest.raises(ConfigError, match=r"ref\.backend is fsdp:d2 \(the actor's\)"):
+    with pytest.raises(ConfigError, match=r"ref\.backend is fsdp \(the actor's\)"):
         check_unused_options(cfg)
 
 
@@ -412,4 +446,4 @@ def test_options_of_an_engine_that_is_off_are_an_error():
 
 def test_resolved_backends_win_over_the_config_fields():
     cfg = config(rollout__sglang__mem_fraction_static=0.8)  # rollout.backend still vllm:d1
-    check_unused_options(cfg, backends={"rollout": "sglang:d4t2", "actor": "fsdp:d8"})
+    check_unused_options(cfg, {"rollout": "sglang:d4t2", "actor": "fsdp:d8"})

@@ -177,7 +177,14 @@ def test_sharing_warning_names_every_overlap_of_a_group():
 def test_idle_gpus_are_a_warning_that_lists_them():
     p = place({"rollout": M("vllm", dp=2), "actor": M("fsdp", dp=4)}, TWO_BY_EIGHT, {})
     assert p.warnings == ("10 of 16 GPUs are idle (6-15): no engine is placed on them (lower "
-                          "cluster.num_nodes or place an engine there)",)
+                          "cluster.num_nodes, use larger backends or place an engine there)",)
+
+
+def test_idle_gpus_on_one_node_do_not_ask_for_fewer_nodes():
+    one_node = ClusterSpec(1, 8, "cuda")
+    p = place({"rollout": M("vllm", dp=2), "actor": M("fsdp", dp=4)}, one_node, {})
+    assert p.warnings == ("2 of 8 GPUs are idle (6-7): no engine is placed on them (use larger "
+                          "backends or place an engine there)",)
 
 
 # ----------------------------------------------------------------------------- cpu slots

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from launcher.checks import check_argvs, plan_items
-from launcher.launch import counting_ports, prepare, with_processes
+from launcher.launch import counted_request, prepare
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = sorted(p.stem for p in (ROOT / "launcher" / "conf" / "experiment").glob("*.yaml"))
@@ -18,8 +18,7 @@ EXPECTED_MODE = {"gpu1x8_collocated_sglang_fsdp": "collocated",
 
 
 def preset_plan(name: str):
-    prep = prepare([f"experiment={name}"])
-    return with_processes(prep, counting_ports(30000))
+    return counted_request(prepare([f"experiment={name}"]))[0]
 
 
 def test_every_preset_is_covered_here():

@@ -1,6 +1,7 @@
 """The Slurm runner against a real Slurm cluster (scripts/slurm/start-slurm.sh: node1, node2,
-8 fake GPUs each, all on this machine). Steps are plain shell/python commands built by hand,
-so these tests check the runner, not the engines; the end-to-end run is the last test.
+8 fake GPUs each, all on this machine). The processes are plain shell/python commands built by
+hand, so these tests check the runner (one task per node, each running that node's supervisor),
+not the engines; the end-to-end run is the last test.
 """
 from __future__ import annotations
 
@@ -16,13 +17,11 @@ from typing import Optional
 
 import pytest
 
-from launcher.cluster import ClusterSpec
-from launcher.config import LauncherConfig
 from launcher.errors import LaunchError
-from launcher.plan import Plan, ProcessSpec
+from launcher.plan import ProcessSpec, host_placeholder
 from launcher.runners import slurm
-from launcher.runners.local import write_plan
-from launcher.runners.sbatch import slurm_host_placeholder as node_host
+from launcher.runs import find_run, read_record
+from tests.requests import request_for, write_plan
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(180)]
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,7 +34,7 @@ SUBMITTED: list[str] = []
 @pytest.fixture(autouse=True)
 def job_index(tmp_path, monkeypatch, slurm_cluster):
     """Keep the job id -> run folder index out of the real ~/.cache; cancel what a failed test
-    left running (every job takes all GPUs of its nodes, so a leftover blocks the next)."""
+    left running (a leftover job holding GPUs would block the next)."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     yield
     if SUBMITTED:
@@ -53,13 +52,25 @@ def step(name: str, role: str, node: int, gpus: tuple[int, ...], script: str,
 
 def submit(run_dir: Path, procs: list[ProcessSpec], job_name: str = "areal-test",
            gpus_per_node: int = 8, **opts) -> str:
-    plan = Plan(ClusterSpec(2, gpus_per_node, "cpu"), "disaggregated", {}, processes=tuple(procs))
-    cfg = LauncherConfig(type="slurm", grace_period_s=3, **opts)
-    script = slurm.render_sbatch(plan, plan.processes, cfg, str(run_dir), job_name)
-    write_plan(plan, run_dir)  # as the launcher does: `logs --engine` reads components from it
-    job_id = slurm.submit(script, run_dir)
+    """As the launcher does: request.json and plan.json in the run folder, then sbatch."""
+    request = request_for(run_dir, procs, gpus_per_node=gpus_per_node, job_name=job_name)
+    runner = slurm.Runner(slurm.Config(grace_period_s=3, **opts))
+    runner.check(request)
+    write_plan(request)
+    runner.run(request)
+    job_id = read_record(run_dir).job_id
+    assert job_id is not None
     SUBMITTED.append(job_id)
     return job_id
+
+
+def status(job_id: str, run_dir: Path) -> tuple[str, int]:
+    return slurm.job_status(job_id, run_dir)
+
+
+def logs(run_dir: Path, follow: bool = False, engine: Optional[str] = None) -> list[str]:
+    runner = slurm.Runner(slurm.Config())
+    return list(runner.logs(read_record(run_dir), follow, engine))
 
 
 def wait_state(job_id: str, states=FINISHED, timeout: float = 60) -> str:
@@ -80,7 +91,7 @@ def wait_for(predicate, timeout: float = 30, what: str = "") -> None:
 
 
 def processes_with(marker: str) -> list[int]:
-    """PIDs of the steps' own processes: they run as `exec -a MARKER sleep ...`."""
+    """PIDs of the test's own processes: they run as `exec -a MARKER sleep ...`."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) != os.getpid():
@@ -98,44 +109,47 @@ def steps_left(job_id: str) -> str:
 
 
 def env_line(path: Path) -> dict:
-    """The KEY=VALUE words a step printed on its first line."""
+    """The KEY=VALUE words a process printed on its first line."""
     first = path.read_text().splitlines()[0]
     return dict(word.split("=", 1) for word in first.split())
 
 
-REPORT = ("echo NODE=$SLURMD_NODENAME CVD=$CUDA_VISIBLE_DEVICES STEP_GPUS=$SLURM_STEP_GPUS"
-          " CPUS=$SLURM_CPUS_ON_NODE")
+REPORT = ("echo NODE=$SLURMD_NODENAME CVD=$CUDA_VISIBLE_DEVICES TASK_GPUS=$SLURM_STEP_GPUS"
+          " SESSION=$(ps -o sid= $$)")
 
 
 # ----------------------------------------------------------------------------- (a)
-def test_steps_run_on_their_nodes_with_exactly_their_gpus_and_the_job_completes(tmp_path):
+def test_processes_run_on_their_nodes_on_their_gpus_of_the_task_and_the_job_completes(tmp_path):
     marker = f"areal-srv-{uuid.uuid4().hex[:8]}"
     serve = f"{REPORT}; exec -a {marker} sleep 300"
+    addrs = f"{host_placeholder(0)}:30000,{host_placeholder(0)}:30001"
     procs = [
         step("rollout-0", "server", 0, (0, 1), serve),
         step("rollout-1", "server", 0, (2, 3, 4), serve),
-        step("actor-0", "trainer", 1, (0, 1, 2, 3), f"{REPORT} ADDRS=$AREAL_LLM_SERVER_ADDRS; sleep 2",
-             env={"AREAL_LLM_SERVER_ADDRS": f"{node_host(0)}:30000,{node_host(0)}:30001",
-                  "CUDA_VISIBLE_DEVICES": "0,1,2,3"}),
+        step("actor-0", "trainer", 1, (0, 1, 2, 3), f"{REPORT} ADDRS=$AREAL_LLM_SERVER_ADDRS; "
+                                                      "sleep 2", env={"AREAL_LLM_SERVER_ADDRS": addrs}),
     ]
     job = submit(tmp_path, procs)
     assert wait_state(job) == "COMPLETED"
-    logs = tmp_path / "logs"
-    r0, r1, actor = (env_line(logs / f"{n}.log") for n in ("rollout-0", "rollout-1", "actor-0"))
+    script = (tmp_path / slurm.SCRIPT_NAME).read_text()
+    assert "#SBATCH --gpus-per-node=5" in script and "--exclusive" not in script
+    logs_dir = tmp_path / "logs"
+    r0, r1, actor = (env_line(logs_dir / f"{n}.log") for n in ("rollout-0", "rollout-1", "actor-0"))
     assert (r0["NODE"], r1["NODE"], actor["NODE"]) == ("node1", "node1", "node2")
-    for seen, count in ((r0, 2), (r1, 3), (actor, 4)):
-        assert seen["CVD"] == seen["STEP_GPUS"] and len(seen["CVD"].split(",")) == count
-        assert seen["CPUS"] == str(2 * count)  # whole nodes: 16 CPUs / 8 GPUs, by GPU share
-    assert not set(r0["CVD"].split(",")) & set(r1["CVD"].split(","))  # same node, own GPUs
+    task = r0["TASK_GPUS"].split(",")
+    assert r1["TASK_GPUS"] == r0["TASK_GPUS"] and len(task) == 5
+    assert r0["CVD"].split(",") == task[0:2] and r1["CVD"].split(",") == task[2:5]
+    assert actor["CVD"].split(",") == actor["TASK_GPUS"].split(",")[0:4]
     assert actor["ADDRS"] == "node1:30000,node1:30001"
     assert processes_with(marker) == []  # the servers were stopped when the trainer finished
-    assert "trainers finished; stopping the servers" in (tmp_path / f"slurm-{job}.out").read_text()
+    out = (tmp_path / f"slurm-{job}.out").read_text()
+    assert "the trainers finished on their nodes" in out and "job finished: ok" in out
 
 
-def test_steps_sharing_gpus_run_together_each_on_its_own_gpus_of_the_allocation(tmp_path):
-    """Collocated/hybrid placement: two steps on overlapping GPUs. Another job holds GPUs 0-3
-    of every node, so this job's GPUs are 4-7 and the plan's node-local GPU i must become
-    the i-th GPU Slurm gave the job, not physical GPU i."""
+def test_processes_sharing_gpus_get_theirs_from_what_slurm_gave_the_node(tmp_path):
+    """Collocated/hybrid placement: two processes on overlapping GPUs of one node. Another
+    job holds GPUs 0-3 of every node, so this job's GPUs are 4-7 and the plan's GPU position i
+    must become the i-th GPU Slurm gave the node, not physical GPU i."""
     blocker = subprocess.run(["sbatch", "--parsable", "--nodes=2", "--gpus-per-node=4",
                               "--output=/dev/null", "--wrap", "sleep 120"],
                              capture_output=True, text=True, check=True).stdout.strip()
@@ -144,17 +158,19 @@ def test_steps_sharing_gpus_run_together_each_on_its_own_gpus_of_the_allocation(
     marker = f"areal-col-{uuid.uuid4().hex[:8]}"
     procs = [step("rollout-0", "server", 0, (0, 1), f"{REPORT}; exec -a {marker} sleep 300"),
              step("actor-0", "trainer", 0, (1, 2, 3), f"{REPORT}; sleep 1")]
-    job = submit(tmp_path, procs, gpus_per_node=4, cpus_per_gpu=1)
-    assert wait_state(job, timeout=30) == "COMPLETED"  # a step waiting for the other hangs
+    job = submit(tmp_path, procs, gpus_per_node=8, cpus_per_gpu=1)
+    assert wait_state(job, timeout=30) == "COMPLETED"
     server, trainer = (env_line(tmp_path / "logs" / f"{n}.log") for n in ("rollout-0", "actor-0"))
-    assert server["STEP_GPUS"] == trainer["STEP_GPUS"] == "4,5,6,7"
+    assert server["TASK_GPUS"] == trainer["TASK_GPUS"] == "4,5,6,7"
     assert (server["CVD"], trainer["CVD"]) == ("4,5", "5,6,7")
+    assert server["SESSION"] != trainer["SESSION"]  # each in a session of its own
     assert processes_with(marker) == []
 
 
 # ----------------------------------------------------------------------------- (b)
 @pytest.mark.parametrize("failing", ["trainer", "server"])
-def test_a_failing_step_fails_the_job_and_leaves_no_step_running(tmp_path, failing):
+def test_a_failing_process_fails_the_job_names_the_root_cause_and_leaves_nothing(tmp_path,
+                                                                                  failing):
     marker = f"areal-fail-{uuid.uuid4().hex[:8]}"
     forever = f"exec -a {marker} sleep 300"
     fail = "sleep 1; echo about to fail; exit 3"
@@ -164,18 +180,19 @@ def test_a_failing_step_fails_the_job_and_leaves_no_step_running(tmp_path, faili
         step("actor-1", "trainer", 1, (1,), forever),
     ]
     job = submit(tmp_path, procs)
-    wait_for(lambda: processes_with(marker), what="the steps to start")
+    wait_for(lambda: processes_with(marker), what="the processes to start")
     started = time.monotonic()
     assert wait_state(job) == "FAILED"
     assert time.monotonic() - started < 20
-    assert steps_left(job) == "" and processes_with(marker) == []
+    wait_for(lambda: steps_left(job) == "" and processes_with(marker) == [], timeout=15,
+             what="nothing of the job left")
     name = "rollout-0" if failing == "server" else "actor-0"
     out = (tmp_path / f"slurm-{job}.out").read_text()
-    assert f"step {name} ({failing}) ended with exit code 3" in out
-    assert "about to fail" in out  # the tail of the failed step's log, next to the verdict
-    text, code = slurm.job_status(job)
+    assert f"root cause: {name} exited with code 3" in out
+    assert "about to fail" in out  # the tail of the failed process's log, next to the verdict
+    text, code = status(job, tmp_path)
     assert code == 0 and text.startswith(f"job {job}: FAILED")
-    assert f"the job's last word: areal-launch: job failed: step {name} exited with 3" in text
+    assert "the job's last word: areal-launch: job failed" in text
     assert slurm.cancel(job) == f"job {job}: already FAILED; nothing to cancel"
 
 
@@ -188,32 +205,32 @@ def test_status_logs_and_cancel_work_on_a_running_job(tmp_path):
     wait_state(job, ("RUNNING",))
     wait_for(lambda: len(processes_with(marker)) == 2, what="both steps")
 
-    text, code = slurm.job_status(job)
+    text, code = status(job, tmp_path)
     assert code == 0 and text.startswith(f"job {job}: RUNNING")
-    assert "rollout-0: RUNNING on node1" in text and "actor-0: RUNNING on node2" in text
+    assert "RUNNING on node[1-2]" in text
     assert str(tmp_path) in text
 
-    lines = list(slurm.logs(job))
+    lines = logs(tmp_path)
     assert "rollout-0 | serving" in lines and "actor-0   | training" in lines
-    assert [ln for ln in slurm.logs(job, engine="rollout")] == ["rollout-0 | serving"]
-    with pytest.raises(LaunchError, match="no step serves engine 'critic'"):
-        list(slurm.logs(job, engine="critic"))
+    assert logs(tmp_path, engine="rollout") == ["rollout-0 | serving"]
+    with pytest.raises(LaunchError, match="no process serves engine 'critic'"):
+        logs(tmp_path, engine="critic")
 
     assert "cancel requested" in slurm.cancel(job)
     assert wait_state(job) == "CANCELLED"
-    wait_for(lambda: not processes_with(marker), what="the steps to be gone")
-    assert slurm.job_status(job)[0].startswith(f"job {job}: CANCELLED")
+    wait_for(lambda: not processes_with(marker), what="the processes to be gone")
+    assert status(job, tmp_path)[0].startswith(f"job {job}: CANCELLED")
 
 
 def test_logs_follow_streams_until_the_job_ends(tmp_path):
     procs = [step("actor-0", "trainer", 0, (0,), "for i in 1 2 3; do echo line $i; sleep 0.5; done")]
     job = submit(tmp_path, procs)
-    lines = list(slurm.logs(job, follow=True, engine="actor"))
+    lines = logs(tmp_path, follow=True, engine="actor")
     assert lines == ["actor-0 | line 1", "actor-0 | line 2", "actor-0 | line 3"]
     assert slurm.job_state(job) == "COMPLETED"
 
 
-def test_setup_commands_run_before_each_step(tmp_path):
+def test_setup_commands_run_before_each_nodes_supervisor(tmp_path):
     procs = [step("actor-0", "trainer", 0, (0,), "echo SETUP=$AREAL_SETUP_RAN")]
     job = submit(tmp_path, procs, setup=["export AREAL_SETUP_RAN=yes", "cd /"])
     assert wait_state(job) == "COMPLETED"
@@ -223,7 +240,7 @@ def test_setup_commands_run_before_each_step(tmp_path):
 # ----------------------------------------------------------------------------- (d)
 def test_injected_values_are_data_not_commands(tmp_path):
     """Quotes, spaces, $(...), backticks, semicolons and newlines in every value that reaches
-    the script arrive as text; none of them runs anything."""
+    the script or the request arrive as text; none of them runs anything."""
     pwned = tmp_path / "pwned"
     cmd = f"touch {pwned}"
     one_line = f"""x'; {cmd}; echo ' "$({cmd})" `{cmd}` $({cmd}) \\$HOME #"""
@@ -251,6 +268,11 @@ def test_a_newline_in_an_sbatch_value_is_refused_before_submitting(tmp_path):
     assert not (tmp_path / slurm.SCRIPT_NAME).exists()
 
 
+def test_a_plan_the_cluster_cannot_fit_is_refused_before_submitting(tmp_path):
+    with pytest.raises(LaunchError, match="uses 9 GPUs on a node but nodes have"):
+        submit(tmp_path, [step("actor-0", "trainer", 0, tuple(range(9)), "true")])
+
+
 # ----------------------------------------------------------------------------- end to end
 AREAL_LAUNCH = ROOT / ".venv" / "bin" / "areal-launch"
 
@@ -271,14 +293,17 @@ def test_areal_launch_runs_vllm_and_fsdp_on_different_nodes(tmp_path):
         env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")})
     assert out.returncode == 0, out.stderr
     job = out.stdout.strip().splitlines()[-1]
+    run_dir = Path(find_run(job).run_dir)  # tmp_path exists already: the run made its own
     state = wait_state(job, timeout=800)
-    assert state == "COMPLETED", "\n".join(slurm.logs(job))
-    wait_for(lambda: "COMPLETED (exit 0:0) on node2" in slurm.job_status(job)[0],
-             what="sacct to record the trainer step")  # sacct lags ~1 s
-    text = slurm.job_status(job)[0]
-    assert re.search(r"step \d+\.\d+ rollout-0: \w+ .* on node1", text), text
-    assert re.search(r"step \d+\.\d+ actor\S*: COMPLETED \(exit 0:0\) on node2", text), text
+    assert state == "COMPLETED", "\n".join(logs(run_dir))
+    wait_for(lambda: "COMPLETED (exit 0:0)" in status(job, run_dir)[0],
+             what="sacct to record the step")  # sacct lags ~1 s
+    text = status(job, run_dir)[0]
+    assert re.search(r"step \d+\.\d+ \S+: COMPLETED \(exit 0:0\) on node\[1-2\]", text), text
     assert "areal-launch: job finished: ok" in text
+    ran = {path.stem: [p["name"] for p in json.loads(path.read_text())["processes"]]
+           for path in (run_dir / "status").glob("node*.json")}
+    assert ran == {"node0": ["rollout-0"], "node1": ["actor-node1"]}  # one supervisor a node
     # the trainers reached the server on the other node and had every weight push confirmed
-    trainer_lines = "\n".join(slurm.logs(job, engine="actor"))
+    trainer_lines = "\n".join(logs(run_dir, engine="actor"))
     assert "reloads confirmed 2/2" in trainer_lines, trainer_lines[-3000:]

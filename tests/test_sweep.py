@@ -166,8 +166,11 @@ def test_slurm_points_get_ports_of_their_own(tmp_path):
     out = run(sweep_args(tmp_path, "launcher=slurm", "launcher.dry_run=true",
                          "actor.backend=fsdp:d1,fsdp:d2,fsdp:d4", "launcher.base_port=31000"), tmp_path)
     assert out.returncode == 0, out.stderr
-    scripts = out.stdout.split("#!/bin/bash")[1:]
-    assert [re.findall(r"--master-port (\d+)", s) for s in scripts] == [["31000"], ["31001"], ["31002"]]
+    requests = [json.loads("{" + part.split("\n{", 1)[1].split("\n}\n", 1)[0] + "\n}")
+                for part in out.stdout.split("#!/bin/bash")[1:]]
+    ports = [[p["argv"][p["argv"].index("--master-port") + 1] for p in r["processes"]]
+             for r in requests]
+    assert ports == [["31000"], ["31001"], ["31002"]]
 
 
 SLURM_FINISHED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")

@@ -14,10 +14,10 @@ import traceback
 from dataclasses import dataclass
 from typing import IO, Any, Callable, Optional, Sequence
 
-from launcher.plan import Plan, ProcessSpec
+from launcher.backends import sglang, vllm
+from launcher.plan import Plan, ProcessSpec, fill_hosts
 
 CHECKERS = {"vllm": "launcher.checks.check_vllm_argv", "sglang": "launcher.checks.check_sglang_argv"}
-from launcher.engines import sglang, vllm  # noqa: E402 - the modules their servers run
 
 SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SERVER_MODULES = {"vllm": vllm.MODULE, "sglang": sglang.MODULE}
@@ -33,11 +33,13 @@ class Verdict:
 
 
 def server_args(plan: Plan, backend: str) -> list[tuple[ProcessSpec, list[str]]]:
-    """(process, argv after `-m <module>`) for each server of `backend` in the plan."""
+    """(process, argv after `-m <module>`) for each server of `backend` in the plan, hosts
+    filled in as a node's supervisor would (node k is `node<k>`)."""
     module = SERVER_MODULES[backend]
+    hosts = [f"node{k}" for k in range(plan.cluster.num_nodes)]
     out = []
     for proc in plan.processes:
-        argv = list(proc.argv)
+        argv = [fill_hosts(a, hosts) for a in proc.argv]
         if proc.role == "server" and module in argv:
             out.append((proc, argv[argv.index(module) + 1:]))
     return out

@@ -47,8 +47,10 @@ TINY_LLAMA = {
 def _load_sglang_stubs() -> Any:
     """sglang/_platform_stubs.py, loaded without running sglang/__init__ (which needs triton)."""
     spec = importlib.util.find_spec("sglang")
-    path = os.path.join(spec.submodule_search_locations[0], "_platform_stubs.py")
+    assert spec is not None and spec.submodule_search_locations, "sglang is not installed"
+    path = os.path.join(list(spec.submodule_search_locations)[0], "_platform_stubs.py")
     stub_spec = importlib.util.spec_from_file_location("_sglang_platform_stubs", path)
+    assert stub_spec is not None and stub_spec.loader is not None
     module = importlib.util.module_from_spec(stub_spec)
     sys.modules[stub_spec.name] = module
     stub_spec.loader.exec_module(module)
@@ -61,7 +63,7 @@ def _stand_in_for_triton(stubs: Any) -> None:
 
     saved = (sys.platform, platform.machine, torch.backends.mps.is_available)
     sys.platform, platform.machine = "darwin", (lambda: "arm64")
-    torch.backends.mps.is_available = lambda: True
+    torch.backends.mps.is_available = lambda: True  # type: ignore[assignment]
     try:
         stubs.install_platform_stubs()
     finally:

@@ -29,7 +29,8 @@ from vllm.utils.argparse_utils import FlexibleArgumentParser  # noqa: E402
 try:  # vLLM 0.32 moved the serve parser
     from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
 except ImportError:  # older vLLM
-    from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args
+    from vllm.entrypoints.openai.cli_args import (  # type: ignore[no-redef]
+        make_arg_parser, validate_parsed_serve_args)
 
 
 @contextlib.contextmanager

@@ -1,17 +1,125 @@
 """Runners: the only part of the launcher that starts processes (DESIGN §8).
 
-local: this machine (local.supervise, ports.PortReserver, keeper). slurm: one sbatch script per
-run. Names are imported on first use, so importing the slurm runner does not load the local one.
+A runner executes a launch request (launcher.request): `dryrun` returns exactly what it would
+execute, with no side effect; `run` performs it (this machine: supervise it to the end; a
+scheduler: submit it and print the job id); `status`, `cancel` and `logs` find a run by its run
+folder or id (launcher.runs). Runners are found by name, like TorchX's schedulers: `launcher=
+<name>` picks the module below and its `Config` (with `_target_`, as Hydra's launcher plugins
+have), imported on first use, so the Slurm runner never loads Ray. Adding a runner is one module
+with `Config` and `Runner`, its YAML under conf/launcher/, and one line in RUNNERS.
 """
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from importlib import import_module
-from typing import Any
+from types import ModuleType
+from typing import Any, Callable, Dict, Iterator, Optional, Protocol
 
-_HOME = {"RunResult": "local", "dry_run_text": "local", "supervise": "local",
-         "write_plan": "local", "PortReserver": "ports"}
-__all__ = sorted(_HOME)
+from launcher.errors import ConfigError, LaunchError
+from launcher.limits import MAX_PORT, MIN_PORT, seconds_problem
+from launcher.request import LaunchRequest
+from launcher.runs import RunRecord
+
+RUNNERS = {
+    "local": "launcher.runners.local",
+    "slurm": "launcher.runners.slurm",
+}
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _HOME:
-        raise AttributeError(f"module 'launcher.runners' has no attribute {name!r}")
-    return getattr(import_module(f"launcher.runners.{_HOME[name]}"), name)
+@dataclass
+class LauncherBase:
+    """Options every runner has (`launcher.*`); each runner's Config adds its own."""
+
+    _target_: str = ""
+    dry_run: bool = False  # print what would run (launcher.dry_run=true), start nothing
+    grace_period_s: float = 10.0  # after SIGTERM, before SIGKILL, when a run stops
+    health_timeout_s: Optional[float] = None  # None: rollout.health_timeout_s
+    base_port: Optional[int] = None  # None: the runner's default (free ports, or 30000 up)
+    # environment for every process: after engine defaults, before the launcher's contract
+    env: Dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for key, zero in (("grace_period_s", True), ("health_timeout_s", False)):
+            value = getattr(self, key)
+            problem = seconds_problem(value, allow_zero=zero) if value is not None else ""
+            if problem:
+                raise ConfigError(f"launcher.{key}={value}: {problem}")
+        port = self.base_port
+        if port is not None and not MIN_PORT <= port <= MAX_PORT:
+            raise ConfigError(f"launcher.base_port={port}: choose a port from {MIN_PORT} to "
+                              f"{MAX_PORT} (or null: free ports)")
+
+
+class Runner(Protocol):
+    """What every runner does (TorchX's scheduler API is the model)."""
+
+    name: str
+
+    def more_nodes(self, device: str) -> bool:
+        """Whether a plan may span more nodes than this machine (for advice and checks)."""
+
+    def python(self) -> str:
+        """The interpreter the run's processes use where they run."""
+
+    def cpus(self) -> tuple[int, ...]:
+        """The CPU ids a node lets the run use (vLLM's CPU build binds to them); () unknown."""
+
+    def ports(self, base_port: Optional[int], dry: bool
+              ) -> AbstractContextManager[Callable[[], int]]:
+        """Where the request's ports come from while it is built (and, if not dry, held)."""
+
+    def check(self, request: LaunchRequest) -> list[str]:
+        """Refuse (LaunchError) what this runner cannot run, dry runs the same; return what
+        the user should know about running it here (warnings)."""
+
+    def dryrun(self, request: LaunchRequest) -> str:
+        """Exactly what `run` would execute, printable (secrets masked); no side effect."""
+
+    def run(self, request: LaunchRequest) -> int:
+        """Perform the request; the exit code of the command."""
+
+    def status(self, record: RunRecord) -> tuple[str, int]:
+        """What `areal-launch status` prints, and its exit code."""
+
+    def cancel(self, record: RunRecord) -> str:
+        """Stop the run everywhere; say what happened."""
+
+    def logs(self, record: RunRecord, follow: bool, engine: Optional[str]) -> Iterator[str]:
+        """The run's log lines, prefixed with each process's name."""
+
+
+def names() -> tuple[str, ...]:
+    return tuple(RUNNERS)
+
+
+def module(name: str) -> ModuleType:
+    if name not in RUNNERS:
+        raise LaunchError(f"no runner {name!r}: choose one of {', '.join(RUNNERS)}")
+    return import_module(RUNNERS[name])
+
+
+def config_class(name: str) -> type:
+    return module(name).Config
+
+
+def name_of(config: Any) -> str:
+    """The registry name of the runner a `launcher` config selects (by its _target_)."""
+    target = str(getattr(config, "_target_", ""))
+    for name, path in RUNNERS.items():
+        if target.startswith(path + "."):
+            return name
+    raise LaunchError(f"launcher._target_={target!r} is no runner of areal-launch (choose "
+                      f"launcher={' or launcher='.join(RUNNERS)})")
+
+
+def create(config: Any) -> Runner:
+    """The runner a `launcher` config selects, built with that config."""
+    mod = module(name_of(config))
+    return mod.Runner(config)
+
+
+def for_record(record: RunRecord) -> Runner:
+    """The runner that started a recorded run, for status/cancel/logs."""
+    mod = module(record.runner)
+    return mod.Runner(mod.Config())

@@ -7,10 +7,12 @@ says which are healthy and how long it has been.
 """
 from __future__ import annotations
 
+import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Callable, Optional
 
 from rich.console import Console
 from rich.live import Live
@@ -50,12 +52,32 @@ class FollowedLog:
 
 @dataclass
 class RunConsole:
-    """Prefixed log lines and the server start-up status, on one rich Console."""
+    """Prefixed log lines and the server start-up status, on one rich Console.
+
+    If whoever reads our stdout goes away (`areal-launch | head`), the run goes on: one line
+    on stderr says so, and from then on the log files alone get the output."""
 
     console: Console
     logs: list[FollowedLog] = field(default_factory=list)
     width: int = 0
     _live: Optional[Live] = None
+    closed: bool = False
+
+    def _safely(self, show: Callable[[], Any]) -> None:
+        if self.closed:
+            return
+        try:
+            show()
+        except (BrokenPipeError, SystemExit):  # rich turns a broken pipe into SystemExit(1)
+            self.closed, self._live = True, None
+            try:  # nothing more may reach the closed pipe, not even at exit
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stdout.fileno())
+            except (OSError, ValueError):
+                pass
+            where = f" in {self.logs[0].path.parent}" if self.logs else ""
+            print("areal-launch: stdout was closed; the run goes on, its output is in the log "
+                  f"files{where}", file=sys.stderr, flush=True)
 
     def follow(self, name: str, path: Path) -> None:
         self.logs.append(FollowedLog(name, path, COLOURS[len(self.logs) % len(COLOURS)]))
@@ -65,16 +87,17 @@ class RunConsole:
         """Print every line the processes wrote since the last call."""
         for log in self.logs:
             for line in log.read_lines(final):
-                self.console.print(Text.assemble((f"{log.name:<{self.width}} | ", log.style),
-                                                 line), soft_wrap=True, highlight=False)
+                text = Text.assemble((f"{log.name:<{self.width}} | ", log.style), line)
+                self._safely(lambda: self.console.print(text, soft_wrap=True, highlight=False))
 
     def say(self, text: str, style: str = "bold") -> None:
-        self.console.print(Text(text, style=style), soft_wrap=True, highlight=False)
+        self._safely(lambda: self.console.print(Text(text, style=style), soft_wrap=True,
+                                                highlight=False))
 
     def show_servers(self, started: float, healthy: dict[str, Optional[float]],
                      deadline_s: float) -> None:
         """Live status while servers come up (terminals only; logs get `say` lines instead)."""
-        if not self.console.is_terminal:
+        if not self.console.is_terminal or self.closed:
             return
         parts = [Text(f"waiting for servers ({time.monotonic() - started:.0f} s of "
                       f"{deadline_s:.0f} s): ")]
@@ -97,9 +120,10 @@ class RunConsole:
     def root_cause(self, reason: str, log: Optional[Path], tail: list[str]) -> None:
         self.say(f"root cause: {reason}", "bold red")
         if tail:
-            self.say(f"last {len(tail)} lines of {log}:", "red")
+            self.say(f"last {len(tail)} lines of {log}:" if log else "its traceback:", "red")
             for line in tail:
-                self.console.print(Text("  " + line), soft_wrap=True, highlight=False)
+                self._safely(lambda: self.console.print(Text("  " + line), soft_wrap=True,
+                                                        highlight=False))
 
 
 def tail(path: Path, lines: int = 20) -> list[str]:

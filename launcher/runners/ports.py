@@ -20,12 +20,14 @@ import os
 import random
 import socket
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from launcher.errors import LaunchError
+from launcher.limits import MAX_PORT, MIN_PORT
 
 LOCK_DIR = Path(os.environ.get("AREAL_LAUNCH_PORT_DIR", "/tmp/areal-launch-ports"))
 LOWEST = 10000  # below this live well-known services; we stay out of their way
+DEFAULT_BASE_PORT = 30000  # where counted ports start (plans, Slurm nodes) without base_port
 
 
 def _ephemeral_low() -> int:
@@ -51,6 +53,20 @@ def _bindable(port: int) -> bool:
     return True
 
 
+def counted_ports(base: int) -> Callable[[], int]:
+    """Ports counted up from `base`, for plans and for nodes that are not this machine (nothing
+    to reserve here); LaunchError past 65535."""
+    counter = iter(range(base, MAX_PORT + 1))
+
+    def take() -> int:
+        port = next(counter, None)
+        if port is None:
+            raise LaunchError(f"the run needs ports past {MAX_PORT}: set a lower "
+                              "launcher.base_port")
+        return port
+    return take
+
+
 class PortReserver:
     """Hands out ports reserved across processes on this host until release() or exit.
 
@@ -59,19 +75,22 @@ class PortReserver:
     all ports at the end of a run.
     """
 
-    def __init__(self, base_port: Optional[int] = None, lock_dir: Path = LOCK_DIR):
+    def __init__(self, base_port: Optional[int] = None, lock_dir: Path = LOCK_DIR,
+                 lock: bool = True):
+        """lock=False (dry runs): skip ports others hold, but take no lock and write nothing."""
         self.lock_dir = Path(lock_dir)
+        self.locking = lock
         self._ceiling = 65535
-        floor = base_port
+        floor: int = base_port if base_port is not None else LOWEST
         if base_port is None:
             top = _ephemeral_low()
             if top - LOWEST < 1000:  # an odd port range: use the whole space
                 top = 65535
             base_port = random.randrange(LOWEST, top)
             floor, self._ceiling = LOWEST, top - 1
-        if not 1 <= base_port <= 65535:
-            raise LaunchError(f"launcher.base_port={base_port}: not a port "
-                              "(use a number from 1024 to 65535)")
+        if not MIN_PORT <= base_port <= MAX_PORT:
+            raise LaunchError(f"launcher.base_port={base_port}: choose a port from {MIN_PORT} "
+                              f"to {MAX_PORT} (or leave it unset: free ports are chosen)")
         self.base_port = base_port
         self._floor = floor
         self._next = base_port
@@ -79,7 +98,8 @@ class PortReserver:
 
     def take(self) -> int:
         """A port free now and locked for this launch; LaunchError if none is left."""
-        self._ensure_dir()
+        if self.locking:
+            self._ensure_dir()
         tried = 0
         span = self._ceiling - min(self._floor, self._ceiling) + 1
         while tried < span:
@@ -94,18 +114,33 @@ class PortReserver:
             if _bindable(port):
                 self._held[port] = fd
                 return port
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
         raise LaunchError(f"no free port from {self._floor} to {self._ceiling} "
                           "(set launcher.base_port=<another start>)")
 
     def release(self) -> None:
         """Give every taken port back (closing a lock file drops its flock)."""
         for fd in self._held.values():
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
         self._held.clear()
 
     def _lock(self, port: int) -> Optional[int]:
-        fd = os.open(self.lock_dir / f"{port}.lock", os.O_RDONLY | os.O_CREAT, 0o666)
+        path = self.lock_dir / f"{port}.lock"
+        if not self.locking:  # dry run: is another launch holding it? (opens, never creates)
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except OSError:
+                return -1
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return -1
+            except OSError:
+                return None
+            finally:
+                os.close(fd)
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

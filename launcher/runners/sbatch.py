@@ -1,111 +1,72 @@
-"""One sbatch script per run, rendered as text from the plan, its processes and the options.
+"""One sbatch script per run, rendered as text from the launch request and the options.
 
 Pure (no I/O), like submitit's `_make_sbatch_string` and TorchX's dry run: `render_sbatch`
-returns the exact script `launcher.dry_run` prints, and `runners.slurm.submit` only hands it to
-`sbatch`. The script takes one allocation and runs each process as its own background `srun`
-step pinned to one node with exactly its GPUs (steps that share GPUs, collocated, overlap on the
-node's GPUs instead); it waits for the trainers, then stops the servers, and fails the job
-(stopping every step) as soon as any step fails.
+returns the exact script `launcher.dry_run` prints, and the Slurm runner only hands it to
+`sbatch`. The script takes one allocation and runs ONE srun step over all its nodes, one task
+per node: each task is the node's supervisor (`python -m launcher.runners.node`), which runs
+that node's processes from the run's request.json with health deadlines, the first failure
+stopping the node, and its processes' GPUs picked from the ones Slurm gave the task (so engines
+that share GPUs need no overlapping steps). `--kill-on-bad-exit` stops every node when one
+fails; a node with servers only ends when the nodes with trainers have finished.
 
-Safety: every value that reaches the script is data, single-quoted with `shlex.quote`; the only
-shell expansions are node names (`"${AREAL_NODES[k]}"`), put where the engines wrote a host
-placeholder. `launcher.setup` lines are the exception: they are commands by design and are run
-as given, before each step's command.
+Safety: the processes' command lines travel as data in request.json, never through the shell;
+every value that reaches the script is single-quoted with `shlex.quote`. `launcher.setup` lines
+are the exception: they are commands by design, run as given before each node's supervisor.
 """
 from __future__ import annotations
 
-import re
 import shlex
 from typing import Any, Optional, Sequence
 
 from launcher.errors import LaunchError
-from launcher.plan import Plan, ProcessSpec, mask_env
+from launcher.request import LaunchRequest
 
-NODES_VAR = "AREAL_NODES"
-_PLACEHOLDER = re.compile(r"@@AREAL_NODE_(\d+)@@")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-# Slurm sets each step's CUDA_VISIBLE_DEVICES to the GPUs it gave the step, which need not be
-# the plan's node-local indices (another job may hold GPUs 0-3), so the spec's value is dropped;
-# steps that share GPUs pick theirs from Slurm's list by those indices (see _step).
-SLURM_OWNED_ENV = ("CUDA_VISIBLE_DEVICES",)
+NODE_MODULE = "launcher.runners.node"
+REQUEST_FILE = "request.json"
 
 
-def slurm_host_placeholder(node: int) -> str:
-    """The address of node `node` in a Slurm script: replaced by that node's name at run time.
+def gpus_per_node(request: LaunchRequest) -> int:
+    """GPUs each node's task asks for: up to the highest GPU position any process uses
+    (positions are indices into what Slurm shows the task). None on cpu."""
+    if request.device != "cuda":
+        return 0
+    return max((g + 1 for p in request.processes for g in p.gpus), default=0)
 
-    Engines get this as `LaunchContext.host`; the script fills it from
-    `scontrol show hostnames "$SLURM_JOB_NODELIST"` (node k = k-th node of the allocation).
+
+def cpu_warning(request: LaunchRequest, opts: Any) -> list[str]:
+    """A job on part of a node without launcher.cpus_per_gpu gets Slurm's default CPUs."""
+    gpus = gpus_per_node(request)
+    if _opt(opts, "cpus_per_gpu") is None and gpus not in (request.gpus_per_node, 0):
+        return [f"the job takes {gpus} of {request.gpus_per_node} GPUs per node and Slurm's "
+                "default CPUs with them (DefCpuPerGPU, often 1): set launcher.cpus_per_gpu"]
+    return []
+
+
+def render_sbatch(request: LaunchRequest, opts: Any, python: str,
+                  package_dirs: Sequence[str] = (), mask_secrets: bool = False) -> str:
+    """The whole sbatch script for one run. `opts` is the Slurm runner's Config.
+
+    python: the interpreter on the nodes (inside the container, with one). A job that takes
+    every GPU of its nodes (request.gpus_per_node) takes whole nodes. package_dirs: the launcher's package folders, mounted into a container at the same path.
+    Raises LaunchError for what cannot be run: no processes, more nodes than the plan's cluster,
+    more GPUs than a node has, a value that cannot be written into the script.
     """
-    return f"@@AREAL_NODE_{int(node)}@@"
-
-
-def shell_word(value: str) -> str:
-    """`value` as one shell word that expands to itself, except host placeholders -> node names."""
-    if "\0" in value:
-        raise LaunchError(f"{value!r}: a NUL byte cannot be passed to a process; remove it")
-    if not _PLACEHOLDER.search(value):
-        return shlex.quote(value)
-    quoted = "'" + value.replace("'", "'\"'\"'") + "'"  # always quoted: the splice needs it
-    word = _PLACEHOLDER.sub(lambda m: f"'\"${{{NODES_VAR}[{m.group(1)}]}}\"'", quoted)
-    # drop the empty '' a placeholder leaves at either end (the word stays non-empty)
-    word = word[2:] if word.startswith("''") else word
-    return word[:-2] if word.endswith("''") else word
-
-
-def nodes_needed(plan: Plan, processes: Sequence[ProcessSpec]) -> int:
-    """Nodes the allocation must have: up to the highest node any process or engine uses.
-
-    Node k of the plan is the k-th node of the allocation, so the count is the highest index
-    used plus one (never zero), not the number of distinct nodes.
-    """
-    used = [p.node for p in processes]
-    used += [int(m.group(1)) for p in processes
-             for text in (*p.argv, *p.env.values()) for m in _PLACEHOLDER.finditer(text)]
-    used += [plan.cluster.node_of(g) for c in plan.components.values() for g in c.gpus
-             if plan.cluster.gpus_per_node > 0]
-    return max(used, default=0) + 1
-
-
-def shared_nodes(processes: Sequence[ProcessSpec]) -> set[int]:
-    """Nodes where two processes use the same GPU (collocated or hybrid placement)."""
-    shared, seen = set(), {}
-    for p in processes:
-        for g in p.gpus:
-            if (p.node, g) in seen and seen[(p.node, g)] != p.name:
-                shared.add(p.node)
-            seen.setdefault((p.node, g), p.name)
-    return shared
-
-
-def render_sbatch(plan: Plan, processes: Sequence[ProcessSpec], opts: Any, run_dir: str,
-                  job_name: str, mask_secrets: bool = False) -> str:
-    """The whole sbatch script for one run. `opts` is `LauncherConfig` (or its DictConfig).
-
-    `mask_secrets=True` for printing (dry run): secret env values become *** (DESIGN §7).
-    Raises LaunchError for what cannot be run: no processes, more nodes than
-    `cluster.num_nodes`, a step with more GPUs than a node has, a bad value.
-    """
-    if not processes:
+    if not request.processes:
         raise LaunchError("the plan has no processes to run on Slurm: enable rollout or actor")
-    gpn = plan.cluster.gpus_per_node
-    n_nodes = nodes_needed(plan, processes)
-    if n_nodes > plan.cluster.num_nodes:
+    n_nodes = request.nodes_needed()
+    if n_nodes > request.num_nodes:
         raise LaunchError(f"the plan needs {n_nodes} nodes but cluster.num_nodes="
-                          f"{plan.cluster.num_nodes}; set cluster.num_nodes={n_nodes} or use "
-                          "fewer GPUs")
-    for p in processes:
-        if p.node < 0 or len(p.gpus) > max(gpn, 0) or any(not 0 <= g < gpn for g in p.gpus):
-            raise LaunchError(f"process {p.name!r} wants GPUs {list(p.gpus)} of node {p.node} "
-                              f"but nodes have cluster.gpus_per_node={gpn}")
-    per_node = [sum(1 for p in processes if p.node == k) for k in range(n_nodes)]
+                          f"{request.num_nodes}; set cluster.num_nodes={n_nodes}")
+    gpus = gpus_per_node(request)
+    if gpus > request.gpus_per_node:
+        raise LaunchError(f"the plan uses {gpus} GPUs on a node but nodes have "
+                          f"cluster.gpus_per_node={request.gpus_per_node}")
+    whole = _opt(opts, "cpus_per_gpu") is None and gpus in (request.gpus_per_node, 0)
     lines = ["#!/bin/bash",
-             f"# areal-launch: {len(processes)} step(s) on {n_nodes} node(s), one srun each",
-             *_sbatch_lines(opts, run_dir, job_name, n_nodes, gpn, max(per_node))]
-    lines += _prologue(run_dir, gpn, _opt(opts, "cpus_per_gpu") is None)
-    shared = shared_nodes(processes)
-    for p in processes:
-        lines += _step(p, opts, run_dir, mask_secrets, gpn if p.node in shared else 0)
-    lines += _supervision(opts)
+             f"# areal-launch: {len(request.processes)} process(es) on {n_nodes} node(s); one "
+             "task per node runs that node's supervisor",
+             *_sbatch_lines(opts, request, n_nodes, gpus, whole)]
+    lines += _body(request, opts, python, n_nodes, gpus, whole, package_dirs)
     return "\n".join(lines) + "\n"
 
 
@@ -120,19 +81,19 @@ def _directive_value(key: str, value: Any) -> str:
     return shlex.quote(text).replace("\\", "\\\\")
 
 
-def _sbatch_lines(opts: Any, run_dir: str, job_name: str, n_nodes: int, gpn: int,
-                  steps_per_node: int) -> list[str]:
+def _sbatch_lines(opts: Any, request: LaunchRequest, n_nodes: int, gpus: int,
+                  whole: bool) -> list[str]:
     d = _directive_value
-    out = [f"#SBATCH --job-name={d('launcher.job_name', job_name)}",
+    out = [f"#SBATCH --job-name={d('launcher.job_name', request.job_name)}",
            f"#SBATCH --nodes={n_nodes}",
-           # one task slot per step, so concurrent --exact steps on a node all fit
-           f"#SBATCH --ntasks-per-node={max(steps_per_node, 1)}"]
-    if gpn > 0:
-        out.append(f"#SBATCH --gpus-per-node={gpn}")
-    if _opt(opts, "cpus_per_gpu") is None:  # whole nodes; steps share the CPUs by their GPUs
+           "#SBATCH --ntasks-per-node=1"]
+    if gpus > 0:
+        out.append(f"#SBATCH --gpus-per-node={gpus}")
+    if whole:  # every GPU of the nodes (or none asked): the nodes' CPUs are ours too
         out.append("#SBATCH --exclusive")
     # sbatch expands %j and friends in the path: a literal % is written %%
-    out.append(f"#SBATCH --output={d('run_dir', run_dir.replace('%', '%%') + '/slurm-%j.out')}")
+    out.append(f"#SBATCH --output="
+               f"{d('run_dir', request.run_dir.replace('%', '%%') + '/slurm-%j.out')}")
     out.append("#SBATCH --no-requeue")
     for key, flag in (("partition", "partition"), ("account", "account"), ("qos", "qos"),
                       ("time_limit", "time"), ("cpus_per_gpu", "cpus-per-gpu"),
@@ -150,133 +111,69 @@ def _opt(opts: Any, key: str) -> Optional[Any]:
     return None if value is None or value == "" else value
 
 
+def shell_word(value: str) -> str:
+    if "\0" in value:
+        raise LaunchError(f"{value!r}: a NUL byte cannot be passed to a process; remove it")
+    return shlex.quote(value)
+
+
 # ----------------------------------------------------------------------------- body
-def _prologue(run_dir: str, gpn: int, whole_nodes: bool) -> list[str]:
-    lines = [
+def _body(request: LaunchRequest, opts: Any, python: str, n_nodes: int, gpus: int,
+          whole: bool, package_dirs: Sequence[str]) -> list[str]:
+    q = shell_word
+    run_dir = request.run_dir
+    srun = ["srun", f"--nodes={n_nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+            f"--job-name={q(request.job_name)}", "--export=ALL"]
+    srun.append(f"--gpus-per-node={gpus}" if gpus else "--gres=none")
+    if whole:
+        srun.append("--cpus-per-task=$SLURM_CPUS_ON_NODE")
+    elif gpus and _opt(opts, "cpus_per_gpu") is not None:
+        srun.append(f"--cpus-per-gpu={q(str(_opt(opts, 'cpus_per_gpu')))}")
+    image = _opt(opts, "container_image")
+    if image is not None:
+        srun.append(f"--container-image={q(str(image))}")
+        srun.append(f"--container-mounts={q(_mounts(request, opts, package_dirs))}")
+    srun += [q(str(a)) for a in _opt(opts, "srun_extra") or ()]
+    command = [q(python), "-m", NODE_MODULE, q(f"{run_dir}/{REQUEST_FILE}"), "--peers"]
+    setup = [str(s) for s in _opt(opts, "setup") or ()]  # commands by design: run as given
+    if image is not None and package_dirs:
+        setup = [f"export PYTHONPATH={q(_parent(package_dirs))}${{PYTHONPATH:+:$PYTHONPATH}}",
+                 *setup]
+    if setup:  # then the supervisor replaces the shell
+        script = "set -e\n" + "\n".join(setup) + '\nexec "$@"'
+        command = ["bash", "-c", shlex.quote(script), "areal-node", *command]
+    return [
         "",
         "set -uo pipefail",
-        "# srun would take the job's GPUs per node as its own request and run steps one after",
-        "# the other (reference/slurm.md): each step says its own --gpus-per-node instead",
-        "unset SLURM_GPUS_PER_NODE",
-        f"RUN_DIR={shell_word(run_dir)}",
-        f'mapfile -t {NODES_VAR} < <(scontrol show hostnames "$SLURM_JOB_NODELIST")',
-    ]
-    if whole_nodes and gpn > 0:
-        lines += ["# whole nodes (no launcher.cpus_per_gpu): each step gets the node's CPUs in",
-                  "# proportion to its GPUs (nodes assumed alike)",
-                  f"CPUS_PER_GPU=$(( SLURM_CPUS_ON_NODE / {gpn} > 0 ? "
-                  f"SLURM_CPUS_ON_NODE / {gpn} : 1 ))"]
-    return lines + [
+        f"RUN_DIR={q(run_dir)}",
+        '# plan node k is the k-th node of the allocation (each task reads $SLURM_NODEID)',
+        'AREAL_HOSTS=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | paste -sd, -)',
+        "export AREAL_HOSTS",
+        'echo "areal-launch: job $SLURM_JOB_ID on $AREAL_HOSTS"',
         'mkdir -p "$RUN_DIR/logs"',
-        f'echo "areal-launch: job $SLURM_JOB_ID on ${{{NODES_VAR}[*]}}"',
-        "declare -A STEP_NAME=() STEP_ROLE=()",
-        'track() { STEP_NAME[$1]=$2; STEP_ROLE[$1]=$3; }',
-        "",
+        " ".join(srun) + " \\",
+        "  " + " ".join(command),
+        "rc=$?",
+        'if [ "$rc" = 0 ]; then echo "areal-launch: job finished: ok"; else',
+        '  echo "areal-launch: job failed: a node\'s supervisor exited with $rc (its root cause '
+        'is above)"; fi',
+        'exit "$rc"',
     ]
 
 
-def _step(p: ProcessSpec, opts: Any, run_dir: str, mask_secrets: bool,
-          shared_gpus: int) -> list[str]:
-    """One background srun step: one node, one task, exactly this process's GPUs.
+def _parent(package_dirs: Sequence[str]) -> str:
+    import os.path
 
-    `shared_gpus` > 0: processes on this node share GPUs (collocated), which exclusive steps
-    cannot express; each step there takes all the node's GPUs with --overlap and picks its
-    own from Slurm's CUDA_VISIBLE_DEVICES by the plan's node-local indices.
-    """
-    q = shell_word
-    n_gpus = shared_gpus or len(p.gpus)
-    srun = ["srun", f"--job-name={q(p.name)}", "--nodes=1", "--ntasks=1",
-            f'--nodelist="${{{NODES_VAR}[{p.node}]}}"']
-    srun.append(f"--gpus-per-node={n_gpus}" if n_gpus else "--gres=none")
-    cpus_per_gpu, mem_per_gpu = _opt(opts, "cpus_per_gpu"), _opt(opts, "mem_per_gpu")
-    if cpus_per_gpu is None:
-        srun.append(f"--cpus-per-task=$(( {max(n_gpus, 1)} * CPUS_PER_GPU ))")
-    elif n_gpus:
-        srun.append(f"--cpus-per-gpu={q(str(cpus_per_gpu))}")
-    if mem_per_gpu is not None and n_gpus:
-        srun.append(f"--mem-per-gpu={q(str(mem_per_gpu))}")
-    srun += ["--exact", "--kill-on-bad-exit=1", "--export=ALL"]
-    if shared_gpus:
-        srun.append("--overlap")
-    for key, flag in (("container_image", "container-image"),
-                      ("container_mounts", "container-mounts")):
-        value = _opt(opts, key)
-        if value is not None:
-            srun.append(f"--{flag}={q(str(value))}")
-    srun += [q(str(a)) for a in _opt(opts, "srun_extra") or ()]
-
-    env = {k: v for k, v in p.env.items() if k not in SLURM_OWNED_ENV}
-    bad = [k for k in env if not _ENV_NAME.match(k)]
-    if bad:
-        raise LaunchError(f"process {p.name!r}: {bad[0]!r} is not an environment variable name")
-    if mask_secrets:
-        env = mask_env(env)
-    command = (["env", *[q(f"{k}={v}") for k, v in env.items()]] if env else [])
-    before = [str(s) for s in _opt(opts, "setup") or ()]  # commands by design: run as given
-    if shared_gpus and p.gpus:
-        picked = ",".join(f"${{slurm_gpus[{g}]}}" for g in p.gpus)
-        before = ['IFS=, read -ra slurm_gpus <<< "$CUDA_VISIBLE_DEVICES"',
-                  f'export CUDA_VISIBLE_DEVICES="{picked}"', *before]
-    if before:  # then the process replaces the shell
-        script = "set -e\n" + "\n".join(before) + '\nexec "$@"'
-        command += ["bash", "-c", shlex.quote(script), q(p.name)]
-    command += [q(str(a)) for a in p.argv]
-    gpus = ",".join(map(str, p.gpus)) or "none"
-    return [f"# {p.name}: {p.role} ({p.component}) on node {p.node}, plan GPUs {gpus}"
-            + (" (shared with other steps)" if shared_gpus else ""),
-            " ".join(srun) + " \\",
-            "  " + " ".join(command) + " \\",
-            f"  > {q(f'{run_dir}/logs/{p.name}.log')} 2>&1 < /dev/null &",
-            f"track $! {q(p.name)} {q(p.role)}", ""]
+    return os.path.dirname(package_dirs[0].rstrip("/"))
 
 
-def _supervision(opts: Any) -> list[str]:
-    """Wait for the trainers, then stop the servers; the first failed step fails the job.
-
-    Polls with `kill -0` + `wait PID` (portable to bash 4; `wait -n -p` needs bash 5.1):
-    a server that ends while trainers still need it counts as a failure.
-    """
-    grace = max(int(float(getattr(opts, "grace_period_s", 10) or 10)), 1)
-    return f"""\
-TRAINERS_LEFT=0
-for pid in "${{!STEP_ROLE[@]}}"; do [ "${{STEP_ROLE[$pid]}}" = trainer ] && TRAINERS_LEFT=$((TRAINERS_LEFT + 1)); done
-HAD_TRAINERS=$TRAINERS_LEFT
-
-stop_steps() {{  # TERM the sruns (srun passes it to its step), KILL after {grace} s; the job's end reaps the rest
-  local pid i
-  for pid in "$@"; do kill -TERM "$pid" 2>/dev/null; done
-  for ((i = 0; i < {grace * 10}; i++)); do
-    local left=0
-    for pid in "$@"; do kill -0 "$pid" 2>/dev/null && left=1; done
-    [ $left = 0 ] && break
-    sleep 0.1
-  done
-  for pid in "$@"; do kill -KILL "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; done
-}}
-
-while [ ${{#STEP_NAME[@]}} -gt 0 ]; do
-  for pid in "${{!STEP_NAME[@]}}"; do
-    kill -0 "$pid" 2>/dev/null && continue
-    wait "$pid"; rc=$?
-    name=${{STEP_NAME[$pid]}}; role=${{STEP_ROLE[$pid]}}
-    unset "STEP_NAME[$pid]" "STEP_ROLE[$pid]"
-    if [ "$rc" = 0 ] && {{ [ "$role" = trainer ] || [ "$HAD_TRAINERS" = 0 ]; }}; then
-      echo "areal-launch: step $name finished"
-      [ "$role" = trainer ] || continue
-      TRAINERS_LEFT=$((TRAINERS_LEFT - 1))
-      [ "$TRAINERS_LEFT" = 0 ] || continue
-      echo "areal-launch: trainers finished; stopping the servers"
-      stop_steps "${{!STEP_NAME[@]}}"
-      break 2
-    fi
-    echo "areal-launch: step $name ($role) ended with exit code $rc; stopping the job" >&2
-    echo "areal-launch: last lines of $RUN_DIR/logs/$name.log:" >&2
-    tail -n 20 "$RUN_DIR/logs/$name.log" >&2
-    stop_steps "${{!STEP_NAME[@]}}"
-    echo "areal-launch: job failed: step $name exited with $rc"
-    exit 1
-  done
-  sleep 0.5
-done
-echo "areal-launch: job finished: ok"
-exit 0""".split("\n")
+def _mounts(request: LaunchRequest, opts: Any, package_dirs: Sequence[str]) -> str:
+    """The run folder, the launcher's packages and what the processes read (the model, the
+    trainer's folder: read-only) and the user's mounts, each at the same path inside the
+    container, so every path in the request holds there too."""
+    mounts = [f"{request.run_dir}:{request.run_dir}"]
+    mounts += [f"{d}:{d}:ro" for d in (*package_dirs, *request.paths)]
+    for extra in str(_opt(opts, "container_mounts") or "").split(","):
+        if extra.strip():
+            mounts.append(extra.strip())
+    return ",".join(mounts)

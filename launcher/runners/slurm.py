@@ -1,29 +1,124 @@
 """Slurm runner: the thin edge between a rendered script and Slurm's own commands.
 
-`render_sbatch` (pure, runners/sbatch.py) makes the script; `submit` hands it to
-`sbatch --parsable` and records the run folder under `~/.cache/areal-launch/jobs/<id>`, so
-`status`, `cancel` and `logs` need only the job id, even after Slurm has forgotten the job.
-`status` asks squeue (the controller's memory, including jobs that ended in the last
-MinJobAge seconds), then sacct (accounting), then the job's own last words in its output file.
+`run` writes the request into the run folder, renders the script (runners/sbatch.py, pure),
+hands it to `sbatch --parsable` and records the run (launcher.runs), so `status`, `cancel` and
+`logs` need only the job id, even after Slurm has forgotten the job. `status` asks squeue (the
+controller's memory, including jobs that ended in the last MinJobAge seconds), then sacct
+(accounting), then the job's own last words in its output file; a Slurm that does not answer
+is said to be unreachable, not to have forgotten the job.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
-import time
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Callable, Iterator, List, Optional
 
 from launcher.errors import LaunchError
-from launcher.runners.sbatch import render_sbatch, slurm_host_placeholder  # noqa: F401 (API)
+from launcher.request import LaunchRequest
+from launcher.runners import LauncherBase
+from launcher.runners.logs import follow_logs
+from launcher.runners.ports import DEFAULT_BASE_PORT, counted_ports
+from launcher.runners.sbatch import REQUEST_FILE, cpu_warning, render_sbatch
+from launcher.runs import RunRecord, write_private, write_record
 
 SCRIPT_NAME = "job.sbatch"
 # states in which a job may still write to its logs
 ACTIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED",
                            "REQUEUED", "REQUEUE_HOLD", "RESIZING", "SIGNALING", "STAGE_OUT"})
-_JOB_ID = re.compile(r"\d+\Z")
+_JOB_ID = re.compile(r"[0-9]+\Z")  # ASCII digits only: Python's \d takes any script's digits
+
+
+@dataclass
+class Config(LauncherBase):
+    """launcher=slurm: one sbatch job per run, one task per node (DESIGN §8)."""
+
+    _target_: str = "launcher.runners.slurm.Runner"
+    partition: Optional[str] = None  # #SBATCH --partition
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    time_limit: Optional[str] = None  # #SBATCH --time, e.g. "04:00:00"
+    cpus_per_gpu: Optional[int] = None  # None: whole nodes when the plan fills them
+    mem_per_gpu: Optional[str] = None  # e.g. 64G
+    container_image: Optional[str] = None  # srun --container-image (pyxis/enroot)
+    container_mounts: Optional[str] = None  # more srun --container-mounts, comma-separated
+    container_python: str = "python3"  # the interpreter inside the container
+    sbatch_extra: List[str] = field(default_factory=list)  # more #SBATCH options
+    srun_extra: List[str] = field(default_factory=list)  # more options for the srun step
+    setup: List[str] = field(default_factory=list)  # shell commands before each node's tasks
+    job_name: Optional[str] = None  # None: <experiment_name>-<trial_name>
+
+
+class Runner:
+    name = "slurm"
+
+    def __init__(self, config: Config):
+        self.config = config
+
+    def more_nodes(self, device: str) -> bool:
+        return True
+
+    def python(self) -> str:
+        return self.config.container_python if self.config.container_image else sys.executable
+
+    def cpus(self) -> tuple[int, ...]:
+        return ()
+
+    @contextmanager
+    def ports(self, base_port: Optional[int], dry: bool) -> Iterator[Callable[[], int]]:
+        """Counted up from base_port: nodes are not this machine, nothing to reserve here."""
+        yield counted_ports(base_port or DEFAULT_BASE_PORT)
+
+    def script(self, request: LaunchRequest, mask_secrets: bool = False) -> str:
+        return render_sbatch(request, self.config, self.python(), package_dirs(), mask_secrets)
+
+    def check(self, request: LaunchRequest) -> list[str]:
+        self.script(request)
+        return cpu_warning(request, self.config)
+
+    def dryrun(self, request: LaunchRequest) -> str:
+        return (self.script(request, mask_secrets=True)
+                + f"\n# {request.run_dir}/{REQUEST_FILE} (secrets masked):\n"
+                + request.to_json(mask_secrets=True) + "\n")
+
+    def run(self, request: LaunchRequest) -> int:
+        run_dir = Path(request.run_dir)
+        write_private(run_dir / REQUEST_FILE, request.to_json())
+        job_id = submit(self.script(request), run_dir)
+        write_record(RunRecord("slurm", request.run_id, request.run_dir, job_id=job_id))
+        print(job_id)
+        return 0
+
+    def status(self, record: RunRecord) -> tuple[str, int]:
+        return job_status(_job(record), Path(record.run_dir))
+
+    def cancel(self, record: RunRecord) -> str:
+        return cancel(_job(record))
+
+    def logs(self, record: RunRecord, follow: bool, engine: Optional[str]) -> Iterator[str]:
+        job_id = _job(record)
+        run_dir = Path(record.run_dir)
+        return follow_logs(run_dir, engine,
+                           lambda: follow and (job_state(job_id) or "") in ACTIVE_STATES,
+                           extra=[("job", run_dir / f"slurm-{job_id}.out")])
+
+
+def package_dirs() -> list[str]:
+    """The folders of the launcher's own packages (launcher, recipes), for container mounts."""
+    import launcher
+
+    root = Path(launcher.__file__).resolve().parent.parent
+    return [str(root / name) for name in ("launcher", "recipes") if (root / name).is_dir()]
+
+
+def _job(record: RunRecord) -> str:
+    if not record.job_id:
+        raise LaunchError(f"{record.run_dir}: the run has no Slurm job id recorded")
+    return checked_job_id(record.job_id)
 
 
 # ----------------------------------------------------------------------------- submit
@@ -32,60 +127,43 @@ def submit(script_text: str, run_dir: Path) -> str:
     run_dir = Path(run_dir).absolute()
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "logs").mkdir(exist_ok=True)
-    path = run_dir / SCRIPT_NAME
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(script_text)
+    path = write_private(run_dir / SCRIPT_NAME, script_text)
     out = _run(["sbatch", "--parsable", str(path)])
     if out.returncode != 0:
         raise LaunchError(f"sbatch refused the job: {_last_line(out.stderr)} (script: {path})")
     job_id = out.stdout.strip().split(";")[0]  # "<id>;<cluster>" on multi-cluster setups
     if not _JOB_ID.match(job_id):
         raise LaunchError(f"sbatch printed {out.stdout.strip()!r}, not a job id (script: {path})")
-    index = jobs_index_dir()
-    index.mkdir(parents=True, exist_ok=True)
-    (index / job_id).write_text(str(run_dir) + "\n")
     return job_id
 
 
-def jobs_index_dir() -> Path:
-    """Where submit records job id -> run folder ($XDG_CACHE_HOME or ~/.cache)."""
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(cache) / "areal-launch" / "jobs"
-
-
-def run_dir_of(job_id: str) -> Path:
-    """The run folder of a job this user submitted with areal-launch."""
-    entry = jobs_index_dir() / _checked(job_id)
-    try:
-        return Path(entry.read_text().strip())
-    except FileNotFoundError:
-        raise LaunchError(f"job {job_id}: no run folder recorded in {entry.parent} (was it "
-                          "submitted with areal-launch launcher=slurm by this user?)") from None
-
-
 # ----------------------------------------------------------------------------- status
+class SlurmUnreachable(LaunchError):
+    """squeue and sacct both failed: nothing is known about the job, either way."""
+
+
 def job_state(job_id: str) -> Optional[str]:
-    """RUNNING, COMPLETED, FAILED, CANCELLED, ... from squeue, else sacct; None if neither knows."""
-    job_id = _checked(job_id)
-    out = _run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"])
-    state = out.stdout.split()[0] if out.returncode == 0 and out.stdout.split() else None
-    if state is None:
-        out = _run(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "State"])
-        if out.returncode == 0 and out.stdout.split():
-            state = out.stdout.split()[0]  # "CANCELLED by 0" -> CANCELLED
-    return state
+    """RUNNING, COMPLETED, FAILED, CANCELLED, ... from squeue, else sacct; None if neither
+    knows the job. SlurmUnreachable when neither answers at all."""
+    job_id = checked_job_id(job_id)
+    queue = _run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"])
+    if queue.returncode == 0 and queue.stdout.split():
+        return queue.stdout.split()[0]
+    acct = _run(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "State"])
+    if acct.returncode == 0 and acct.stdout.split():
+        return acct.stdout.split()[0]  # "CANCELLED by 0" -> CANCELLED
+    if queue.returncode != 0 and "Invalid job id" not in queue.stderr:
+        why = _last_line(queue.stderr) or f"exit code {queue.returncode}"
+        raise SlurmUnreachable(f"job {job_id}: cannot ask Slurm (squeue: {why}); is slurmctld "
+                               "up?")
+    return None
 
 
-def job_status(job_id: str) -> tuple[str, int]:
+def job_status(job_id: str, run_dir: Optional[Path]) -> tuple[str, int]:
     """What `areal-launch status JOB` prints, and its exit code (0 known to Slurm, 1 not):
     the state, one line per step, the job's own verdict line, the run folder."""
-    job_id = _checked(job_id)
+    job_id = checked_job_id(job_id)
     state = job_state(job_id)
-    try:
-        run_dir: Optional[Path] = run_dir_of(job_id)
-    except LaunchError:
-        run_dir = None
     last = _last_job_word(run_dir, job_id) if run_dir else None
     tail = (f"\nthe job's last word: {last}" if last else "") + \
         (f"\nrun folder: {run_dir}" if run_dir else "")
@@ -122,7 +200,7 @@ def _last_job_word(run_dir: Path, job_id: str) -> Optional[str]:
 # ----------------------------------------------------------------------------- cancel
 def cancel(job_id: str) -> str:
     """scancel the job (Slurm stops every step); the message says what happened."""
-    job_id = _checked(job_id)
+    job_id = checked_job_id(job_id)
     state = job_state(job_id)
     if state is not None and state not in ACTIVE_STATES:
         return f"job {job_id}: already {state}; nothing to cancel"
@@ -132,73 +210,19 @@ def cancel(job_id: str) -> str:
     return f"job {job_id}: cancel requested (was {state or 'unknown to Slurm'})"
 
 
-# ----------------------------------------------------------------------------- logs
-def log_files(job_id: str, engine: Optional[str] = None,
-              must_match: bool = True) -> list[tuple[str, Path]]:
-    """(name, path) of the logs to show: the job's own output first, then each step's.
-
-    `engine` keeps the steps that serve it (`rollout`, `actor`, ...; from the run's plan.json,
-    else by name prefix) and leaves out the job's output; none matching is an error unless
-    `must_match` is false (a pending job has no logs yet).
-    """
-    run_dir = run_dir_of(job_id)
-    steps = _step_components(run_dir)
-    logs_dir = run_dir / "logs"
-    names = sorted(set(steps) | {p.stem for p in logs_dir.glob("*.log")})
-    if engine is None:
-        return [("job", run_dir / f"slurm-{job_id}.out")] + [(n, logs_dir / f"{n}.log")
-                                                           for n in names]
-    chosen = [n for n in names if engine in steps.get(n, ())
-              or n == engine or n.startswith(engine + "-")]
-    if not chosen and must_match:
-        have = sorted({c for comps in steps.values() for c in comps}) or names
-        raise LaunchError(f"job {job_id}: no step serves engine {engine!r}; "
-                          f"choose one of: {', '.join(have) or 'none yet'}")
-    return [(n, logs_dir / f"{n}.log") for n in chosen]
-
-
-def logs(job_id: str, follow: bool = False, engine: Optional[str] = None,
-         poll_s: float = 0.5) -> Iterator[str]:
-    """Lines of the job's logs, each prefixed with its step name. `follow` keeps reading (and
-    picks up logs that appear) until the job has ended, then drains what is left."""
-    from launcher.runners.console import FollowedLog
-
-    followed: dict[str, FollowedLog] = {}
-    while True:
-        active = follow and (job_state(job_id) or "") in ACTIVE_STATES
-        for name, path in log_files(job_id, engine, must_match=not active):
-            followed.setdefault(name, FollowedLog(name, path, ""))
-        width = max((len(n) for n in followed), default=0)
-        for f in followed.values():
-            for line in f.read_lines(final=not active):
-                yield f"{f.name:<{width}} | {line}"
-        if not active:
-            return
-        time.sleep(poll_s)
-
-
-def _step_components(run_dir: Path) -> dict[str, tuple[str, ...]]:
-    """Step name -> the engines it serves, from the plan.json the launcher wrote."""
-    try:
-        data = json.loads((run_dir / "plan.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return {p["name"]: tuple(c.strip() for c in str(p.get("component", "")).split(","))
-            for p in data.get("processes", []) if "name" in p}
-
-
 # ----------------------------------------------------------------------------- edges
-def _checked(job_id: str) -> str:
-    job_id = str(job_id).strip()
-    if not _JOB_ID.match(job_id):
-        raise LaunchError(f"job id {job_id!r}: expected the number areal-launch printed "
-                          "when it submitted the job, e.g. 1234")
-    return job_id
+def checked_job_id(job_id: str) -> str:
+    text = str(job_id).strip()
+    if not _JOB_ID.match(text):
+        raise LaunchError(f"job id {text!r}: expected the number areal-launch printed when it "
+                          "submitted the job, e.g. 1234")
+    return text
 
 
 def _run(argv: list[str]) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        return subprocess.run(argv, capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "SLURM_TIME_FORMAT": "standard"})
     except FileNotFoundError:
         raise LaunchError(f"{argv[0]} not found: launcher=slurm needs Slurm's commands "
                           "(sbatch, squeue, sacct, scancel) on PATH") from None

@@ -18,8 +18,11 @@ from launcher.runtime import RuntimePlan
 DEFAULTS_FILE = Path(launcher.__file__).parent / "conf" / "recipe" / "grpo.yaml"
 
 
-@dataclass(frozen=True)
+@dataclass
 class GRPOOptions:
+    """The recipe's options, typed. The launcher checks `recipe.*` against this schema at plan
+    time (a typo is an error before anything starts); the values live in grpo.yaml."""
+
     steps: int
     prompts_per_step: int
     samples_per_prompt: int
@@ -83,11 +86,12 @@ def parse_args(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
 
 def load_options(rt: RuntimePlan, argv: list[str]) -> tuple[GRPOOptions, list[str]]:
     """The options, and the engine flags found in `argv` (ignored by this recipe)."""
-    defaults = yaml.safe_load(DEFAULTS_FILE.read_text()) or {}
+    defaults = {k: v for k, v in (yaml.safe_load(DEFAULTS_FILE.read_text()) or {}).items()
+                if k != "defaults"}  # Hydra's defaults list, not an option
     merged = rt.recipe_options(defaults)
     given, flags = parse_args(argv)
     merged.update(given)
-    fields = {f.name: f.type for f in dataclasses.fields(GRPOOptions)}
+    fields = {f.name: str(f.type) for f in dataclasses.fields(GRPOOptions)}
     unknown = sorted(set(merged) - set(fields))
     if unknown:
         raise ConfigError(f"unknown recipe option(s) {', '.join(unknown)}; "

@@ -5,10 +5,31 @@ layout is `--expert-model-parallel-size` (e) and `--expert-tensor-parallel-size`
 """
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional
 
-from launcher.alloc import ModelAllocation
-from launcher.plan import ComponentPlan
+from launcher.backends import TRAINING
+
+if TYPE_CHECKING:
+    from launcher.alloc import ModelAllocation
+    from launcher.plan import ComponentPlan
+
+NAME = "megatron"
+KIND = TRAINING
+DIMS = "dtpce"
+HYBRID = True
+EXAMPLE = "megatron:d2p2t2"
+ORDER = 1
+
+
+@dataclass
+class Options:
+    """<engine>.megatron.*: Megatron-LM flags after the entry point."""
+
+    sequence_parallel: bool = False
+    use_distributed_optimizer: bool = True
+    recompute_granularity: Optional[str] = None  # full | selective
+
 
 PARALLEL_FLAGS = (
     ("--tensor-model-parallel-size", "tp", "t"),
@@ -21,7 +42,7 @@ REFUSED = {flag: (f"would change the parallel layout: set it with the backend st
                   f"(e.g. actor.backend=megatron:d2t2p2)") for flag, _, dim in PARALLEL_FLAGS}
 
 
-def parallel_args(alloc: ModelAllocation) -> list[str]:
+def parallel_args(alloc: "ModelAllocation") -> list[str]:
     """The five parallel-size flags, from the parsed backend string."""
     args: list[str] = []
     for flag, attr, _ in PARALLEL_FLAGS:
@@ -29,7 +50,7 @@ def parallel_args(alloc: ModelAllocation) -> list[str]:
     return args
 
 
-def engine_args(comp: ComponentPlan, options: Any) -> list[str]:
+def engine_args(comp: "ComponentPlan", options: Options) -> list[str]:
     """Parallel flags plus <engine>.megatron.* as Megatron-LM flags."""
     args = parallel_args(comp.alloc)
     if options.sequence_parallel:

@@ -1,4 +1,4 @@
-"""What engines need beyond the plan and the config, supplied by the runner."""
+"""What backends need beyond the plan and the engines' options, supplied by the runner."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -13,9 +13,9 @@ PORT_DRAWS = 64  # how many extra ports ports_in_a_row may draw before giving up
 class LaunchContext:
     """What engines need beyond the plan, supplied by the runner (the only I/O-aware part).
 
-    next_port: returns a fresh port each call (local runner: reserved and locked; plan dry
-    runs: counts up from a base). host(node): the address of node k (local: 127.0.0.1;
-    slurm: a placeholder the script fills from `scontrol show hostnames`).
+    next_port: returns a fresh port each call (local runner: reserved and locked; plans and
+    Slurm scripts: counts up from a base). Hosts are not here: backends write the placeholder
+    of node k (launcher.plan.host_placeholder) and each node's supervisor fills it in.
     cpus: the CPU ids one node lets its processes use (local runner: os.sched_getaffinity);
     vLLM's CPU build binds each tp rank to a share of them. Empty: one CPU per GPU slot,
     numbered from 0.
@@ -25,7 +25,6 @@ class LaunchContext:
     plan_path: str
     python: str  # interpreter for `python -m ...` entry points (the venv's)
     next_port: Callable[[], int]
-    host: Callable[[int], str] = lambda node: "127.0.0.1"
     extra_env: dict[str, str] = field(default_factory=dict)
     cpus: tuple[int, ...] = ()
 

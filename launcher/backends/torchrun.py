@@ -14,15 +14,19 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
-from launcher.engines import archon, fsdp, megatron
-from launcher.engines.context import LaunchContext
-from launcher.engines.options import as_strings, layered_env, refuse_flags, served_model_name
-from launcher.plan import ComponentPlan, Plan, ProcessSpec
+from launcher import backends
+from launcher.backends.common import layered_env, refuse_flags
+from launcher.plan import (ENV_COMPONENT, ENV_PLAN, ENV_RUN_DIR, ENV_SERVED_MODEL,
+                           ENV_SERVER_ADDRS, ProcessSpec, host_placeholder)
+
+if TYPE_CHECKING:
+    from launcher.backends.context import LaunchContext
+    from launcher.plan import ComponentPlan, Plan
+    from launcher.resolve import Engine
 
 MODULE = "torch.distributed.run"
-ENGINES = {"fsdp": fsdp, "megatron": megatron, "archon": archon}
 
 
 @dataclass(frozen=True)
@@ -39,17 +43,16 @@ class TrainerJob:
         return "+".join(self.components)
 
 
-def trainer_jobs(plan: Plan, cfg: Any) -> list[TrainerJob]:
+def trainer_jobs(plan: "Plan", engines: Mapping[str, "Engine"]) -> list[TrainerJob]:
     """Training engines grouped into torchrun jobs, in engine order (actor first)."""
     jobs: dict[tuple, TrainerJob] = {}
     for comp in plan.components.values():
         if comp.is_inference:
             continue
-        engine_cfg = getattr(cfg, comp.name)
-        module = ENGINES[comp.backend]
-        extra = as_strings(engine_cfg.extra_args)
-        refuse_flags(extra, module.REFUSED, f"{comp.name}.extra_args")
-        args = tuple(module.engine_args(comp, getattr(engine_cfg, comp.backend)) + extra)
+        engine = engines[comp.name]
+        module = backends.get(comp.backend)
+        refuse_flags(engine.extra_args, module.REFUSED, f"{comp.name}.extra_args")
+        args = tuple(module.engine_args(comp, engine.options) + list(engine.extra_args))
         key = (tuple(comp.gpus), comp.backend, args)
         if key in jobs:
             job = jobs[key]
@@ -59,7 +62,7 @@ def trainer_jobs(plan: Plan, cfg: Any) -> list[TrainerJob]:
     return list(jobs.values())
 
 
-def rank_layout(plan: Plan, comp: ComponentPlan) -> tuple[tuple[int, tuple[int, ...]], ...]:
+def rank_layout(plan: "Plan", comp: "ComponentPlan") -> tuple[tuple[int, tuple[int, ...]], ...]:
     """(node, local GPUs) in rank order; torchrun gives each node one block of ranks."""
     if comp.ranks:
         placed = [(r.node, r.local_gpu) for r in sorted(comp.ranks, key=lambda r: r.rank)]
@@ -82,32 +85,30 @@ def entry_argv(entry: str) -> list[str]:
     return entry.split() if entry.startswith("-m ") else [entry]
 
 
-def trainer_processes(plan: Plan, cfg: Any, ctx: LaunchContext, server_addrs: list[str]
+def trainer_processes(plan: "Plan", engines: Mapping[str, "Engine"], entry: str,
+                      entry_args: Sequence[str], ctx: "LaunchContext",
+                      server_addrs: Sequence[str], served_model: Optional[str]
                       ) -> list[ProcessSpec]:
-    """One ProcessSpec per node of each trainer job."""
+    """One ProcessSpec per node of each trainer job. `served_model` is None without servers."""
     out: list[ProcessSpec] = []
     device = plan.cluster.device
-    rollout = next((c for c in plan.components.values() if c.is_inference), None)
-    for job in trainer_jobs(plan, cfg):
-        master = ctx.host(job.nodes[0][0])
+    for job in trainer_jobs(plan, engines):
+        master = host_placeholder(job.nodes[0][0])
         port = ctx.next_port()
-        tail = entry_argv(cfg.trainer.entry) + as_strings(cfg.trainer.args) + list(job.args)
+        tail = entry_argv(entry) + list(entry_args) + list(job.args)
         defaults = {"OMP_NUM_THREADS": "1"} if device == "cpu" else {}
-        defaults.update(ENGINES[job.backend].engine_env(device))
+        defaults.update(backends.get(job.backend).engine_env(device))
         for rank, (node, gpus) in enumerate(job.nodes):
+            log_dir = f"{ctx.run_dir}/torchrun/{job.label}-node{node}"  # error files per rank
             argv = [ctx.python, "-m", MODULE, "--nnodes", str(len(job.nodes)),
                     "--node-rank", str(rank), "--nproc-per-node", str(len(gpus)),
                     "--master-addr", master, "--master-port", str(port),
-                    "--rdzv-backend", "static", *tail]
-            contract = {
-                "AREAL_LAUNCH_PLAN": ctx.plan_path,
-                "AREAL_RUN_DIR": ctx.run_dir,
-                "AREAL_COMPONENT": ",".join(job.components),
-                "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus)) if device == "cuda" else "",
-            }
-            if rollout is not None:
-                contract["AREAL_LLM_SERVER_ADDRS"] = ",".join(server_addrs)
-                contract["AREAL_SERVED_MODEL_NAME"] = served_model_name(cfg, rollout.backend)
+                    "--rdzv-backend", "static", "--log-dir", log_dir, *tail]
+            contract = {ENV_PLAN: ctx.plan_path, ENV_RUN_DIR: ctx.run_dir,
+                        ENV_COMPONENT: ",".join(job.components)}
+            if served_model is not None:
+                contract[ENV_SERVER_ADDRS] = ",".join(server_addrs)
+                contract[ENV_SERVED_MODEL] = served_model
             out.append(ProcessSpec(
                 name=f"{job.label}-node{node}", component=",".join(job.components),
                 role="trainer", node=node, argv=tuple(argv),

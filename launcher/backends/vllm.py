@@ -14,16 +14,46 @@ VLLM_SERVER_DEV_MODE=1 everywhere: recipes reload weights through /collective_rp
 """
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional
 
-from launcher.gpuset import format_gpu_set
-from launcher.engines.context import LaunchContext
-from launcher.engines.options import (as_strings, launcher_owned, model_path, refuse_flags,
-                                      rollout_offload, served_model_name)
-from launcher.engines.servers import (ServerSet, bind_address, health_url, local_gpus,
-                                      process_name, server_env)
+from launcher.backends import INFERENCE
+from launcher.backends.common import launcher_owned, refuse_flags
+from launcher.backends.servers import (ServerClient, ServerSet, health_url, listen_args,
+                                       local_gpus, process_name, server_env, served_model_name)
 from launcher.errors import ConfigError
-from launcher.plan import ComponentPlan, Plan, ProcessSpec
+from launcher.gpuset import format_gpu_set
+from launcher.plan import ProcessSpec, host_placeholder
+
+if TYPE_CHECKING:
+    from launcher.backends.context import LaunchContext
+    from launcher.plan import ComponentPlan, Plan
+    from launcher.resolve import Engine
+
+NAME = "vllm"
+KIND = INFERENCE
+DIMS = "dtp"
+HYBRID = False
+EXAMPLE = "vllm:d2t2"
+ORDER = 1
+CLIENT = ServerClient(health="/health", release="/sleep?level=1", resume="/wake_up",
+                      release_flag="--enable-sleep-mode")
+
+
+@dataclass
+class Options:
+    """Flags for `vllm serve` (rollout.vllm.*); None means vLLM's own default (not passed)."""
+
+    gpu_memory_utilization: Optional[float] = None
+    max_model_len: Optional[int] = None
+    dtype: Optional[str] = None
+    enforce_eager: bool = False
+    served_model_name: Optional[str] = None
+    seed: Optional[int] = None
+    enable_sleep_mode: bool = False
+    # vLLM's CPU build: KV cache size in GiB (VLLM_CPU_KVCACHE_SPACE)
+    cpu_kvcache_space_gb: int = 1
+
 
 MODULE = "vllm.entrypoints.openai.api_server"
 CPU_DTYPE = "float32"
@@ -47,25 +77,24 @@ REFUSED = {
 }
 
 
-def server_processes(comp: ComponentPlan, plan: Plan, cfg: Any, ctx: LaunchContext) -> ServerSet:
+def servers(comp: "ComponentPlan", plan: "Plan", engine: "Engine",
+            ctx: "LaunchContext") -> ServerSet:
     """One ProcessSpec per instance and node of the rollout component."""
-    extra = as_strings(cfg.rollout.extra_args)
-    refuse_flags(extra, REFUSED, "rollout.extra_args")
+    refuse_flags(engine.extra_args, REFUSED, f"{engine.name}.extra_args")
     out = ServerSet()
-    shared = _option_args(cfg, plan.cluster.device, out.warnings) + extra
+    device = plan.cluster.device
+    shared = _option_args(engine, device, out.warnings) + list(engine.extra_args)
     for inst in comp.instances:
         nodes = sorted(inst.nodes)
-        leader = ctx.host(nodes[0])
+        leader = host_placeholder(nodes[0])
         port = ctx.next_port()
         master_port = ctx.next_port() if len(nodes) > 1 else None
         out.addrs.append(f"{leader}:{port}")
         for rank, node in enumerate(nodes):
-            host = ctx.host(node)
-            argv = [ctx.python, "-m", MODULE, "--model", model_path(cfg),
+            argv = [ctx.python, "-m", MODULE, "--model", engine.model_path,
                     "--tensor-parallel-size", str(comp.alloc.tp),
                     "--pipeline-parallel-size", str(comp.alloc.pp),
-                    "--distributed-executor-backend", "mp",
-                    "--host", bind_address(host), "--port", str(port)]
+                    "--distributed-executor-backend", "mp", *listen_args(node, port)]
             if master_port is not None:
                 argv += ["--nnodes", str(len(nodes)), "--node-rank", str(rank),
                          "--master-addr", leader, "--master-port", str(master_port)]
@@ -79,19 +108,20 @@ def server_processes(comp: ComponentPlan, plan: Plan, cfg: Any, ctx: LaunchConte
             out.processes.append(ProcessSpec(
                 name=process_name(comp, inst, node), component=comp.name, role="server",
                 node=node, argv=tuple(argv),
-                env=server_env(plan, cfg, ctx, comp, gpus, _defaults(plan, cfg, ctx, gpus)),
-                gpus=gpus, ports=ports, health_url=health_url(host, port) if rank == 0 else None))
+                env=server_env(engine, ctx, _defaults(plan, engine, ctx, gpus)),
+                gpus=gpus, ports=ports,
+                health_url=health_url(node, port, CLIENT) if rank == 0 else None))
     return out
 
 
-def _option_args(cfg: Any, device: str, warnings: list[str]) -> list[str]:
+def _option_args(engine: "Engine", device: str, warnings: list[str]) -> list[str]:
     """rollout.vllm.* and rollout.offload as vLLM flags (cpu defaults applied)."""
-    opts = cfg.rollout.vllm
+    opts: Options = engine.options
     fraction = opts.gpu_memory_utilization
     if fraction is not None and not 0 < fraction <= 1:
         raise ConfigError(f"rollout.vllm.gpu_memory_utilization={fraction}: a fraction of GPU "
                           f"memory, in (0, 1]")
-    args = ["--served-model-name", served_model_name(cfg, "vllm")]
+    args = ["--served-model-name", served_model_name(opts)]
     for key, flag in VALUE_FLAGS:
         value = getattr(opts, key)
         if value is not None:
@@ -101,21 +131,23 @@ def _option_args(cfg: Any, device: str, warnings: list[str]) -> list[str]:
         args += ["--dtype", str(dtype)]
     if opts.enforce_eager or device == "cpu":
         args.append("--enforce-eager")
-    if opts.enable_sleep_mode or rollout_offload(cfg):
+    if opts.enable_sleep_mode or engine.offload:
         if device == "cpu":
             warnings.append("rollout offload: vLLM's CPU build refuses sleep mode, so "
                             "--enable-sleep-mode is not passed and the servers keep their memory")
         else:
-            args.append("--enable-sleep-mode")
+            args.append(CLIENT.release_flag)
     return args
 
 
-def _defaults(plan: Plan, cfg: Any, ctx: LaunchContext, slots: tuple[int, ...]) -> dict[str, str]:
+def _defaults(plan: "Plan", engine: "Engine", ctx: "LaunchContext",
+              slots: tuple[int, ...]) -> dict[str, str]:
     """Environment defaults of a server on `slots` (the user's extra env may override them)."""
     env = {"VLLM_SERVER_DEV_MODE": "1"}
     if plan.cluster.device != "cpu":
         return env
-    env.update(HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE=str(cfg.rollout.vllm.cpu_kvcache_space_gb))
+    env.update(HF_HUB_OFFLINE="1",
+               VLLM_CPU_KVCACHE_SPACE=str(engine.options.cpu_kvcache_space_gb))
     if len(slots) > 1:
         env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(
             cpu_list(slot_cpus(slot, plan.cluster.gpus_per_node, ctx.cpus)) for slot in slots)

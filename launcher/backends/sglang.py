@@ -14,15 +14,48 @@ Ports, all drawn from ctx (reserved, so two launches never collide):
 """
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional
 
-from launcher.engines.context import LaunchContext
-from launcher.engines.options import (as_strings, launcher_owned, model_path, refuse_flags,
-                                      rollout_offload, served_model_name)
-from launcher.engines.servers import (ServerSet, bind_address, health_url, local_gpus,
-                                      process_name, server_env)
+from launcher.backends import INFERENCE
+from launcher.backends.common import launcher_owned, refuse_flags
+from launcher.backends.servers import (ServerClient, ServerSet, health_url, listen_args,
+                                       local_gpus, process_name, server_env, served_model_name)
 from launcher.errors import ConfigError
-from launcher.plan import ComponentPlan, Plan, ProcessSpec
+from launcher.plan import ProcessSpec, host_placeholder
+
+if TYPE_CHECKING:
+    from launcher.backends.context import LaunchContext
+    from launcher.plan import ComponentPlan, Plan
+    from launcher.resolve import Engine
+
+NAME = "sglang"
+KIND = INFERENCE
+DIMS = "dtp"
+HYBRID = False
+EXAMPLE = "sglang:d4t2"
+ORDER = 0
+CLIENT = ServerClient(health="/health", release="/release_memory_occupation",
+                      resume="/resume_memory_occupation", release_flag="--enable-memory-saver")
+
+
+@dataclass
+class Options:
+    """Flags for `python -m sglang.launch_server` (rollout.sglang.*); None: SGLang's default."""
+
+    mem_fraction_static: Optional[float] = None
+    dtype: Optional[str] = None
+    context_length: Optional[int] = None
+    served_model_name: Optional[str] = None
+    # dp attention and expert parallel *inside* one instance: do not change the GPU count
+    enable_dp_attention: bool = False
+    attn_dp_size: Optional[int] = None
+    ep_size: Optional[int] = None
+    enable_memory_saver: bool = False
+    skip_server_warmup: bool = False
+    watchdog_timeout: Optional[float] = None
+    log_level: Optional[str] = None
+
 
 MODULE = "sglang.launch_server"
 DIST_INIT_PORTS = 7  # the dist-init port and the six SGLang derives from it (+1..+6)
@@ -52,32 +85,30 @@ REFUSED = {
 }
 
 
-def server_processes(comp: ComponentPlan, plan: Plan, cfg: Any, ctx: LaunchContext) -> ServerSet:
+def servers(comp: "ComponentPlan", plan: "Plan", engine: "Engine",
+            ctx: "LaunchContext") -> ServerSet:
     """One ProcessSpec per instance and node of the rollout component."""
-    opts = cfg.rollout.sglang
-    extra = as_strings(cfg.rollout.extra_args)
-    refuse_flags(extra, REFUSED, "rollout.extra_args")
+    opts: Options = engine.options
+    refuse_flags(engine.extra_args, REFUSED, f"{engine.name}.extra_args")
     check_options(opts, comp.alloc.tp)
     dp_attention = attention_dp_size(opts, comp.alloc.tp) > 1
-    shared = _option_args(cfg, comp.alloc.tp) + extra
+    shared = _option_args(engine, comp.alloc.tp) + list(engine.extra_args)
     out = ServerSet()
     if plan.cluster.device == "cpu":
         out.warnings.append("rollout: SGLang on cpu needs SGLang's CPU kernels built from "
                             "source (PyPI has none); use rollout.backend=vllm:... there")
     for inst in comp.instances:
         nodes = sorted(inst.nodes)
-        leader = ctx.host(nodes[0])
+        leader = host_placeholder(nodes[0])
         port, nccl_port = ctx.next_port(), ctx.next_port()
         dist_port = ctx.ports_in_a_row(DIST_INIT_PORTS) if len(nodes) > 1 or dp_attention else None
         out.addrs.append(f"{leader}:{port}")
         for rank, node in enumerate(nodes):
-            host = ctx.host(node)
-            argv = [ctx.python, "-m", MODULE, "--model-path", model_path(cfg),
+            argv = [ctx.python, "-m", MODULE, "--model-path", engine.model_path,
                     "--tp-size", str(comp.alloc.tp)]
             if comp.alloc.pp > 1:
                 argv += ["--pp-size", str(comp.alloc.pp)]
-            argv += ["--host", bind_address(host), "--port", str(port),
-                     "--nccl-port", str(nccl_port)]
+            argv += [*listen_args(node, port), "--nccl-port", str(nccl_port)]
             if dist_port is not None:
                 argv += ["--dist-init-addr", f"{leader}:{dist_port}"]
             if len(nodes) > 1:
@@ -85,7 +116,7 @@ def server_processes(comp: ComponentPlan, plan: Plan, cfg: Any, ctx: LaunchConte
             if plan.cluster.device == "cpu":
                 argv += ["--device", "cpu"]
             argv += shared
-            ports = (port,)
+            ports: tuple[int, ...] = (port,)
             if rank == 0:
                 ports += (nccl_port,)
                 if dist_port is not None:
@@ -93,12 +124,12 @@ def server_processes(comp: ComponentPlan, plan: Plan, cfg: Any, ctx: LaunchConte
             gpus = local_gpus(plan, inst, node)
             out.processes.append(ProcessSpec(
                 name=process_name(comp, inst, node), component=comp.name, role="server",
-                node=node, argv=tuple(argv), env=server_env(plan, cfg, ctx, comp, gpus, {}),
-                gpus=gpus, ports=ports, health_url=health_url(host, port)))
+                node=node, argv=tuple(argv), env=server_env(engine, ctx, {}),
+                gpus=gpus, ports=ports, health_url=health_url(node, port, CLIENT)))
     return out
 
 
-def check_options(opts: Any, tp: int) -> None:
+def check_options(opts: Options, tp: int) -> None:
     """What SGLang itself lets through or rejects with a bare assert (reference/sglang.md)."""
     fraction = opts.mem_fraction_static
     if fraction is not None and not 0 < fraction <= 1:
@@ -109,7 +140,7 @@ def check_options(opts: Any, tp: int) -> None:
                           f"instance's tensor parallel size t={tp} (rollout.backend)")
 
 
-def attention_dp_size(opts: Any, tp: int) -> int:
+def attention_dp_size(opts: Options, tp: int) -> int:
     """rollout.sglang.attn_dp_size; enable_dp_attention alone means one attention replica per
     tp rank (SGLang 0.5.23 turned `--dp-size N --enable-dp-attention` into `--attn-dp-size N`;
     the bare switch would resolve to 1, a silent no-op)."""
@@ -118,10 +149,10 @@ def attention_dp_size(opts: Any, tp: int) -> int:
     return tp if opts.enable_dp_attention else 1
 
 
-def _option_args(cfg: Any, tp: int) -> list[str]:
+def _option_args(engine: "Engine", tp: int) -> list[str]:
     """rollout.sglang.* and rollout.offload as SGLang flags."""
-    opts = cfg.rollout.sglang
-    args = ["--served-model-name", served_model_name(cfg, "sglang")]
+    opts: Options = engine.options
+    args = ["--served-model-name", served_model_name(opts)]
     if opts.enable_dp_attention:
         args.append("--enable-dp-attention")  # deprecated in 0.5.23, the switch before it
     if opts.enable_dp_attention or opts.attn_dp_size is not None:
@@ -133,6 +164,6 @@ def _option_args(cfg: Any, tp: int) -> list[str]:
     for key, flag in SWITCHES:
         if getattr(opts, key):
             args.append(flag)
-    if opts.enable_memory_saver or rollout_offload(cfg):  # release/resume need it
-        args.append("--enable-memory-saver")
+    if opts.enable_memory_saver or engine.offload:  # release/resume need it
+        args.append(CLIENT.release_flag)
     return args

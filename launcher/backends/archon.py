@@ -1,0 +1,34 @@
+"""Archon trainers (AReaL's torch-native engine): torchrun workers given the same parallel-size
+flags as Megatron, so one entry point can read either."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from launcher.backends import TRAINING
+from launcher.backends.megatron import REFUSED, parallel_args
+
+if TYPE_CHECKING:
+    from launcher.plan import ComponentPlan
+
+NAME = "archon"
+KIND = TRAINING
+DIMS = "dtpce"
+HYBRID = True
+EXAMPLE = "archon:d4t2"
+ORDER = 2
+__all__ = ["REFUSED", "engine_args", "engine_env"]
+
+
+@dataclass
+class Options:
+    """<engine>.archon.*: no options yet (an option nothing reads would be a lie)."""
+
+
+def engine_args(comp: "ComponentPlan", options: Options) -> list[str]:
+    """Parallel flags only."""
+    return parallel_args(comp.alloc)
+
+
+def engine_env(device: str) -> dict[str, str]:
+    return {}

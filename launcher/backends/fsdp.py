@@ -1,0 +1,37 @@
+"""FSDP2 trainers: plain torchrun workers. The entry point builds its (dp, cp, tp) device mesh
+from the plan it is handed (AREAL_LAUNCH_PLAN), so no parallel flags go on its command line."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional
+
+from launcher.backends import TRAINING
+
+if TYPE_CHECKING:
+    from launcher.plan import ComponentPlan
+
+NAME = "fsdp"
+KIND = TRAINING
+DIMS = "dtc"
+HYBRID = False
+EXAMPLE = "fsdp:d8"
+ORDER = 0
+REFUSED: dict[str, str] = {}
+
+
+@dataclass
+class Options:
+    """<engine>.fsdp.*: read by the entry point from the plan (engine_options)."""
+
+    reshard_after_forward: bool = True
+    mixed_precision: Optional[str] = None  # e.g. bf16: parameters in bf16, reductions in fp32
+
+
+def engine_args(comp: "ComponentPlan", options: Options) -> list[str]:
+    """Flags after the entry point: none (fsdp.* options are not command-line flags)."""
+    return []
+
+
+def engine_env(device: str) -> dict[str, str]:
+    """Environment defaults for its workers."""
+    return {}

@@ -1,0 +1,79 @@
+"""What every inference backend shares: names, addresses, GPUs per node, environment, and
+the HTTP endpoints the recipe and the launcher call on a server.
+
+A rollout instance runs one server process per node it spans; the first node's process serves
+the HTTP API (its address goes to the trainers), the others join it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Mapping
+
+from launcher.backends.common import layered_env
+from launcher.plan import (DEFAULT_SERVED_MODEL, ENV_COMPONENT, ENV_PLAN, ENV_RUN_DIR,
+                           ENV_SERVED_MODEL, bind_placeholder, host_placeholder)
+
+if TYPE_CHECKING:
+    from launcher.backends.context import LaunchContext
+    from launcher.plan import ComponentPlan, Instance, Plan, ProcessSpec
+    from launcher.resolve import Engine
+
+
+@dataclass(frozen=True)
+class ServerClient:
+    """A server's HTTP endpoints, beyond OpenAI's: its health probe, and the calls that free
+    its GPU memory between phases (collocated runs) and take it back, which need `release_flag`
+    at start."""
+
+    health: str
+    release: str
+    resume: str
+    release_flag: str
+
+
+@dataclass
+class ServerSet:
+    """The servers of one rollout component and what trainers and the user learn from them."""
+
+    processes: list["ProcessSpec"] = field(default_factory=list)
+    addrs: list[str] = field(default_factory=list)  # host:port per instance, instance order
+    warnings: list[str] = field(default_factory=list)
+
+
+def served_model_name(options: object) -> str:
+    """The name servers answer to; the same string goes to trainers (AREAL_SERVED_MODEL_NAME)."""
+    return str(getattr(options, "served_model_name", None) or DEFAULT_SERVED_MODEL)
+
+
+def process_name(comp: "ComponentPlan", inst: "Instance", node: int) -> str:
+    """`rollout-<i>`, or `rollout-<i>-node<k>` (k: the cluster node) for multi-node instances."""
+    base = f"{comp.name}-{inst.index}"
+    return base if len(inst.nodes) == 1 else f"{base}-node{node}"
+
+
+def local_gpus(plan: "Plan", inst: "Instance", node: int) -> tuple[int, ...]:
+    """The instance's GPUs on `node`, as node-local indices (CUDA_VISIBLE_DEVICES order)."""
+    cluster = plan.cluster
+    return tuple(cluster.local_of(g) for g in inst.gpus if cluster.node_of(g) == node)
+
+
+def server_env(engine: "Engine", ctx: "LaunchContext", defaults: Mapping[str, str]
+               ) -> dict[str, str]:
+    """The environment one server process gets (DESIGN §7)."""
+    contract = {
+        ENV_PLAN: ctx.plan_path,
+        ENV_RUN_DIR: ctx.run_dir,
+        ENV_COMPONENT: engine.name,
+        ENV_SERVED_MODEL: served_model_name(engine.options),
+    }
+    return layered_env(defaults, ctx.extra_env, contract)
+
+
+def health_url(node: int, port: int, client: ServerClient) -> str:
+    """Where the supervisor polls a server before counting it up."""
+    return f"http://{host_placeholder(node)}:{port}{client.health}"
+
+
+def listen_args(node: int, port: int) -> list[str]:
+    """`--host <bind address of the node> --port <port>`: both servers spell them so."""
+    return ["--host", bind_placeholder(node), "--port", str(port)]
