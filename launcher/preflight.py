@@ -76,7 +76,8 @@ def importable(python: str, module: str) -> bool:
 
 def problems(procs: Sequence[Materialized], paths: Sequence[str]) -> list[str]:
     """One line per thing missing here (empty: ready)."""
-    out: list[str] = []
+    out = [f"{path} does not exist here (the run reads it)" for path in paths
+           if not os.path.exists(path)]
     seen: set[tuple[str, str]] = set()
     for proc in procs:
         python = proc.argv[0]
@@ -87,7 +88,4 @@ def problems(procs: Sequence[Materialized], paths: Sequence[str]) -> list[str]:
             if not importable(python, module):
                 how = INSTALL.get(module, f"pip install {module}")
                 out.append(f"{proc.name} needs {module!r}, which {python} cannot import: {how}")
-    for path in paths:
-        if not os.path.exists(path):
-            out.append(f"{path} does not exist here (the run reads it)")
     return out

@@ -176,14 +176,23 @@ def render_table(plan: Plan) -> Table:
     for column in ("engine", "backend", "spec", "world", "inherited from", "GPUs", "layout"):
         table.add_column(column, justify="right" if column == "world" else "left")
     for name, comp in plan.components.items():
-        layout = (f"{len(comp.instances)} x {_count(comp.alloc.tp * comp.alloc.pp, 'GPU')}"
-                  if comp.is_inference else
-                  " ".join(f"{k}{v}" for k, v in comp.alloc.to_dict().items()
-                           if k in ("dp", "tp", "pp", "cp") and v > 1) or "dp1")
         table.add_row(Text(name, style=f"bold {COLOR.get(name, 'white')}"), comp.backend,
                       str(comp.alloc), str(comp.world_size), comp.inherited_from or "",
-                      format_gpu_set(comp.gpus), layout)
+                      format_gpu_set(comp.gpus), layout(comp))
     return table
+
+
+def layout(comp: ComponentPlan) -> str:
+    """Instances x GPUs for servers; the grid for trainers, and beside it the experts' grid
+    (ep, etp, edp) when the engine has one: the MoE hybrid form has two layouts."""
+    a = comp.alloc
+    if comp.is_inference:
+        return f"{len(comp.instances)} x {_count(a.tp * a.pp, 'GPU')}"
+    grid = " ".join(f"{k}{v}" for k, v in (("dp", a.dp), ("tp", a.tp), ("pp", a.pp),
+                                           ("cp", a.cp)) if v > 1) or "dp1"
+    if a.ep == 1 and a.etp == 1:
+        return grid
+    return f"{'attn ' if a.hybrid else ''}{grid} | experts ep{a.ep} etp{a.etp} edp{a.edp}"
 
 
 def _cluster_words(plan: Plan) -> str:

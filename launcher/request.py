@@ -20,8 +20,8 @@ from launcher.backends.context import LaunchContext
 from launcher.backends.servers import served_model_name
 from launcher.backends.torchrun import trainer_processes
 from launcher.errors import LaunchError
-from launcher.plan import (ENV_GPUS, ENV_RUN_MARKER, Plan, ProcessSpec, fill_hosts, mask_env,
-                           nodes_named)
+from launcher.plan import (ENV_GPUS, ENV_HOSTS, ENV_RUN_MARKER, INDENT_UP_TO, Plan, ProcessSpec,
+                           fill_hosts, mask_env, nodes_named)
 
 REQUEST_SCHEMA = 1
 
@@ -100,7 +100,8 @@ class LaunchRequest:
                 "processes": procs}
 
     def to_json(self, mask_secrets: bool = False) -> str:
-        return json.dumps(self.to_dict(mask_secrets), indent=1)
+        indent = 1 if len(self.processes) <= INDENT_UP_TO else None  # as the plan's
+        return json.dumps(self.to_dict(mask_secrets), indent=indent)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "LaunchRequest":
@@ -160,6 +161,7 @@ def materialize(spec: ProcessSpec, hosts: Sequence[str], visible: Optional[Seque
     """What runs for `spec` on its node (see module doc). On cpu every GPU is hidden."""
     env = {k: fill_hosts(v, hosts) for k, v in spec.env.items()}
     env[ENV_GPUS] = gpu_ids(spec, visible) if device == "cuda" else ""
+    env[ENV_HOSTS] = ",".join(hosts)
     env[ENV_RUN_MARKER] = run_id
     url = fill_hosts(spec.health_url, hosts) if spec.health_url else None
     return Materialized(spec, tuple(fill_hosts(a, hosts) for a in spec.argv), env, url)

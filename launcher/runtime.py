@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from launcher.errors import LaunchError
-from launcher.plan import (DEFAULT_SERVED_MODEL, ENV_COMPONENT, ENV_PLAN,  # noqa: F401
-                           ENV_RUN_DIR, ENV_SERVED_MODEL, ENV_SERVER_ADDRS)
+from launcher.plan import (DEFAULT_SERVED_MODEL, ENV_COMPONENT, ENV_HOSTS,  # noqa: F401
+                           ENV_PLAN, ENV_RUN_DIR, ENV_SERVED_MODEL, ENV_SERVER_ADDRS,
+                           fill_hosts)
 from launcher.ranks import AXES
 
 
@@ -130,11 +131,14 @@ class RuntimePlan:
         return sorted(out)
 
     def server_addrs(self) -> list[str]:
-        """host:port of every rollout server: $AREAL_LLM_SERVER_ADDRS, else the plan's."""
+        """host:port of every rollout server: $AREAL_LLM_SERVER_ADDRS, else the plan's servers
+        with $AREAL_HOSTS filling in the node addresses (runs with many servers: a variable
+        that long would not fit)."""
         named = self.env.get(ENV_SERVER_ADDRS, "")
         if named.strip():
             return [a.strip() for a in named.split(",") if a.strip()]
-        return _addrs_from_processes(self.data.get("processes", []))
+        hosts = [h for h in self.env.get(ENV_HOSTS, "").split(",") if h]
+        return _addrs_from_processes(self.data.get("processes", []), hosts)
 
     def served_model_name(self) -> str:
         """The model name the servers answer to in OpenAI requests."""
@@ -154,17 +158,15 @@ def _check_axis(axis: str) -> None:
         raise LaunchError(f"unknown parallel axis {axis!r}; use one of {', '.join(AXES)}")
 
 
-def _addrs_from_processes(processes: list[Mapping[str, Any]]) -> list[str]:
-    """Servers' addresses from their health URLs (or first port), in plan order."""
+def _addrs_from_processes(processes: list[Mapping[str, Any]], hosts: list[str]) -> list[str]:
+    """Servers' addresses from their health URLs, hosts filled in (no hosts: every node is this
+    machine), in plan order; followers of multi-node instances have no URL of their own."""
     out = []
     for proc in processes:
-        if proc.get("role") != "server":
+        if proc.get("role") != "server" or not proc.get("health_url"):
             continue
-        url = proc.get("health_url")
-        if url:
-            out.append(urllib.parse.urlsplit(url).netloc)
-        elif proc.get("ports"):
-            out.append(f"127.0.0.1:{proc['ports'][0]}")
+        url = fill_hosts(str(proc["health_url"]), hosts or ["127.0.0.1"] * (1 + int(proc["node"])))
+        out.append(urllib.parse.urlsplit(url).netloc)
     return out
 
 

@@ -155,6 +155,9 @@ def test_config_files_are_found_from_an_installed_package(tmp_path):
     assert out.returncode == 0, out.stderr
     plan = json.loads(out.stdout)
     assert plan["components"]["actor"]["spec"] == "megatron:d2p2t2"
+    # the default recipe ships with the package: its trainers run the installed copy
+    trainer = next(p for p in plan["processes"] if p["role"] == "trainer")
+    assert str(target / "recipes" / "grpo" / "train.py") in trainer["argv"]
     imported_from = subprocess.run([sys.executable, "-c", "import launcher; print(launcher.__file__)"],
                                    capture_output=True, text=True, env=env, cwd=tmp_path).stdout
     assert imported_from.startswith(str(target))

@@ -442,7 +442,7 @@ def test_dry_run_text_shows_each_process_as_a_shell_line_with_secrets_masked():
     shown = materialize(spec, ["127.0.0.1"], ["3", "4"], "cuda", "r1")
     assert dry_run_text([shown]) == (
         "# rollout-0: server on node 0, gpus 0,1, health http://127.0.0.1:8000/health\n"
-        "HF_TOKEN='***' CUDA_VISIBLE_DEVICES=3,4 AREAL_LAUNCH_RUN=r1 \\\n"
+        "HF_TOKEN='***' CUDA_VISIBLE_DEVICES=3,4 AREAL_HOSTS=127.0.0.1 AREAL_LAUNCH_RUN=r1 \\\n"
         "  python -m vllm --chat-template 'a b'")
 
 

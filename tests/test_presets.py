@@ -15,6 +15,21 @@ SGLANG_PYTHON = ROOT / ".venv-sglang" / "bin" / "python"
 EXPECTED_MODE = {"gpu1x8_collocated_sglang_fsdp": "collocated",
                  "gpu2x8_disaggregated_sglang_fsdp": "disaggregated",
                  "gpu2x8_megatron": "disaggregated"}
+# what each preset's comment says it is: (phrase in the comment, servers (node, GPUs each),
+# torchrun jobs (engines, node, GPUs))
+STATED = {
+    "gpu1x8_collocated_sglang_fsdp": (
+        ("4 SGLang instances (tp 2) and 8 FSDP ranks share every GPU",),
+        [(0, 2)] * 4, [("actor", 0, 8)]),
+    "gpu2x8_disaggregated_sglang_fsdp": (
+        ("node 0 serves (4 SGLang instances of tp 2)", "node 1 trains (8 FSDP ranks)",
+         "reference model inside the same trainer processes"),
+        [(0, 2)] * 4, [("actor,ref", 1, 8)]),
+    "gpu2x8_megatron": (
+        ("node 0 serves (2 SGLang instances of tp 4)", "node 1 trains with Megatron",
+         "ref runs inside the same trainer processes"),
+        [(0, 4)] * 2, [("actor,ref", 1, 8)]),
+}
 
 
 def preset_plan(name: str):
@@ -22,7 +37,21 @@ def preset_plan(name: str):
 
 
 def test_every_preset_is_covered_here():
-    assert PRESETS == sorted(EXPECTED_MODE)
+    assert PRESETS == sorted(EXPECTED_MODE) == sorted(STATED)
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_each_preset_is_the_shape_its_comment_states(name):
+    phrases, servers, trainers = STATED[name]
+    comment = (ROOT / "launcher" / "conf" / "experiment" / f"{name}.yaml").read_text()
+    flat = " ".join(line.lstrip("# ").strip() for line in comment.splitlines()
+                    if line.startswith("#"))
+    for phrase in phrases:
+        assert phrase in flat, f"{name}: the comment no longer says {phrase!r}"
+    plan = preset_plan(name)
+    assert [(p.node, len(p.gpus)) for p in plan.processes if p.role == "server"] == servers
+    assert [(p.component, p.node, len(p.gpus)) for p in plan.processes
+            if p.role == "trainer"] == trainers
 
 
 @pytest.mark.parametrize("name", PRESETS)

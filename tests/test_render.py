@@ -138,3 +138,18 @@ def test_map_says_how_each_rollout_shard_gets_its_weights():
                   {"rollout": "0-9", "actor": "12-15"})
     assert "10 shards fed (2 same node, 8 across nodes); at most 3 per actor rank" in text_of(
         render_gpu_map(apart))
+
+
+def test_the_moe_table_shows_the_expert_layout_beside_the_attention_one():
+    from launcher.alloc import parse_backend
+
+    hybrid = parse_backend("megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)")
+    plan = Plan(ClusterSpec(4, 8), "disaggregated",
+                {"actor": component_plan("actor", hybrid, range(32), ClusterSpec(4, 8))})
+    text = " ".join(text_of(render_table(plan)).replace("│", " ").split())
+    assert "attn dp4 tp2 pp2 cp2 | experts ep2 etp4 edp2" in text
+    plain = Plan(ClusterSpec(4, 8), "disaggregated",
+                 {"actor": component_plan("actor", parse_backend("megatron:d8p2t2e4"),
+                                          range(32), ClusterSpec(4, 8))})
+    assert "dp8 tp2 pp2 | experts ep4 etp1 edp4" in " ".join(
+        text_of(render_table(plain)).replace("│", " ").split())

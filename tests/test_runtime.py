@@ -42,9 +42,11 @@ PLAN = {
         {"rank": 2, "instance": 1, "tp": 0}, {"rank": 3, "instance": 1, "tp": 1}]}],
     "processes": [
         {"name": "rollout-0", "component": "rollout", "role": "server", "node": 2, "argv": [],
-         "env": {}, "gpus": [0, 1], "ports": [31000], "health_url": "http://10.0.0.3:31000/health"},
+         "env": {}, "gpus": [0, 1], "ports": [31000],
+         "health_url": "http://@@AREAL_NODE_2@@:31000/health"},
         {"name": "rollout-1", "component": "rollout", "role": "server", "node": 2, "argv": [],
-         "env": {}, "gpus": [2, 3], "ports": [31001], "health_url": None},
+         "env": {}, "gpus": [2, 3], "ports": [31001],
+         "health_url": "http://@@AREAL_NODE_2@@:31001/health"},
         {"name": "actor", "component": "actor,ref", "role": "trainer", "node": 0, "argv": [],
          "env": {}, "gpus": [0, 1, 2, 3], "ports": [], "health_url": None},
     ],
@@ -112,8 +114,10 @@ def test_server_addrs_come_from_env_first():
     assert rt(env).server_addrs() == ["h1:1", "h2:2"]
 
 
-def test_server_addrs_fall_back_to_the_plans_servers():
-    assert rt().server_addrs() == ["10.0.0.3:31000", "127.0.0.1:31001"]
+def test_server_addrs_fall_back_to_the_plans_servers_with_the_nodes_addresses():
+    """Runs with so many servers that the variable would not fit name none: the plan does."""
+    assert rt({"AREAL_HOSTS": "n0,n1,n2"}).server_addrs() == ["n2:31000", "n2:31001"]
+    assert rt().server_addrs() == ["127.0.0.1:31000", "127.0.0.1:31001"]  # all on this machine
 
 
 def test_recipe_options_lay_the_plan_over_defaults():

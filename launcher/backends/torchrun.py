@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 from launcher import backends
 from launcher.backends.common import layered_env, refuse_flags
 from launcher.plan import (ENV_COMPONENT, ENV_PLAN, ENV_RUN_DIR, ENV_SERVED_MODEL,
-                           ENV_SERVER_ADDRS, ProcessSpec, host_placeholder)
+                           ENV_SERVER_ADDRS, MAX_ENV_ADDRS, ProcessSpec, host_placeholder)
 
 if TYPE_CHECKING:
     from launcher.backends.context import LaunchContext
@@ -69,12 +69,14 @@ def rank_layout(plan: "Plan", comp: "ComponentPlan") -> tuple[tuple[int, tuple[i
     else:
         placed = [(plan.cluster.node_of(g), plan.cluster.local_of(g)) for g in comp.gpus]
     layout: list[tuple[int, list[int]]] = []
+    seen: set[int] = set()
     for node, gpu in placed:
         if layout and layout[-1][0] == node:
             layout[-1][1].append(gpu)
-        elif any(n == node for n, _ in layout):  # ranks.py keeps ranks node-contiguous
+        elif node in seen:  # ranks.py keeps ranks node-contiguous
             raise AssertionError(f"{comp.name}: ranks on node {node} are not contiguous")
         else:
+            seen.add(node)
             layout.append((node, [gpu]))
     return tuple((node, tuple(gpus)) for node, gpus in layout)
 
@@ -92,6 +94,7 @@ def trainer_processes(plan: "Plan", engines: Mapping[str, "Engine"], entry: str,
     """One ProcessSpec per node of each trainer job. `served_model` is None without servers."""
     out: list[ProcessSpec] = []
     device = plan.cluster.device
+    addrs = ",".join(server_addrs)  # longer lists: trainers read them from the plan (runtime)
     for job in trainer_jobs(plan, engines):
         master = host_placeholder(job.nodes[0][0])
         port = ctx.next_port()
@@ -107,7 +110,8 @@ def trainer_processes(plan: "Plan", engines: Mapping[str, "Engine"], entry: str,
             contract = {ENV_PLAN: ctx.plan_path, ENV_RUN_DIR: ctx.run_dir,
                         ENV_COMPONENT: ",".join(job.components)}
             if served_model is not None:
-                contract[ENV_SERVER_ADDRS] = ",".join(server_addrs)
+                if len(addrs) <= MAX_ENV_ADDRS:
+                    contract[ENV_SERVER_ADDRS] = addrs
                 contract[ENV_SERVED_MODEL] = served_model
             out.append(ProcessSpec(
                 name=f"{job.label}-node{node}", component=",".join(job.components),

@@ -22,13 +22,12 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from launcher.errors import LaunchError
+from launcher.plan import ENV_HOSTS
 from launcher.preflight import problems
 from launcher.request import LaunchRequest, visible_gpus
 from launcher.runners import keeper
 from launcher.runners.console import RunConsole
 from launcher.runners.supervisor import DONE_DIR, Peers, materialize_node, supervise
-
-ENV_HOSTS = "AREAL_HOSTS"
 
 
 def run_node(request: LaunchRequest, node: int, hosts: Sequence[str], peers: bool,
