@@ -290,19 +290,18 @@ def run_steps(s: Session, engine: Engine) -> int:
         if len(samples) < s.data_world:
             raise ValueError(f"{len(samples)} samples for {s.data_world} data-parallel slices: "
                              "raise recipe.prompts_per_step or recipe.samples_per_prompt")
-        if s.rank == 0:
-            s.phases.before_train()
-        dist.barrier()  # servers asleep before any rank fills the GPU again
-        engine.reload()
-        stats = engine.train_step(s, samples, advantages)
-        state = engine.full_state()
-        engine.offload()
-        if s.rank == 0:
-            s.phases.before_push()
-        dist.barrier()  # servers awake before any rank asks them to reload
         version = f"v{step}"
-        _, confirmed = push_weights(s, state, version)
-        del state
+
+        def train() -> tuple[dict[str, float], dict[str, torch.Tensor]]:
+            engine.reload()
+            stats = engine.train_step(s, samples, advantages)
+            state = engine.full_state()
+            engine.offload()
+            return stats, state
+
+        (stats, _), (_, confirmed) = s.phases.train_then_push(
+            train, lambda trained: push_weights(s, trained[1], version), dist.barrier,
+            leader=s.rank == 0)
         confirmed_total += confirmed
         rewards.append(sum(step_rewards) / len(step_rewards))
         kl = f"{stats['kl']:.4f}" if engine.has_ref else "off"

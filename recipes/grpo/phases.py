@@ -11,9 +11,13 @@ once and the servers stay awake.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Protocol, Sequence, TypeVar
 
 from launcher.runtime import RuntimePlan
+
+
+T = TypeVar("T")
+P = TypeVar("P")
 
 
 class MemoryServer(Protocol):
@@ -65,3 +69,17 @@ class RolloutPhases:
             for server in self.servers:
                 server.resume_memory()
             self.asleep = False
+
+    def train_then_push(self, train: Callable[[], T], push: Callable[[T], P],
+                        barrier: Callable[[], None], leader: bool) -> tuple[T, P]:
+        """One step after its rollout: the leader releases the servers' memory, every rank
+        trains, the leader takes the memory back, every rank pushes. The barriers keep any rank
+        from training before the servers let go, or pushing before they are awake."""
+        if leader:
+            self.before_train()
+        barrier()
+        trained = train()
+        if leader:
+            self.before_push()
+        barrier()
+        return trained, push(trained)
