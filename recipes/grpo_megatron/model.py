@@ -22,9 +22,15 @@ RECORDED_WEIGHT = "self_attention.linear_qkv.weight"  # of the stage's first lay
 
 def transformer_config(hf: Any, sizes: Mapping[str, int], options: Mapping[str, Any],
                        dtype: torch.dtype) -> Any:
-    """Megatron's TransformerConfig for the HF Llama config on the plan's layout."""
+    """Megatron's TransformerConfig for the HF Llama config on the plan's layout. The expert
+    sizes stay out: a dense model has no expert layer to split (Megatron refuses ep > 1
+    without experts), while its parallel state still forms and checks the expert groups."""
     from megatron.core.transformer.transformer_config import TransformerConfig
 
+    experts = getattr(hf, "num_local_experts", None) or getattr(hf, "num_experts", None)
+    if experts:
+        raise ValueError(f"the model has {experts} experts: this recipe converts dense Llama "
+                         "weights only")
     recompute = options.get("recompute_granularity")
     return TransformerConfig(
         num_layers=hf.num_hidden_layers, hidden_size=hf.hidden_size,
@@ -35,8 +41,7 @@ def transformer_config(hf: Any, sizes: Mapping[str, int], options: Mapping[str, 
         activation_func=torch.nn.functional.silu, add_bias_linear=False,
         hidden_dropout=0.0, attention_dropout=0.0, params_dtype=dtype, pipeline_dtype=dtype,
         tensor_model_parallel_size=sizes["tp"], pipeline_model_parallel_size=sizes["pp"],
-        context_parallel_size=sizes["cp"], expert_model_parallel_size=sizes["ep"],
-        expert_tensor_parallel_size=sizes["etp"],
+        context_parallel_size=sizes["cp"],
         sequence_parallel=bool(options.get("sequence_parallel")) and sizes["tp"] > 1,
         recompute_granularity=recompute or None,
         recompute_method="uniform" if recompute == "full" else None,
