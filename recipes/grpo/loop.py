@@ -19,6 +19,7 @@ servers' memory phases (recipes/grpo/phases.py) and the engine's offload wrap it
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -84,6 +85,14 @@ class Engine(Protocol):
 def log(rank: int, text: str) -> None:
     if rank == 0:
         print(text, flush=True)
+
+
+def say_once(text: str) -> None:
+    """A line on stderr from rank 0 alone (torchrun's RANK before any process group exists):
+    why the run stops, said once."""
+    rank = dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", "0"))
+    if rank == 0:
+        print(f"grpo: {text}", file=sys.stderr, flush=True)
 
 
 def init_distributed(rt: RuntimePlan, opts: GRPOOptions) -> tuple[torch.device, int, int]:

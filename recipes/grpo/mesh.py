@@ -108,6 +108,35 @@ def shard_model(model: torch.nn.Module, mesh: DeviceMesh, mp: Optional[MixedPrec
     return model
 
 
+def _sharded(param: torch.Tensor) -> bool:
+    """FSDP2 keeps a parameter as a DTensor over the data axis while it is sharded."""
+    names = param.device_mesh.mesh_dim_names or () if isinstance(param, DTensor) else ()
+    return any(name in ("dp", "dp_cp") for name in names)
+
+
+def observe_fsdp(model: torch.nn.Module, device: torch.device) -> dict[str, Any]:
+    """What FSDP2 does in a training forward, read from the live model (a collective: every
+    rank calls): the dtype the first attention projection computes in (mixed_precision) and
+    whether its layer's parameters are sharded again when the forward ends
+    (reshard_after_forward). A zero backward leaves no gradient behind."""
+    proj = model.model.layers[0].self_attn.q_proj
+    seen: dict[str, Any] = {}
+
+    def note_dtype(module: torch.nn.Module, args: Any) -> None:  # None: inputs unchanged
+        seen.setdefault("dtype", str(module.weight.dtype).removeprefix("torch."))
+
+    handle = proj.register_forward_pre_hook(note_dtype)
+    ids = torch.tensor([[1, 4, 5, 6]], device=device)
+    try:
+        logits = model(input_ids=ids).logits
+        seen["resharded_after_forward"] = _sharded(proj.weight)
+        (logits.float().sum() * 0).backward()
+    finally:
+        handle.remove()
+    model.zero_grad(set_to_none=True)
+    return seen
+
+
 def clip_grad_norm(params: Iterable[torch.nn.Parameter], max_norm: float) -> float:
     """Clip by the global gradient norm (a collective: every rank calls). torch's
     clip_grad_norm_ stacks per-parameter norms, which fails when they live on different meshes

@@ -120,12 +120,12 @@ def setup(rt: RuntimePlan, opts: GRPOOptions) -> tuple[Session, FSDPEngine]:
     model_path = rt.model_path(default=str(tiny_model_path()))
     fsdp_options = rt.engine_options("actor")
     model = load_model(model_path, dtype, device, mesh, fsdp_options, trainable=True)
-    coords = meshes.live_coords(mesh)
+    fsdp = meshes.observe_fsdp(model, device)
     run_dir = rt.run_dir()
     if run_dir:
-        write_rank_record(run_dir, rank, coords, meshes.weight_shard(model),
-                          {"backend": "fsdp", "mesh": dict(zip(mesh.mesh_dim_names,
-                                                               mesh.shape))})
+        write_rank_record(run_dir, rank, meshes.live_coords(mesh), meshes.weight_shard(model),
+                          {"backend": "fsdp", "fsdp": fsdp,
+                           "mesh": dict(zip(mesh.mesh_dim_names, mesh.shape))})
     ref_on = "ref" in rt.components() or rt.has_component("ref")
     ref = load_model(model_path, dtype, device, mesh, fsdp_options, False) if ref_on else None
     optim = torch.optim.AdamW(model.parameters(), lr=opts.lr, weight_decay=0.0)
@@ -135,7 +135,9 @@ def setup(rt: RuntimePlan, opts: GRPOOptions) -> tuple[Session, FSDPEngine]:
     host = HostOffload.from_plan(rt, model, optim, device, say=lambda text: log(rank, text))
     sizes = " x ".join(f"{n} {k}" for n, k in zip(mesh.mesh_dim_names, mesh.shape))
     log(rank, f"grpo: {world} actor rank(s) on {device.type}, mesh {sizes} "
-              f"(FSDP2 over {data.size()}, tensor parallel over {mesh['tp'].size()}), "
+              f"(FSDP2 over {data.size()}, tensor parallel over {mesh['tp'].size()}; computes "
+              f"in {fsdp['dtype']}, reshard_after_forward "
+              f"{str(fsdp['resharded_after_forward']).lower()}), "
               f"ref {'on' if ref else 'off'}, {len(s.servers)} rollout server(s)"
               f"{' ' + ','.join(x.addr for x in s.servers) if s.servers else ''}, "
               f"model {model_path}, "
@@ -151,6 +153,15 @@ def refuse_megatron(rt: RuntimePlan) -> Optional[str]:
     return None
 
 
+def bad_fsdp_option(rt: RuntimePlan) -> Optional[str]:
+    """actor.fsdp.mixed_precision checked before any process group starts."""
+    try:
+        meshes.mixed_precision_policy(rt.engine_options("actor").get("mixed_precision"))
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 @record
 def main(argv: Optional[list[str]] = None) -> int:
     rt = load_plan()
@@ -158,16 +169,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"grpo: nothing to do for {','.join(rt.components())}: this recipe runs the "
               "reference model inside the actor job", flush=True)
         return 0
-    refusal = refuse_megatron(rt)
+    refusal = refuse_megatron(rt) or bad_fsdp_option(rt)
     if refusal:
-        print(f"grpo: {refusal}", file=sys.stderr, flush=True)
+        loop.say_once(refusal)
         return 2
     opts, engine_flags = load_options(rt, sys.argv[1:] if argv is None else argv)
     try:
         s, engine = setup(rt, opts)
     except LayoutMismatch as exc:  # every rank stops here; rank 0 says why, once
-        if dist.get_rank() == 0:
-            print(f"grpo: {exc}", file=sys.stderr, flush=True)
+        loop.say_once(str(exc))
         dist.destroy_process_group()
         return 1
     if engine_flags:

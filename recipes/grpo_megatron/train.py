@@ -129,13 +129,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     opts, flags = load_options(rt, sys.argv[1:] if argv is None else argv)
     disagreement = parallel.flags_disagree(rt, flags)
     if disagreement:
-        print(f"grpo: {disagreement}", file=sys.stderr, flush=True)
+        loop.say_once(disagreement)
         return 2
     try:
         code = run(rt, opts)
     except LayoutMismatch as exc:  # every rank stops here; rank 0 says why, once
-        if dist.get_rank() == 0:
-            print(f"grpo: {exc}", file=sys.stderr, flush=True)
+        loop.say_once(str(exc))
         code = 1
     dist.destroy_process_group()
     return code
