@@ -62,7 +62,8 @@ def test_megatron_d1t2p2_checks_its_groups_and_the_server_serves_its_export(tmp_
 
 
 def test_moe_hybrid_forms_the_plans_expert_groups(tmp_path, tiny_model):
-    text, run_dir = launch(tmp_path, HYBRID, "rollout=none")
+    text, run_dir = launch(tmp_path, HYBRID, "rollout=none",
+                           "actor.megatron.recompute_granularity=selective")
     assert "ep 2 etp 2 edp 1" in text
     rt = planned(HYBRID, "rollout=none")
     for rank, seen in records(run_dir).items():
@@ -73,3 +74,15 @@ def test_moe_hybrid_forms_the_plans_expert_groups(tmp_path, tiny_model):
         for axis in ("ep", "etp", "edp"):
             assert seen["groups"][axis] == rt.expert_group(axis, rank), (rank, axis)
     assert records(run_dir)[1]["groups"]["ep"] == [1, 3]
+    # actor.megatron.* as the built model's TransformerConfig has them
+    assert {json.dumps(r["megatron"]) for r in records(run_dir).values()} == {json.dumps(
+        {"sequence_parallel": False, "recompute_granularity": "selective"})}
+
+
+def test_sequence_parallel_the_local_layers_refuse_is_one_line_before_anything_starts(tmp_path):
+    out = run(ENTRY, DENSE, "rollout=none", "actor.megatron.sequence_parallel=true",
+              f"hydra.run.dir={tmp_path}", timeout=600)
+    said = [ln for ln in (out.stdout + out.stderr).splitlines() if "| grpo:" in ln]
+    assert out.returncode != 0 and len(said) == 1, out.stdout + out.stderr
+    assert said[0].endswith("refuse sequence parallel; set it false")
+    assert not (tmp_path / "ranks").exists()

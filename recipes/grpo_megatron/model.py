@@ -3,13 +3,13 @@ built from the HF config, loaded from the HF checkpoint, and gathered back to th
 layout for a weight push.
 
 Builds on CPU (use_cpu_initialization); its forward needs CUDA on megatron-core 0.16.1 (see
-recipes/grpo_megatron/train.py). actor.megatron.sequence_parallel and recompute_granularity go
-into the TransformerConfig here (sequence parallel only where tp > 1).
+recipes/grpo_megatron/train.py). actor.megatron.recompute_granularity goes into the
+TransformerConfig here; sequence_parallel is refused before start (the local layers refuse it).
 """
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 import torch
 import torch.distributed as dist
@@ -18,6 +18,18 @@ from recipes.grpo.layout import WeightShard
 from recipes.grpo_megatron.convert import LlamaShape, Tensors, to_hf, to_megatron
 
 RECORDED_WEIGHT = "self_attention.linear_qkv.weight"  # of the stage's first layer
+
+
+def unsupported_option(options: Mapping[str, Any]) -> Optional[str]:
+    """A line for an actor.megatron option these layers cannot honour, before anything starts
+    (megatron-core's local layers, no Transformer Engine, refuse sequence parallel)."""
+    if options.get("sequence_parallel"):
+        return ("actor.megatron.sequence_parallel=true: megatron-core's local layers (this "
+                "recipe builds without Transformer Engine) refuse sequence parallel; set it false")
+    recompute = options.get("recompute_granularity")
+    if recompute not in (None, "", "full", "selective"):
+        return f"actor.megatron.recompute_granularity={recompute}: choose full or selective"
+    return None
 
 
 def transformer_config(hf: Any, sizes: Mapping[str, int], options: Mapping[str, Any],
@@ -42,7 +54,6 @@ def transformer_config(hf: Any, sizes: Mapping[str, int], options: Mapping[str, 
         hidden_dropout=0.0, attention_dropout=0.0, params_dtype=dtype, pipeline_dtype=dtype,
         tensor_model_parallel_size=sizes["tp"], pipeline_model_parallel_size=sizes["pp"],
         context_parallel_size=sizes["cp"],
-        sequence_parallel=bool(options.get("sequence_parallel")) and sizes["tp"] > 1,
         recompute_granularity=recompute or None,
         recompute_method="uniform" if recompute == "full" else None,
         recompute_num_layers=1 if recompute == "full" else None,

@@ -90,7 +90,10 @@ def run(rt: RuntimePlan, opts: GRPOOptions) -> int:
         write_rank_record(rt.run_dir(), rank, parallel.live_coords(),
                           models.weight_shard(module),
                           {"backend": "megatron", "groups": groups,
-                           "layers": models.stage_layers(module)})
+                           "layers": models.stage_layers(module),
+                           "megatron": {"sequence_parallel": module.config.sequence_parallel,
+                                        "recompute_granularity":
+                                            module.config.recompute_granularity}})
     slice_ = (ps.get_data_parallel_rank(), ps.get_data_parallel_world_size(),
               ps.get_data_parallel_group())
     s = loop.open_session(rt, opts, device, model_path, slice_, hf_shapes(model_path))
@@ -127,7 +130,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"grpo: nothing to do for {','.join(rt.components())}", flush=True)
         return 0
     opts, flags = load_options(rt, sys.argv[1:] if argv is None else argv)
-    disagreement = parallel.flags_disagree(rt, flags)
+    disagreement = (parallel.flags_disagree(rt, flags)
+                    or models.unsupported_option(rt.engine_options("actor")))
     if disagreement:
         loop.say_once(disagreement)
         return 2
