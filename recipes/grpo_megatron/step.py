@@ -151,5 +151,6 @@ def make_engine(module: torch.nn.Module, ref: Optional[torch.nn.Module], shape: 
     config.finalize_model_grads_func = finalize_model_grads
     optim = get_megatron_optimizer(OptimizerConfig(
         optimizer="adam", lr=lr, weight_decay=0.0, clip_grad=max_grad_norm,
-        use_distributed_optimizer=distributed, params_dtype=config.params_dtype), [model])
+        use_distributed_optimizer=distributed, params_dtype=config.params_dtype), [model],
+        use_gloo_process_groups=False)  # parallel.initialize makes no gloo groups
     return MegatronEngine(model, module, ref, optim, shape)
