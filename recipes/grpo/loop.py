@@ -87,12 +87,15 @@ def log(rank: int, text: str) -> None:
         print(text, flush=True)
 
 
-def say_once(text: str) -> None:
-    """A line on stderr from rank 0 alone (torchrun's RANK before any process group exists):
-    why the run stops, said once."""
-    rank = dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", "0"))
-    if rank == 0:
+def stop_all(text: str, code: int) -> int:
+    """Every rank stops with `code`; rank 0 alone says why, on one stderr line, and the others
+    wait for it to have said it (else torchrun could end rank 0 before it speaks, once a peer
+    has exited)."""
+    if dist.get_rank() == 0:
         print(f"grpo: {text}", file=sys.stderr, flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+    return code
 
 
 def init_distributed(rt: RuntimePlan, opts: GRPOOptions) -> tuple[torch.device, int, int]:

@@ -113,8 +113,8 @@ def build_mesh(rt: RuntimePlan, device: torch.device, rank: int, world: int) -> 
     return mesh
 
 
-def setup(rt: RuntimePlan, opts: GRPOOptions) -> tuple[Session, FSDPEngine]:
-    device, rank, world = loop.init_distributed(rt, opts)
+def setup(rt: RuntimePlan, opts: GRPOOptions, device: torch.device, rank: int,
+          world: int) -> tuple[Session, FSDPEngine]:
     mesh = build_mesh(rt, device, rank, world)
     dtype = getattr(torch, opts.dtype)
     model_path = rt.model_path(default=str(tiny_model_path()))
@@ -154,7 +154,7 @@ def refuse_megatron(rt: RuntimePlan) -> Optional[str]:
 
 
 def bad_fsdp_option(rt: RuntimePlan) -> Optional[str]:
-    """actor.fsdp.mixed_precision checked before any process group starts."""
+    """actor.fsdp.mixed_precision checked before anything is built."""
     try:
         meshes.mixed_precision_policy(rt.engine_options("actor").get("mixed_precision"))
     except ValueError as exc:
@@ -169,17 +169,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"grpo: nothing to do for {','.join(rt.components())}: this recipe runs the "
               "reference model inside the actor job", flush=True)
         return 0
+    opts, engine_flags = load_options(rt, sys.argv[1:] if argv is None else argv)
+    device, rank, world = loop.init_distributed(rt, opts)
     refusal = refuse_megatron(rt) or bad_fsdp_option(rt)
     if refusal:
-        loop.say_once(refusal)
-        return 2
-    opts, engine_flags = load_options(rt, sys.argv[1:] if argv is None else argv)
+        return loop.stop_all(refusal, 2)
     try:
-        s, engine = setup(rt, opts)
-    except LayoutMismatch as exc:  # every rank stops here; rank 0 says why, once
-        loop.say_once(str(exc))
-        dist.destroy_process_group()
-        return 1
+        s, engine = setup(rt, opts, device, rank, world)
+    except LayoutMismatch as exc:  # every rank stops here
+        return loop.stop_all(str(exc), 1)
     if engine_flags:
         log(s.rank, f"grpo: trains with FSDP2, ignores engine flags {' '.join(engine_flags)}")
     code = loop.run_steps(s, engine)

@@ -66,11 +66,11 @@ def load_hf_state(model_path: str) -> dict[str, torch.Tensor]:
     return state
 
 
-def run(rt: RuntimePlan, opts: GRPOOptions) -> int:
+def run(rt: RuntimePlan, opts: GRPOOptions, device: torch.device, rank: int, world: int
+        ) -> int:
     from megatron.core import parallel_state as ps
     from transformers import AutoConfig
 
-    device, rank, world = loop.init_distributed(rt, opts)
     sizes = check_layout(rt, rank, world)
     options = rt.engine_options("actor")
     if any((rt.offload("actor") or {}).values()):
@@ -130,16 +130,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"grpo: nothing to do for {','.join(rt.components())}", flush=True)
         return 0
     opts, flags = load_options(rt, sys.argv[1:] if argv is None else argv)
+    device, rank, world = loop.init_distributed(rt, opts)
     disagreement = (parallel.flags_disagree(rt, flags)
                     or models.unsupported_option(rt.engine_options("actor")))
     if disagreement:
-        loop.say_once(disagreement)
-        return 2
+        return loop.stop_all(disagreement, 2)
     try:
-        code = run(rt, opts)
-    except LayoutMismatch as exc:  # every rank stops here; rank 0 says why, once
-        loop.say_once(str(exc))
-        code = 1
+        code = run(rt, opts, device, rank, world)
+    except LayoutMismatch as exc:  # every rank stops here
+        return loop.stop_all(str(exc), 1)
     dist.destroy_process_group()
     return code
 
