@@ -24,6 +24,26 @@ from launcher.plan import (DEFAULT_SERVED_MODEL, ENV_COMPONENT, ENV_HOSTS,  # no
                            fill_hosts)
 from launcher.ranks import AXES
 
+EXPERT_AXES = ("etp", "ep", "edp")  # Megatron's expert grid over the same ranks, fastest first
+
+
+@dataclass(frozen=True)
+class MeshLayout:
+    """An engine's ranks as nested lists, one level per name (outermost first), indexed by the
+    ranks' coordinates: what `DeviceMesh(device, mesh=torch.tensor(ranks), mesh_dim_names=
+    names)` takes, so a trainer's mesh is the plan's grid, not one re-derived from sizes."""
+
+    names: tuple[str, ...]
+    ranks: list
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        out, level = [], self.ranks
+        for _ in self.names:
+            out.append(len(level))
+            level = level[0]
+        return tuple(out)
+
 
 @dataclass(frozen=True)
 class RuntimePlan:
@@ -111,6 +131,90 @@ class RuntimePlan:
         members = [e for e in self.ranks(engine) if all(int(e[a]) == mine[a] for a in others)]
         return [int(e["rank"]) for e in sorted(members, key=lambda e: int(e[axis]))]
 
+    def parallel(self, engine: str = "actor") -> dict[str, int]:
+        """The engine's parallel sizes (dp, tp, pp, cp, ep, etp, edp): the plan's `parallel`
+        dict; for a plan without one, the sizes of its rank grid and no experts."""
+        given = self.component(engine).get("parallel")
+        if given:
+            return {k: int(v) for k, v in given.items()}
+        sizes = {axis: self.size(axis, engine) for axis in AXES}
+        world = self.world_size(engine)
+        return {**sizes, "ep": 1, "etp": 1, "edp": world // sizes["pp"]}
+
+    def mesh_layout(self, dims: tuple[str, ...] = ("dp", "cp", "tp"),
+                    engine: str = "actor") -> MeshLayout:
+        """The engine's ranks laid out by their plan coordinates on `dims` (outermost first;
+        FSDP's mesh is (dp, cp, tp)). An axis left out of `dims` must have size 1 and every
+        place of the grid must hold exactly one rank, else LaunchError naming the rank."""
+        for axis in dims:
+            _check_axis(axis)
+        ranks = self.ranks(engine)
+        for axis in AXES:
+            if axis not in dims and self.size(axis, engine) > 1:
+                raise LaunchError(f"{engine} has {self.size(axis, engine)} {axis} ranks but a "
+                                  f"mesh of {', '.join(dims)} has no {axis} axis")
+        shape = [self.size(axis, engine) for axis in dims]
+        grid: dict[tuple[int, ...], int] = {}
+        for entry in ranks:
+            place = tuple(int(entry[axis]) for axis in dims)
+            if place in grid:
+                where = " ".join(f"{a} {c}" for a, c in zip(dims, place))
+                raise LaunchError(f"rank {entry['rank']}: {where} is rank {grid[place]}'s place "
+                                  f"too in the {engine} plan")
+            grid[place] = int(entry["rank"])
+        if len(grid) != _product(shape):
+            raise LaunchError(f"{engine}: {len(grid)} ranks do not fill a "
+                              f"{' x '.join(map(str, shape))} ({', '.join(dims)}) grid")
+
+        def nest(prefix: tuple[int, ...]) -> list:
+            if len(prefix) == len(dims) - 1:
+                return [grid[prefix + (i,)] for i in range(shape[-1])]
+            return [nest(prefix + (i,)) for i in range(shape[len(prefix)])]
+
+        return MeshLayout(tuple(dims), nest(()))
+
+    def expert_group(self, axis: str, rank: Optional[int] = None,
+                     engine: str = "actor") -> list[int]:
+        """Megatron's expert groups (etp, ep, edp) holding `rank`: experts re-partition the
+        same ranks over (etp, ep, edp, pp), etp fastest (DESIGN §3; Megatron's expert rank
+        generator), laid out by launcher.ranks' one grid formula."""
+        from launcher.ranks import grid
+
+        if axis not in EXPERT_AXES:
+            raise LaunchError(f"unknown expert axis {axis!r}; use one of "
+                              f"{', '.join(EXPERT_AXES)}")
+        p = self.parallel(engine)
+        order = ("etp", "ep", "edp", "pp")
+        coords = grid({"etp": p["etp"], "ep": p["ep"], "edp": p["edp"], "pp": p["pp"]},
+                      "-".join(order))
+        world = len(coords["pp"])
+        if world != self.world_size(engine):
+            raise LaunchError(f"{engine}: etp*ep*edp*pp = {world} but the plan has "
+                              f"{self.world_size(engine)} ranks")
+        r = self.rank(rank)
+        others = [a for a in order if a != axis]
+        return [o for o in range(world) if all(coords[a][o] == coords[a][r] for a in others)]
+
+    def engine_options(self, engine: str = "actor") -> dict[str, Any]:
+        """The engine's options from the plan (actor.fsdp.*, actor.megatron.*, rollout.vllm.*
+        ...: the sub-key its backend selects); {} when the plan carries none."""
+        opts = (self.data.get("engine_options") or {}).get(engine) or {}
+        return dict(opts.get("options") or {})
+
+    def offload(self, engine: str = "actor") -> Any:
+        """The engine's offload setting from the plan: {"weight", "optimizer", "grad"} for a
+        training engine, a bool for rollout; falsy when the plan carries none."""
+        opts = (self.data.get("engine_options") or {}).get(engine) or {}
+        return opts.get("offload") or ({} if engine != "rollout" else False)
+
+    def shares_gpus(self, first: str = "actor", second: str = "rollout") -> bool:
+        """True when both engines run in the plan and their GPU sets (virtual slots on cpu)
+        overlap: their phases then compete for the same memory."""
+        comps = self.data.get("components", {})
+        if first not in comps or second not in comps:
+            return False
+        return bool(set(comps[first].get("gpus", [])) & set(comps[second].get("gpus", [])))
+
     # ------------------------------------------------------------------ rollout side
     def instances(self, engine: str = "rollout") -> list[Mapping[str, Any]]:
         return list(self.component(engine).get("instances", []))
@@ -151,6 +255,13 @@ class RuntimePlan:
     def wait_for_servers(self, timeout_s: float = 600.0, interval_s: float = 1.0) -> list[str]:
         """Block until every server answers /health with 200; return their addresses."""
         return wait_for_servers(self.server_addrs(), timeout_s, interval_s)
+
+
+def _product(values: list[int]) -> int:
+    out = 1
+    for v in values:
+        out *= v
+    return out
 
 
 def _check_axis(axis: str) -> None:

@@ -113,6 +113,22 @@ class RolloutServer:
             raise
         _call(self.addr, "/resume")
 
+    def release_memory(self) -> None:
+        """Free the GPU memory the engine holds (weights, KV cache) while a trainer on the same
+        GPUs trains: SGLang's memory saver, vLLM's sleep mode level 1 (weights to host memory,
+        KV cache dropped). The server must have been started with it on."""
+        if self.backend == "sglang":
+            _call(self.addr, "/release_memory_occupation", {})
+        else:
+            _call(self.addr, "/sleep?level=1")
+
+    def resume_memory(self) -> None:
+        """Take the memory back (before a weight push or a rollout)."""
+        if self.backend == "sglang":
+            _call(self.addr, "/resume_memory_occupation", {})
+        else:
+            _call(self.addr, "/wake_up")
+
     def weight_version(self) -> Optional[str]:
         if self.backend != "vllm":
             return None

@@ -1,5 +1,6 @@
-"""The trainer's side of a weight push: full weights out of FSDP2 into a folder the rollout
-servers load, token log-probs for the loss, and the trainer's own greedy output for the check.
+"""The trainer's side of a weight push: full weights out of the shards into a folder the
+rollout servers load, token log-probs for the loss, and the trainer's own greedy output for the
+check.
 
 The folder is written under a temporary name and renamed into place, so a server never reads a
 half-written model; it holds config, generation config, tokenizer and one model.safetensors,
@@ -18,24 +19,62 @@ from safetensors.torch import save_file
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 
-def save_full_weights(model: torch.nn.Module, tokenizer: Any, root: Path, version: str,
-                      writer: bool) -> Path:
-    """Gather the full state dict (collective: every rank calls) and let `writer` save it."""
-    state = get_model_state_dict(
+def gather_full_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The full state dict out of FSDP2/DTensor shards (collective: every rank calls); the
+    tensors land on rank 0's host memory, other ranks get an empty dict."""
+    return get_model_state_dict(
         model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def hf_shapes(model_path: str) -> dict[str, tuple[int, ...]]:
+    """Every tensor's shape in the HF checkpoint the servers started from: the layout a push
+    must keep (read from the safetensors headers, no tensor is loaded)."""
+    from safetensors import safe_open
+
+    shapes: dict[str, tuple[int, ...]] = {}
+    for path in sorted(Path(model_path).glob("*.safetensors")):
+        with safe_open(str(path), framework="pt") as fh:
+            for key in fh.keys():
+                shapes[key] = tuple(fh.get_slice(key).get_shape())
+    return shapes
+
+
+def check_hf_layout(tensors: dict[str, torch.Tensor],
+                    expected: dict[str, tuple[int, ...]]) -> None:
+    """Every tensor full and plain (no DTensor, no shard), named and shaped as the HF
+    checkpoint has it: what vLLM and SGLang load. Raise naming the first that is not."""
+    missing = sorted(set(expected) - set(tensors))
+    extra = sorted(set(tensors) - set(expected))
+    if missing or extra:
+        raise ValueError(f"weights to push differ from the HF checkpoint's names: missing "
+                         f"{missing[:3]}, unexpected {extra[:3]}")
+    for key, value in tensors.items():
+        if type(value) is not torch.Tensor:
+            raise ValueError(f"{key}: a {type(value).__name__}, not a plain tensor")
+        if tuple(value.shape) != tuple(expected[key]):
+            raise ValueError(f"{key}: shape {tuple(value.shape)}, the HF checkpoint has "
+                             f"{tuple(expected[key])}")
+
+
+def write_weights(state: dict[str, torch.Tensor], config: Any, generation_config: Any,
+                  tokenizer: Any, root: Path, version: str,
+                  expected: Optional[dict[str, tuple[int, ...]]] = None) -> Path:
+    """Write the HF folder `root/version` (config, generation config, tokenizer, one
+    model.safetensors) under a temporary name and rename it into place; with `expected`,
+    check the tensors keep the HF layout first."""
+    tensors = {k: v.detach().contiguous() for k, v in state.items()}
+    if getattr(config, "tie_word_embeddings", False):
+        tensors.pop("lm_head.weight", None)  # shared with the embedding; safetensors refuses both
+    if expected is not None:
+        check_hf_layout(tensors, expected)
     final = root / version
-    if not writer:
-        return final
     staging = root / f".{version}.partial"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    model.config.save_pretrained(staging)
-    if getattr(model, "generation_config", None) is not None:
-        model.generation_config.save_pretrained(staging)
+    config.save_pretrained(staging)
+    if generation_config is not None:
+        generation_config.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
-    tensors = {k: v.detach().contiguous() for k, v in state.items()}
-    if getattr(model.config, "tie_word_embeddings", False):
-        tensors.pop("lm_head.weight", None)  # shared with the embedding; safetensors refuses both
     save_file(tensors, str(staging / "model.safetensors"), metadata={"format": "pt"})
     if final.exists():
         shutil.rmtree(final)

@@ -1,0 +1,329 @@
+"""The GRPO loop both recipes share, whatever shards the model: sample, score, step, push the
+full weights to every server, confirm what each serves.
+
+Each step: rank 0 samples `samples_per_prompt` completions per prompt from every rollout server,
+scores them (recipes/grpo/reward.py) and shares the batch; each data-parallel slice (dp x cp
+ranks; the tp/pp ranks of a slice see the same samples) computes the GRPO policy-gradient loss
+(group-normalised advantages, a k3 KL term against a frozen reference when `ref` is on); the
+optimizer steps; the engine gathers the full weights, rank 0 writes them to a new folder in the
+HF layout; each server is told to load it (by the rank the plan's weight_sync pairs with the
+instance's tp rank 0); and rank 0 confirms every server now serves them: its greedy completion
+must equal, token for token, the greedy output of a plain HF model loaded from the same folder,
+with log-probs within verify_logprob_tol. A mismatch or a failed reload ends the run with a
+non-zero exit. Without rollout servers (rollout=none) rank 0 samples from the newest folder.
+
+The engine (FSDP2 + tensor parallel in recipes/grpo/train.py, Megatron-core in
+recipes/grpo_megatron/train.py) supplies the training step and the full weights; the rollout
+servers' memory phases (recipes/grpo/phases.py) and the engine's offload wrap its phases.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Protocol
+
+import torch
+import torch.distributed as dist
+
+from launcher.runtime import RuntimePlan
+from recipes.grpo.layout import LayoutMismatch
+from recipes.grpo.options import GRPOOptions
+from recipes.grpo.phases import RolloutPhases
+from recipes.grpo.reward import group_advantages, make_prompts, number_reward
+from recipes.grpo.rollout_client import RolloutServer, Sample, sample_all
+from recipes.grpo.weights import (greedy_from_folder, prune_versions, sample_from_folder,
+                                  strip_eos, write_weights)
+
+
+@dataclass
+class Session:
+    """What every step needs besides the model, set up once."""
+
+    opts: GRPOOptions
+    rank: int
+    data_rank: int  # which slice of the batch this rank trains on
+    data_world: int  # how many slices: the dp (x cp) ranks; tp/pp ranks share a slice
+    data_group: Any  # the process group of one rank per slice (batch sums); None: the world
+    device: torch.device
+    dtype: torch.dtype
+    tokenizer: Any
+    model_config: Any  # the HF config, written beside every pushed weights folder
+    generation_config: Any
+    hf_shapes: dict[str, tuple[int, ...]]  # the layout every push must keep
+    servers: list[RolloutServer]
+    my_instances: list[int]
+    weights_root: Path
+    policy_dir: str  # the newest weights folder (no servers: rank 0 samples from it)
+    phases: RolloutPhases
+
+
+class Engine(Protocol):
+    """What a recipe's training engine does for the loop."""
+
+    has_ref: bool
+
+    def train_step(self, s: Session, samples: list[Sample],
+                   advantages: list[float]) -> dict[str, float]: ...
+
+    def full_state(self) -> dict[str, torch.Tensor]:
+        """The full HF-layout weights (collective); rank 0 gets the tensors."""
+        ...
+
+    def offload(self) -> None:
+        """Move what the training phase alone needs to host memory (between phases)."""
+        ...
+
+    def reload(self) -> None:
+        """Bring it back for the next training phase."""
+        ...
+
+
+def log(rank: int, text: str) -> None:
+    if rank == 0:
+        print(text, flush=True)
+
+
+def stop_all(text: str, code: int) -> int:
+    """Every rank stops with `code`; rank 0 alone says why, on one stderr line, and the others
+    wait for it to have said it (else torchrun could end rank 0 before it speaks, once a peer
+    has exited)."""
+    if dist.get_rank() == 0:
+        print(f"grpo: {text}", file=sys.stderr, flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+    return code
+
+
+def init_distributed(rt: RuntimePlan, opts: GRPOOptions) -> tuple[torch.device, int, int]:
+    """The process group (NCCL on cuda, gloo on cpu) and this rank's device."""
+    use_cuda = rt.device() == "cuda" and torch.cuda.is_available()
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if use_cuda:
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))
+    dist.init_process_group("nccl" if use_cuda else "gloo")
+    torch.manual_seed(opts.seed)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # one "Loading weights" bar per load per rank is noise
+    return device, dist.get_rank(), dist.get_world_size()
+
+
+def agree_on_layout(problems: list[str]) -> None:
+    """Every rank learns every rank's layout problems; all stop together on the first one
+    (lowest rank), so the run fails with that one line instead of a tangle of broken
+    collectives."""
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, problems)
+    first = next((line for lines in gathered for line in lines), None)
+    if first is not None:
+        raise LayoutMismatch(first)
+
+
+def reload_owners(rt: RuntimePlan, n_servers: int) -> dict[int, int]:
+    """instance -> the actor rank that tells it to reload: the rank the plan pairs with the
+    instance's tp rank 0 (lowest first), else rank 0 (a plan without weight_sync pairs)."""
+    owners: dict[int, int] = {}
+    for rank in range(rt.world_size("actor")):
+        for instance, tp in rt.weight_targets(rank):
+            if tp == 0 and instance < n_servers:
+                owners.setdefault(instance, rank)
+    return {i: owners.get(i, 0) for i in range(n_servers)}
+
+
+def open_session(rt: RuntimePlan, opts: GRPOOptions, device: torch.device, model_path: str,
+                 slice_: tuple[int, int, Any], hf_shapes: dict[str, tuple[int, ...]]
+                 ) -> Session:
+    """Tokenizer, configs, servers (rank 0 waits for their /health) and the weights folder;
+    `slice_` is (data rank, data world, data group)."""
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+    rank = dist.get_rank()
+    servers = [RolloutServer(addr, rt.rollout_backend() or "vllm", rt.served_model_name())
+               for addr in rt.server_addrs()]
+    owners = reload_owners(rt, len(servers))
+    run_dir = rt.run_dir()
+    root = Path(opts.weights_dir or (Path(run_dir) / "weights" if run_dir
+                                     else Path(tempfile.gettempdir()) / "areal-grpo-weights"))
+    try:
+        generation = GenerationConfig.from_pretrained(model_path)
+    except OSError:
+        generation = None
+    phases = RolloutPhases.from_plan(rt, servers, say=lambda text: log(rank, text))
+    s = Session(opts, rank, *slice_, device, getattr(torch, opts.dtype),
+                AutoTokenizer.from_pretrained(model_path), AutoConfig.from_pretrained(model_path),
+                generation, hf_shapes, servers, [i for i, r in owners.items() if r == rank],
+                root, model_path, phases)
+    if rank == 0:
+        root.mkdir(parents=True, exist_ok=True)
+        if servers:
+            rt.wait_for_servers(rt.health_timeout_s())
+        else:
+            log(rank, "grpo: no rollout servers (rollout=none): rank 0 samples from the "
+                      "trainer's own saved weights")
+    dist.barrier()
+    return s
+
+
+def rollout(s: Session, step: int) -> tuple[list[Sample], list[float], list[float]]:
+    """Rank 0 samples and scores; every rank receives the same batch."""
+    payload: list[Any] = [None]
+    if s.rank == 0:
+        o = s.opts
+        prompts = make_prompts(o.prompts_per_step, o.seed, step)
+        seed = (o.seed * 1000 + step) * 1000
+        if s.servers:
+            samples = sample_all(s.servers, prompts, o.samples_per_prompt, o.max_new_tokens,
+                                 o.temperature, seed)
+        else:
+            samples = [Sample(i, prompts[i], text, ids, completion, None, "local")
+                       for i, ids, completion, text in sample_from_folder(
+                           s.policy_dir, prompts, o.samples_per_prompt, o.max_new_tokens,
+                           o.temperature, seed, s.dtype, s.device)]
+        rewards = [number_reward(x.text) for x in samples]
+        payload = [(samples, rewards, group_advantages(rewards, o.samples_per_prompt))]
+    dist.broadcast_object_list(payload, src=0)
+    return payload[0]
+
+
+def my_samples(s: Session, n: int) -> list[int]:
+    """The indices of this rank's slice of an n-sample batch (same for a slice's tp/pp ranks)."""
+    return list(range(s.data_rank, n, s.data_world))
+
+
+def token_ids(s: Session, sample: Sample) -> tuple[list[int], list[int]]:
+    """The ids the server used; re-tokenised from text where it did not return them."""
+    prompt = sample.prompt_ids or s.tokenizer(sample.prompt).input_ids
+    completion = sample.completion_ids
+    if completion is None:
+        completion = s.tokenizer(sample.text, add_special_tokens=False).input_ids
+    return list(prompt), list(completion) or [s.tokenizer.eos_token_id]
+
+
+def grpo_loss(logp: torch.Tensor, mask: torch.Tensor, adv: torch.Tensor,
+              ref_logp: Optional[torch.Tensor], kl_coef: float
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-sequence GRPO loss (length-normalised policy gradient + kl_coef * k3 KL to the
+    reference) and the KL alone."""
+    lengths = mask.sum(-1).clamp(min=1)
+    pg = -(adv[:, None] * logp * mask).sum(-1) / lengths
+    kl = torch.zeros_like(pg)
+    if ref_logp is not None:
+        delta = ref_logp - logp
+        kl = ((delta.exp() - delta - 1) * mask).sum(-1) / lengths  # k3 estimator, >= 0
+    return pg + kl_coef * kl, kl
+
+
+def logp_gap(s: Session, samples: list[Sample], mine: list[int], logp: torch.Tensor,
+             mask: torch.Tensor) -> torch.Tensor:
+    """The largest gap between the server's sampling log-probs and ours on this rank's
+    samples (same weights: ~0)."""
+    gap = torch.zeros((), device=s.device)
+    for row, i in enumerate(mine):
+        lp = samples[i].logprobs
+        if lp and samples[i].completion_ids and len(lp) == int(mask[row].sum()):
+            ours = logp[row][mask[row].bool()].detach()
+            gap = torch.maximum(gap, (ours - torch.tensor(lp, device=s.device)).abs().max())
+    return gap
+
+
+def batch_stats(s: Session, samples: list[Sample], mine: list[int], per_seq: torch.Tensor,
+                kl: torch.Tensor, logp: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """Batch-wide loss and KL (summed over one rank per slice) and the log-prob gap."""
+    gap = logp_gap(s, samples, mine, logp, mask)
+    stats = torch.stack([per_seq.detach().sum(), kl.detach().sum()]) / len(samples)
+    dist.all_reduce(stats, group=s.data_group)
+    dist.all_reduce(gap, op=dist.ReduceOp.MAX)
+    return {"loss": stats[0].item(), "kl": stats[1].item(), "logp_gap": gap.item()}
+
+
+def push_weights(s: Session, state: dict[str, torch.Tensor], version: str
+                 ) -> tuple[Path, int]:
+    """Rank 0 writes `state` (the full weights it gathered), every server loads the new
+    folder, and rank 0 confirms what they serve."""
+    folder = s.weights_root / version
+    if s.rank == 0:
+        folder = write_weights(state, s.model_config, s.generation_config, s.tokenizer,
+                               s.weights_root, version, s.hf_shapes)
+    dist.barrier()  # the folder is complete before any server is asked to read it
+    for instance in s.my_instances:
+        s.servers[instance].reload(str(folder), version)
+    dist.barrier()
+    confirmed = confirm_weights(s, folder, version) if s.rank == 0 and s.servers else 0
+    if s.rank == 0:
+        prune_versions(s.weights_root, s.opts.keep_versions, folder)
+    s.policy_dir = str(folder)
+    return folder, confirmed
+
+
+def confirm_weights(s: Session, folder: Path, version: str) -> int:
+    """Each server's greedy tokens == a plain HF model's on `folder`, and their log-probs agree
+    within verify_logprob_tol (equal tokens alone can hide a partly loaded model); raise on any
+    difference."""
+    if not s.opts.verify_reload:
+        return 0
+    eos = s.tokenizer.eos_token_id
+    prompt_ids = s.tokenizer(s.opts.verify_prompt).input_ids
+    expected, expected_lp = greedy_from_folder(folder, prompt_ids, s.opts.verify_tokens,
+                                               s.dtype, s.device, eos)
+    expected_text = s.tokenizer.decode(expected, skip_special_tokens=True)
+    for server in s.servers:
+        ids, text, logprobs = server.greedy(s.opts.verify_prompt, s.opts.verify_tokens)
+        same = strip_eos(ids, eos) == expected if ids is not None else text == expected_text
+        gap = max((abs(a - b) for a, b in zip(logprobs or [], expected_lp)), default=0.0)
+        tol = s.opts.verify_logprob_tol
+        served = server.weight_version()
+        if not same or (tol is not None and gap > tol) or served not in (None, version):
+            raise RuntimeError(
+                f"rollout server {server.addr} does not serve {version} after its reload: "
+                f"greedy {ids if ids is not None else text!r} (weight version {served}), "
+                f"trainer's greedy on {folder}: {expected if ids is not None else expected_text!r}"
+                f", largest log-prob difference {gap:.2e} (tolerance {tol})")
+    return len(s.servers)
+
+
+def run_steps(s: Session, engine: Engine) -> int:
+    """The loop: per step rollout, train, push, confirm; the servers sleep while the engine
+    trains and are awake for the push and the next rollout (when they share GPUs)."""
+    opts = s.opts
+    rewards: list[float] = []
+    confirmed_total = 0
+    for step in range(1, opts.steps + 1):
+        start = time.monotonic()
+        samples, step_rewards, advantages = rollout(s, step)
+        if len(samples) < s.data_world:
+            raise ValueError(f"{len(samples)} samples for {s.data_world} data-parallel slices: "
+                             "raise recipe.prompts_per_step or recipe.samples_per_prompt")
+        version = f"v{step}"
+
+        def train() -> tuple[dict[str, float], dict[str, torch.Tensor]]:
+            engine.reload()
+            stats = engine.train_step(s, samples, advantages)
+            state = engine.full_state()
+            engine.offload()
+            return stats, state
+
+        (stats, _), (_, confirmed) = s.phases.train_then_push(
+            train, lambda trained: push_weights(s, trained[1], version), dist.barrier,
+            leader=s.rank == 0)
+        confirmed_total += confirmed
+        rewards.append(sum(step_rewards) / len(step_rewards))
+        kl = f"{stats['kl']:.4f}" if engine.has_ref else "off"
+        check = (f"confirmed {confirmed}/{len(s.servers)}" if opts.verify_reload and s.servers
+                 else "unchecked" if s.servers else "none (no servers)")
+        log(s.rank, f"step {step}/{opts.steps} reward {rewards[-1]:.3f} loss "
+                    f"{stats['loss']:+.4f} kl {kl} logp_gap {stats['logp_gap']:.1e} "
+                    f"weight_version {version} reload {check} "
+                    f"({time.monotonic() - start:.1f}s)")
+    log(s.rank, f"grpo done: steps {opts.steps} reward {rewards[0]:.3f} -> {rewards[-1]:.3f} "
+                f"reloads confirmed {confirmed_total}/{opts.steps * len(s.servers)}")
+    dist.barrier()
+    return 0
