@@ -12,7 +12,7 @@ import pytest
 
 from launcher.plan import ProcessSpec
 from launcher.runners import slurm
-from launcher.runs import RunRecord, read_record, write_record
+from launcher.runs import read_record
 from tests.requests import request_for, write_plan
 
 EXE = str(Path(sys.executable).parent / "areal-launch")

@@ -10,15 +10,13 @@ import json
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 
 from launcher.backends.context import LaunchContext
 from launcher.build import build_plan
 from launcher.checks import check_argvs, plan_items
-from launcher.config import LaunchConfig
 from launcher.plan import Plan
 from launcher.request import build_processes
-from launcher.runners import local
+from tests.plans import config
 
 ROOT = Path(__file__).resolve().parents[1]
 VLLM_PYTHON = ROOT / ".venv" / "bin" / "python"
@@ -34,12 +32,7 @@ LLAMA_CONFIG = {  # enough for vLLM's engine config: it reads only config.json
 def planned(model: str, **dotted) -> Plan:
     """A config with `dotted` overrides -> the real plan -> its processes (counted ports).
     rollout vllm:d1 and actor fsdp:d2 unless given (not sized for the machine)."""
-    cfg = OmegaConf.structured(LaunchConfig(launcher=local.Config(), recipe={}))
-    cfg.model_path = model
-    for key, value in {"rollout.backend": "vllm:d1", "actor.backend": "fsdp:d2",
-                       **dotted}.items():
-        OmegaConf.update(cfg, key, value, merge=False)
-    spec = OmegaConf.to_object(cfg)
+    spec = config(model_path=model, **dotted)
     ports = itertools.count(21000)
     ctx = LaunchContext("/runs/r", "/runs/r/plan.json", "python", next_port=lambda: next(ports))
     return build_processes(build_plan(spec, local_gpus=0), spec.trainer.entry,

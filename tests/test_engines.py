@@ -4,10 +4,9 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
-from typing import Callable, Optional
+from typing import Callable
 
 import pytest
-from omegaconf import OmegaConf
 
 from launcher import request, resolve
 from launcher.alloc import ModelAllocation
@@ -18,7 +17,7 @@ from launcher.config import LaunchConfig
 from launcher.errors import ConfigError, LaunchError
 from launcher.plan import ComponentPlan, Instance, Plan, ProcessSpec, Rank
 from launcher.resolve import check_unused_options
-from launcher.runners import local
+from tests import plans
 
 
 # ----------------------------------------------------------------------------- plans by hand
@@ -61,10 +60,8 @@ def context(hosts=None, cpus=(), extra_env=None) -> Context:
 
 
 def config(**dotted) -> LaunchConfig:
-    cfg = OmegaConf.structured(LaunchConfig(launcher=local.Config(), recipe={}))
-    for key, value in dotted.items():
-        OmegaConf.update(cfg, key.replace("__", "."), value, merge=False)
-    return OmegaConf.to_object(cfg)
+    """The typed config; `rollout__backend=...` stands for `rollout.backend=...`."""
+    return plans.config(**{k.replace("__", "."): v for k, v in dotted.items()})
 
 
 def plan_with_processes(plan: Plan, spec: LaunchConfig, c: Context) -> Plan:
@@ -435,7 +432,7 @@ def test_options_of_the_selected_engine_are_fine():
 
 def test_an_inheriting_engine_is_checked_against_the_actors_backend():
     cfg = config(ref__backend="", ref__megatron__sequence_parallel=True)
-    with pytest.raises(ConfigError, match=r"ref\.backend is fsdp \(the actor's\)"):
+    with pytest.raises(ConfigError, match=r"ref\.backend is fsdp:d2 \(the actor's\)"):
         check_unused_options(cfg)
 
 

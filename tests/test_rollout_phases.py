@@ -5,13 +5,11 @@ GPU memory, only the calls a real engine gets and their order. No torch."""
 from __future__ import annotations
 
 import pytest
-from omegaconf import OmegaConf
 
-from launcher.build import build_plan
-from launcher.config import LaunchConfig
 from launcher.runtime import plan_from_dict
 from recipes.grpo.phases import RolloutPhases
 from recipes.grpo.rollout_client import RolloutServer, sample_all
+from tests import plans
 from tests.recording_server import RecordingServer
 
 SHARED = {"cluster.component_placement": {"actor,rollout": "0-1"},
@@ -20,13 +18,8 @@ SHARED = {"cluster.component_placement": {"actor,rollout": "0-1"},
 
 
 def runtime(device: str, **dotted):
-    cfg = OmegaConf.structured(LaunchConfig)
-    OmegaConf.update(cfg, "cluster.device", device, merge=False)
-    if device == "cuda":
-        OmegaConf.update(cfg, "cluster.gpus_per_node", 4, merge=False)
-    for key, value in dotted.items():
-        OmegaConf.update(cfg, key, value, merge=False)
-    return plan_from_dict(build_plan(cfg, local_gpus=0).to_dict(), env={})
+    extra = {"cluster.gpus_per_node": 4} if device == "cuda" else {}
+    return plan_from_dict(plans.plan_dict(**{"cluster.device": device, **extra, **dotted}), env={})
 
 
 @pytest.fixture

@@ -5,21 +5,15 @@ from __future__ import annotations
 import copy
 
 import pytest
-from omegaconf import OmegaConf
 
-from launcher.build import build_plan
-from launcher.config import LaunchConfig
 from launcher.errors import LaunchError
 from launcher.runtime import plan_from_dict
+from tests import plans
 
 
 def plan_dict(**dotted) -> dict:
     """The real plan for `dotted` overrides, on cpu (virtual slots), as its JSON dict."""
-    cfg = OmegaConf.structured(LaunchConfig)
-    OmegaConf.update(cfg, "cluster.device", "cpu", merge=False)
-    for key, value in dotted.items():
-        OmegaConf.update(cfg, key, value, merge=False)
-    return build_plan(cfg, local_gpus=0).to_dict()
+    return plans.plan_dict(**{"cluster.device": "cpu", **dotted})
 
 
 def test_mesh_layout_is_the_plans_grid_in_dp_cp_tp_order():

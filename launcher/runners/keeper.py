@@ -25,7 +25,6 @@ so the tree costs two forks, not two interpreter starts.
 from __future__ import annotations
 
 import ctypes
-import errno
 import os
 import select
 import signal

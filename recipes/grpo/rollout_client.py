@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from launcher import backends
 from launcher.runtime import DEFAULT_SERVED_MODEL
 
 
@@ -116,18 +117,13 @@ class RolloutServer:
     def release_memory(self) -> None:
         """Free the GPU memory the engine holds (weights, KV cache) while a trainer on the same
         GPUs trains: SGLang's memory saver, vLLM's sleep mode level 1 (weights to host memory,
-        KV cache dropped). The server must have been started with it on."""
-        if self.backend == "sglang":
-            _call(self.addr, "/release_memory_occupation", {})
-        else:
-            _call(self.addr, "/sleep?level=1")
+        KV cache dropped). The server must have been started with it on; the endpoints are the
+        backend's own (launcher/backends/<backend>.py CLIENT)."""
+        _call(self.addr, backends.get(self.backend).CLIENT.release, {})
 
     def resume_memory(self) -> None:
         """Take the memory back (before a weight push or a rollout)."""
-        if self.backend == "sglang":
-            _call(self.addr, "/resume_memory_occupation", {})
-        else:
-            _call(self.addr, "/wake_up")
+        _call(self.addr, backends.get(self.backend).CLIENT.resume, {})
 
     def weight_version(self) -> Optional[str]:
         if self.backend != "vllm":
