@@ -13,7 +13,7 @@ plus the margin fits the card. The margin is max(5 % of the card, 3 GiB) on GPUs
 fragmentation and caching), 5 % of the host's memory on cpu.
 
 On cpu every "GPU" is a process slot on the host: the check is the sum of all processes (plus
-a torchrun agent per trainer engine and node) against the host's memory, since the local
+a torchrun agent per trainer job and node) against the host's memory, since the local
 runner runs every virtual node on this machine.
 """
 from __future__ import annotations
@@ -237,6 +237,8 @@ def evaluate(engines: Sequence[EngineInput], cluster: ClusterSpec,
                             "its GPUs are not checked")
             continue
         need = estimate(inp.shape, inp.component.alloc, inp.options, capacity_gib, device)
+        if _joins_a_trainer_job(inp, engines, needs):
+            need = need.in_shared_process()
         needs[inp.name] = need
         memories[inp.name] = _engine_memory(inp, need)
         first = inp.component.gpus[0] if inp.component.gpus else None
@@ -302,18 +304,32 @@ def evaluate(engines: Sequence[EngineInput], cluster: ClusterSpec,
                         warnings=tuple(warnings), gpus_per_node=per, host_need_gib=host_need)
 
 
+def _joins_a_trainer_job(inp: EngineInput, engines: Sequence[EngineInput],
+                         done: dict[str, EngineNeed]) -> bool:
+    """Whether a training engine runs inside an earlier one's processes: same GPUs and the
+    same allocation make one torchrun job (launcher.engines.torchrun, when their flags agree),
+    which builds both models in the same workers."""
+    comp = inp.component
+    return not comp.is_inference and any(
+        other.name in done and not other.component.is_inference
+        and other.component.alloc == comp.alloc and other.component.gpus == comp.gpus
+        for other in engines if other is not inp)
+
+
 def _host_need(engines: Sequence[EngineInput], needs: dict[str, EngineNeed],
                cluster: ClusterSpec) -> float:
     """GiB of every process of the run on the host (cpu): each slot's peak, plus one torchrun
-    agent per trainer engine and node. No release on cpu (vLLM's sleep mode is refused there)."""
+    agent per trainer job and node. No release on cpu (vLLM's sleep mode is refused there)."""
     total = 0.0
+    jobs = set()
     for inp in engines:
         if inp.name not in needs:
             continue
         total += needs[inp.name].peak * len(inp.component.gpus)
-        if not inp.component.is_inference and inp.component.inherited_from is None:
-            nodes = {g // cluster.gpus_per_node for g in inp.component.gpus}
-            total += CPU_TORCHRUN_AGENT_GIB * GIB * len(nodes)
+        if not inp.component.is_inference:
+            jobs.add((inp.component.alloc, inp.component.gpus))
+    for _, gpus in jobs:
+        total += CPU_TORCHRUN_AGENT_GIB * GIB * len({g // cluster.gpus_per_node for g in gpus})
     return total / GIB
 
 

@@ -6,6 +6,7 @@ holds while its own phase runs (`parts`), and what it keeps while the other phas
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -64,6 +65,12 @@ class EngineNeed:
     @property
     def residue(self) -> float:
         return sum(self.released.values())
+
+    def in_shared_process(self) -> "EngineNeed":
+        """This need inside another engine's processes (ref in the actor's trainer job): the
+        process overhead is counted once, by the other engine."""
+        return dataclasses.replace(self, parts={**self.parts, "overhead": 0.0},
+                                   released={**self.released, "overhead": 0.0})
 
     @property
     def resident(self) -> float:
