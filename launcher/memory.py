@@ -214,8 +214,8 @@ def _engine_memory(inp: EngineInput, need: EngineNeed) -> EngineMemory:
 
 def _describe(phase: str, held: dict[str, float], running: str, specs: dict[str, str]) -> str:
     parts = [f"{running} ({specs[running]}) {held[running] / GIB:.1f}"]
-    parts += [f"{n} {'keeps' if n != running else ''} {v / GIB:.1f}".replace("  ", " ")
-              for n, v in held.items() if n != running]
+    parts += [f"{n} keeps {v / GIB:.1f}" for n, v in held.items()
+              if n != running and v >= 0.05 * GIB]
     return f"{phase} phase: " + " + ".join(parts)
 
 
