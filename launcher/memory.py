@@ -8,7 +8,8 @@ archon) run in the train phase. On a GPU shared by both, each phase holds its ow
 their peak plus what the others keep when released (memory saver / sleep for servers,
 `offload` for trainers); an engine that does not release keeps everything, so engines that
 share a GPU without release are summed. Trainers on one GPU (actor and ref) take turns: one
-runs at its peak while the others keep their resident part. A GPU fits when its larger phase
+runs at its peak while the others keep what they keep between phases (their states, unless
+offloaded; activations are freed). A GPU fits when its larger phase
 plus the margin fits the card. The margin is max(5 % of the card, 3 GiB) on GPUs (allocator
 fragmentation and caching), 5 % of the host's memory on cpu.
 
@@ -136,17 +137,16 @@ class MemoryReport:
     host_need_gib: Optional[float] = None  # cpu: all processes on the host
 
     def gpus(self) -> list[dict]:
-        """One entry per GPU, ascending: node, gpu, total_gib, engines {name: GiB}."""
-        rows: list[tuple[int, dict]] = []
+        """One entry per GPU, ascending: node, gpu, total_gib, engines {name: GiB} (the GiB
+        of the larger phase; `groups` say which phase that is)."""
         per = self.gpus_per_node
-        for group in self.groups:
-            engines = dict(group.engines)
-            for g in group.gpus:
-                rows.append((g, {"node": g // per, "gpu": g, "local_gpu": g % per,
-                                 "total_gib": group.total_gib, "phase": group.phase,
-                                 "engines": engines}))
-        rows.sort(key=lambda r: r[0])
-        return [row for _, row in rows]
+        group_of: dict[int, int] = {}
+        for k, group in enumerate(self.groups):
+            group_of.update(dict.fromkeys(group.gpus, k))
+        total = [g.total_gib for g in self.groups]
+        engines = [dict(g.engines) for g in self.groups]  # one dict per group, shared by rows
+        return [{"node": g // per, "gpu": g, "total_gib": total[k], "engines": engines[k]}
+                for g, k in sorted(group_of.items())]
 
     def to_dict(self) -> dict:
         out = {"gpu_capacity_gib": self.capacity_gib, "fits": self.fits, "device": self.device,
@@ -251,21 +251,14 @@ def evaluate(engines: Sequence[EngineInput], cluster: ClusterSpec,
                              * (need.context_tokens or 0)),
                 have_gib=gib(need.parts["weights"] + need.parts["kv_cache"]),
                 message=f"{inp.name} ({specs[inp.name]}) on GPU {first}: {note}"))
-    members: dict[int, list[str]] = {}
-    for inp in engines:
-        if inp.name in needs:
-            for g in inp.component.gpus:
-                members.setdefault(g, []).append(inp.name)
-    by_set: dict[tuple[str, ...], list[int]] = {}
-    for g, on_gpu in members.items():
-        by_set.setdefault(tuple(on_gpu), []).append(g)
+    by_set = _gpu_groups([inp for inp in engines if inp.name in needs])
     groups = []
     limit = None if capacity_gib is None else (capacity_gib - margin) * GIB
     for names, gpus in by_set.items():
         phases = _phases(names, needs)
         phase = max(phases, key=lambda k: phases[k][0])
         total, held = phases[phase]
-        groups.append(GPUGroup(gpus=tuple(sorted(gpus)), total_gib=gib(total), phase=phase,
+        groups.append(GPUGroup(gpus=gpus, total_gib=gib(total), phase=phase,
                                engines={n: gib(v) for n, v in held.items()},
                                phases={k: gib(v[0]) for k, v in phases.items()}))
         if limit is None or device == "cpu":
@@ -302,6 +295,29 @@ def evaluate(engines: Sequence[EngineInput], cluster: ClusterSpec,
     return MemoryReport(device=device, capacity_gib=capacity_gib, margin_gib=margin, fits=fits,
                         engines=memories, groups=tuple(groups), problems=tuple(problems),
                         warnings=tuple(warnings), gpus_per_node=per, host_need_gib=host_need)
+
+
+def _gpu_groups(engines: Sequence[EngineInput]) -> dict[tuple[str, ...], tuple[int, ...]]:
+    """The GPUs that hold exactly the same engines, keyed by those engines (in input order).
+
+    Refines one part per engine with set operations, so a plan of thousands of GPUs costs a
+    few set operations per engine rather than a Python step per GPU and engine."""
+    parts: list[tuple[frozenset[int], tuple[str, ...]]] = []
+    for inp in engines:
+        mine = frozenset(inp.component.gpus)
+        rest = mine
+        refined = []
+        for part, names in parts:
+            inside, outside = part & mine, part - mine
+            if inside:
+                refined.append((inside, names + (inp.name,)))
+            if outside:
+                refined.append((outside, names))
+            rest = rest - part
+        if rest:
+            refined.append((rest, (inp.name,)))
+        parts = refined
+    return {names: tuple(sorted(part)) for part, names in parts}
 
 
 def _joins_a_trainer_job(inp: EngineInput, engines: Sequence[EngineInput],

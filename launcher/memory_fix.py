@@ -27,7 +27,7 @@ KNOBS = {
     "offload.optimizer": "{e}.offload.optimizer",
     "offload.grad": "{e}.offload.grad",
     "optimizer_cpu_offload": "{e}.megatron.optimizer_cpu_offload",
-    "params_cpu_offload": "{e}.fsdp.offload_params",
+    "params_cpu_offload": "{e}.{b}.offload_params",  # fsdp, archon
     "release": "{e}.offload",
     "mem_fraction.sglang": "{e}.sglang.mem_fraction_static",
     "mem_fraction.vllm": "{e}.vllm.gpu_memory_utilization",
@@ -41,10 +41,10 @@ Evaluate = Callable[[Sequence[EngineInput]], MemoryReport]
 Candidate = tuple[str, list[EngineInput]]
 
 
-def override(engine: str, knob: str, value: object) -> str:
+def override(engine: str, knob: str, value: object, backend: str = "") -> str:
     """`actor.mb_spec.max_tokens_per_mb=8192`: what the user pastes."""
     text = str(value).lower() if isinstance(value, bool) else str(value)
-    return f"{KNOBS[knob].format(e=engine)}={text}"
+    return f"{KNOBS[knob].format(e=engine, b=backend)}={text}"
 
 
 def _swap(engines: Sequence[EngineInput], name: str, **changes: object) -> list[EngineInput]:
@@ -131,9 +131,10 @@ def _train_candidates(problem: MemoryProblem, engines: Sequence[EngineInput],
             engines, name, optimizer_cpu_offload=True)
     for alloc in _reshapes(inp.component.alloc, cluster):
         yield override(name, "backend", alloc), _swap(engines, name, alloc=alloc)
-    if inp.component.backend == "fsdp" and not opts.params_cpu_offload:
-        yield override(name, "params_cpu_offload", True), _swap(engines, name,
-                                                                params_cpu_offload=True)
+    backend = inp.component.backend
+    if backend in ("fsdp", "archon") and not opts.params_cpu_offload:
+        yield (override(name, "params_cpu_offload", True, backend),
+               _swap(engines, name, params_cpu_offload=True))
 
 
 def _rollout_candidates(problem: MemoryProblem, engines: Sequence[EngineInput],

@@ -49,9 +49,6 @@ class EngineNeed:
     phase: str  # "rollout" (inference engines) or "train"
     parts: dict[str, float]  # named terms that add up to the peak
     released: dict[str, float]  # what stays on the GPU while the other phase runs
-    # the part that comes and goes inside the train phase (activations, gathered weights):
-    # two trainers on one GPU take turns, so only the larger transient counts
-    transient: float = 0.0
     kv_tokens: Optional[int] = None  # inference: tokens the KV cache holds per instance
     kv_bytes_per_token: float = 0.0
     context_tokens: Optional[int] = None  # inference: one full context
@@ -72,10 +69,6 @@ class EngineNeed:
         return dataclasses.replace(self, parts={**self.parts, "overhead": 0.0},
                                    released={**self.released, "overhead": 0.0})
 
-    @property
-    def resident(self) -> float:
-        """What it holds during its phase apart from the transient part."""
-        return self.peak - self.transient
 
 
 def gib(value: float) -> float:

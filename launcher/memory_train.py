@@ -22,6 +22,7 @@ engine but does not lower the train peak; only `optimizer_cpu_offload` / `params
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Optional
@@ -30,7 +31,7 @@ from launcher.alloc import ModelAllocation
 from launcher.errors import ConfigError
 from launcher.memory_parts import (CPU_TRAINER_RANK_OVERHEAD_GIB, GIB, TRAIN_OVERHEAD_GIB,
                                    EngineNeed)
-from launcher.model_shape import ModelShape, dtype_bytes
+from launcher.model_shape import ModelShape, ParamCounts, dtype_bytes
 
 # AReaL's examples set actor.mb_spec.max_tokens_per_mb to 10240 more than to any other value
 # (65 of ~100 uses in examples/*.yaml); AReaL's own default (None) means one micro-batch
@@ -71,6 +72,7 @@ class TrainOptions:
     offload: Offload = field(default_factory=Offload)
     optimizer_cpu_offload: bool = False  # megatron --optimizer-cpu-offload: master+moments on host
     params_cpu_offload: bool = False  # FSDP2 CPUOffloadPolicy (actor.fsdp.offload_params)
+    value_head: bool = False  # critic: a 1-wide value head instead of lm_head
     sequence_parallel: bool = False  # actor.megatron.sequence_parallel (fsdp/archon: with t > 1)
     use_distributed_optimizer: bool = True  # actor.megatron.use_distributed_optimizer
     recompute: Optional[str] = None  # actor.megatron.recompute_granularity; None: from above
@@ -111,9 +113,17 @@ def state_bytes(backend: str, opts: TrainOptions) -> tuple[int, int, int]:
     return b, b, moments
 
 
-def _per_gpu_params(shape: ModelShape, alloc: ModelAllocation) -> tuple[float, float]:
+def param_counts(shape: ModelShape, opts: TrainOptions) -> ParamCounts:
+    """The model's parameters as this engine builds it (a critic swaps lm_head for 1 x h)."""
+    if opts.value_head:
+        return dataclasses.replace(shape.params, output=shape.hidden_size)
+    return shape.params
+
+
+def _per_gpu_params(shape: ModelShape, alloc: ModelAllocation,
+                    opts: TrainOptions) -> tuple[float, float]:
     """(non-expert params, routed-expert params) on the most loaded GPU of the engine."""
-    p = shape.params
+    p = param_counts(shape, opts)
     if alloc.backend != "megatron":
         return (p.total - p.routed_experts) / alloc.world_size, p.routed_experts / alloc.world_size
     t, pp = alloc.tp, alloc.pp
@@ -131,7 +141,7 @@ def model_state_bytes(shape: ModelShape, alloc: ModelAllocation, opts: TrainOpti
     to compare the sharding with another estimator under its byte assumptions.
     """
     weight, grad, optim = per_param or state_bytes(alloc.backend, opts)
-    dense, experts = _per_gpu_params(shape, alloc)
+    dense, experts = _per_gpu_params(shape, alloc, opts)
     if alloc.backend == "megatron" and opts.use_distributed_optimizer:
         optimizer = dense * optim / (alloc.dp * alloc.cp) + experts * optim / alloc.edp
     else:
@@ -179,7 +189,7 @@ def _working_set(shape: ModelShape, alloc: ModelAllocation, opts: TrainOptions,
     and one unit's unsharded gradient in the reduce dtype. Megatron keeps none."""
     if alloc.backend == "megatron":
         return 0.0
-    p = shape.params
+    p = param_counts(shape, opts)
     t = alloc.tp
     layer = float(shape.layer_params)
     if shape.is_moe and alloc.ep * alloc.etp > 1:
@@ -201,7 +211,7 @@ def activation_parts(shape: ModelShape, alloc: ModelAllocation,
     tokens = math.ceil(opts.max_tokens_per_mb / alloc.cp)
     sp = opts.sequence_parallel if alloc.backend == "megatron" else t > 1
     per_layer = tokens * layer_activation_bytes(shape, alloc, act, sp)
-    vocab = shape.vocab_size / t
+    vocab = (1 if opts.value_head else shape.vocab_size) / t
     if not opts.trainable:  # forward only: one layer at a time, bf16 logits + one fp32 chunk
         logits = tokens * vocab * act + min(tokens, LOGPROB_CHUNK_TOKENS) * vocab * 4
         return {"activations": per_layer, "logits": logits}
@@ -242,5 +252,4 @@ def estimate_training(shape: ModelShape, alloc: ModelAllocation, opts: TrainOpti
              "optimizer": opts.offload.optimizer}
     released = {k: v for k, v in parts.items() if k in moved and not moved[k]}
     released["overhead"] = overhead
-    return EngineNeed(phase="train", parts=parts, released=released,
-                      transient=working + sum(acts.values()))
+    return EngineNeed(phase="train", parts=parts, released=released)

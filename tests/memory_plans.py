@@ -32,7 +32,8 @@ def apply_override(engines: list[EngineInput], text: str) -> list[EngineInput]:
     for item in text.split():
         key, _, value = item.partition("=")
         name, _, rest = key.partition(".")
-        knob = next(k for k, pattern in KNOBS.items() if pattern.format(e=name) == key)
+        knob = next(k for k, pattern in KNOBS.items()
+                    if key in (pattern.format(e=name, b=b) for b in ("fsdp", "archon", "")))
         field = knob.split(".")[0]
         parsed: object = {"true": True, "false": False}.get(value, value)
         if field == "backend":

@@ -92,6 +92,15 @@ def test_a_forward_only_engine_keeps_weights_only():
     assert ref.parts["weights"] == pytest.approx(2 * QWEN3_8B.params.total / 8)
 
 
+def test_a_critic_swaps_lm_head_for_a_one_wide_value_head():
+    alloc = parse_backend("fsdp:d8")
+    actor = estimate_training(QWEN3_8B, alloc, TrainOptions())
+    critic = estimate_training(QWEN3_8B, alloc, TrainOptions(value_head=True))
+    head = (151936 - 1) * 4096
+    assert states(actor) - states(critic) == pytest.approx(8 * head / 8)
+    assert critic.parts["logits"] < actor.parts["logits"] / 10000
+
+
 # ------------------------------------------------------------------ inference
 def test_sglang_static_budget_is_its_fraction_of_the_card_less_its_context():
     need = estimate_inference(QWEN3_8B, parse_backend("sglang:d1"),
