@@ -6,7 +6,8 @@ single node), rollout backends (sglang, vllm; t a power of two within a node, wh
 instances with p when one node is not enough) and actor backends (fsdp d*t*c, megatron and
 archon d*t*p with e for MoE). For each actor layout it finds the largest max_tokens_per_mb
 (a multiple of 1024, at most the requested one, at least the rollout's context_length when
-set: one sample must fit a micro-batch) that fits.
+set: one sample must fit a micro-batch) that fits, turning gradient checkpointing on when
+that fits more (said in the overrides).
 
 Throughput proxy, stated: generation = rollout instances x KV tokens per instance, each
 instance counted up to KV_USEFUL_TOKENS (more KV than a server can decode at once does not
@@ -50,7 +51,7 @@ KV_USEFUL_TOKENS = 512 * 1024
 class SuggestOptions:
     """What the user already chose: the actor's and the rollout's knobs, and which backends."""
 
-    train: TrainOptions = field(default_factory=lambda: TrainOptions(gradient_checkpointing=True))
+    train: TrainOptions = field(default_factory=TrainOptions)
     infer: InferenceOptions = field(default_factory=InferenceOptions)
     rollout_backends: tuple[str, ...] = ROLLOUT_BACKENDS
     actor_backends: tuple[str, ...] = ACTOR_BACKENDS
@@ -71,6 +72,7 @@ class Suggestion:
     train_tokens: int  # per micro-step over the actor's data-parallel replicas
     score: float
     requested_tokens: int  # the user's max_tokens_per_mb: no override when it fits as it is
+    checkpointing: bool = False  # gradient checkpointing turned on for it (an override)
 
     @property
     def overrides(self) -> tuple[str, ...]:
@@ -80,6 +82,8 @@ class Suggestion:
             out += ["cluster.component_placement.rollout=all",
                     "cluster.component_placement.actor=all", override("rollout", "release", True)]
             out += [override("actor", f"offload.{k}", True) for k in ("weight", "optimizer", "grad")]
+        if self.checkpointing:
+            out.append(override("actor", "gradient_checkpointing", True))
         if self.max_tokens_per_mb != self.requested_tokens:
             out.append(override("actor", "max_tokens_per_mb", self.max_tokens_per_mb))
         return tuple(out)
@@ -156,6 +160,21 @@ def _splits(cluster: ClusterSpec) -> Iterator[tuple[str, int, int]]:
             yield "disaggregated", r, per - r
 
 
+def _fitted(shape: ModelShape, alloc: ModelAllocation, opts: TrainOptions, budget: float,
+            least: int, cache: dict) -> Optional[tuple[int, bool]]:
+    """(max_tokens_per_mb, checkpointing turned on) for this actor layout: the user's options
+    when the requested micro-batch fits with them, else the variant that fits more tokens
+    (gradient checkpointing on, when the user has no recompute)."""
+    mine = _largest_tokens(shape, alloc, opts, budget, least, cache)
+    if mine == max(opts.max_tokens_per_mb, least) or opts.recompute_mode != "none":
+        return None if mine is None else (mine, False)
+    other = _largest_tokens(shape, alloc, dataclasses.replace(opts, gradient_checkpointing=True),
+                            budget, least, cache)
+    if other is not None and (mine is None or other > mine):
+        return other, True
+    return None if mine is None else (mine, False)
+
+
 def _largest_tokens(shape: ModelShape, alloc: ModelAllocation, opts: TrainOptions,
                     budget: float, least: int, cache: dict) -> Optional[int]:
     """Largest max_tokens_per_mb (multiple of TOKEN_STEP, in [least, requested]) whose train
@@ -212,11 +231,13 @@ def suggest(shape: ModelShape, cluster: ClusterSpec, capacity_gib: Optional[floa
             continue
         residue = max(n.residue for _, n in servers) if together else 0.0
         for actor in actor_layouts(shape, a_gpus, per, options.actor_backends):
-            tokens = _largest_tokens(shape, actor, train, limit - residue, least, cache)
-            if tokens is None:
+            fitted = _fitted(shape, actor, train, limit - residue, least, cache)
+            if fitted is None:
                 continue
-            trainer = estimate(shape, actor, dataclasses.replace(train, max_tokens_per_mb=tokens),
-                               None, "cuda")
+            tokens, checkpointing = fitted
+            trainer = estimate(shape, actor, dataclasses.replace(
+                train, max_tokens_per_mb=tokens, gradient_checkpointing=checkpointing
+                or train.gradient_checkpointing), None, "cuda")
             train_tokens = tokens * actor.dp
             for alloc, need in servers:
                 if need.peak + (trainer.residue if together else 0.0) > limit:
@@ -229,13 +250,14 @@ def suggest(shape: ModelShape, cluster: ClusterSpec, capacity_gib: Optional[floa
                               actor.tp * actor.pp * actor.cp * actor.ep, order[alloc.backend],
                               order[actor.backend], len(found),
                               (mode, alloc, actor, r_gpus, a_gpus, tokens, kv * alloc.dp,
-                               train_tokens, score)))
+                               train_tokens, score, checkpointing)))
     found.sort()  # best first; the index keeps the sort from comparing allocations
     best: list[Suggestion] = []
     seen = set()
-    for *_, (mode, alloc, actor, r_gpus, a_gpus, tokens, kv, train_tokens, score) in found:
+    for *_, (mode, alloc, actor, r_gpus, a_gpus, tokens, kv, train_tokens, score,
+             checkpointing) in found:
         s = Suggestion(mode, alloc, actor, r_gpus, a_gpus, tokens, kv, train_tokens, score,
-                       options.train.max_tokens_per_mb)
+                       options.train.max_tokens_per_mb, checkpointing)
         # the same layout with another backend of the same kind says nothing new
         same = (s.mode, s.rollout.dp, s.rollout.tp, s.rollout.pp, s.actor.dp, s.actor.tp,
                 s.actor.pp, s.actor.cp, s.actor.ep)
@@ -257,6 +279,8 @@ def _confirmed(s: Suggestion, shape: ModelShape, cluster: ClusterSpec, capacity_
                                                            s.rollout_gpus + s.actor_gpus))
     infer = dataclasses.replace(options.infer, release=together or options.infer.release)
     train = dataclasses.replace(options.train, max_tokens_per_mb=s.max_tokens_per_mb,
+                                gradient_checkpointing=s.checkpointing
+                                or options.train.gradient_checkpointing,
                                 offload=Offload(True, True, True) if together
                                 else options.train.offload)
     engines = [EngineInput(ComponentPlan("rollout", s.rollout, None, rollout_gpus), shape, infer),

@@ -18,17 +18,18 @@ from launcher.suggest import (COLLOCATED_SHARE, KV_USEFUL_TOKENS, SuggestOptions
 from tests.model_configs import shape
 
 H100 = 79.11
-MB_KEY = "actor.mb_spec.max_tokens_per_mb"  # not a config key yet: applied as an option here
+# not config keys yet: applied as options here
+MB_KEY, GC_KEY = "actor.mb_spec.max_tokens_per_mb", "actor.gradient_checkpointing"
 
 
 def planned(suggestion, model, nodes: int):
     """Compose and build the plan the suggestion's overrides describe, then check its memory."""
-    overrides = [o for o in suggestion.overrides if not o.startswith(MB_KEY)]
+    overrides = [o for o in suggestion.overrides if not o.startswith((MB_KEY, GC_KEY))]
     overrides += [f"cluster.num_nodes={nodes}", "cluster.gpus_per_node=8", "cluster.device=cuda"]
     cfg = compose_config(overrides)
     plan = build_plan(cfg, 0, explicit_keys(overrides))
     release = bool(cfg.rollout.offload)
-    train = TrainOptions(gradient_checkpointing=True,
+    train = TrainOptions(gradient_checkpointing=f"{GC_KEY}=true" in suggestion.overrides,
                          max_tokens_per_mb=suggestion.max_tokens_per_mb,
                          offload=Offload(cfg.actor.offload.weight, cfg.actor.offload.optimizer,
                                          cfg.actor.offload.grad))
@@ -81,6 +82,14 @@ def test_the_micro_batch_shrinks_only_when_the_requested_one_does_not_fit():
     big = SuggestOptions(train=TrainOptions(gradient_checkpointing=True, max_tokens_per_mb=131072))
     for s in suggest(shape("Qwen2.5-72B"), ClusterSpec(1, 8), H100, big):
         assert s.max_tokens_per_mb < 131072 and f"{MB_KEY}={s.max_tokens_per_mb}" in s.overrides
+
+
+def test_checkpointing_is_turned_on_in_the_overrides_when_that_is_what_fits():
+    first = suggest(shape("Qwen3-8B"), ClusterSpec(1, 8), H100)[0]
+    assert first.checkpointing and f"{GC_KEY}=true" in first.overrides
+    asked = SuggestOptions(train=TrainOptions(gradient_checkpointing=True))
+    assert not any(o.startswith(GC_KEY) for s in suggest(shape("Qwen3-8B"), ClusterSpec(1, 8),
+                                                         H100, asked) for o in s.overrides)
 
 
 def test_suggestions_keep_to_the_backends_asked_for():
