@@ -268,14 +268,16 @@ def evaluate(engines: Sequence[EngineInput], cluster: ClusterSpec,
                 continue
             running = max((n for n in parts if needs[n].phase == name),
                           key=lambda n: parts[n])
-            g = min(gpus)
+            g = gpus[0]
+            alike = f" (and {len(gpus) - 1} more GPUs with the same engines)" if len(gpus) > 1 \
+                else ""
             problems.append(MemoryProblem(
                 kind=name, engine=running, gpu=g, node=g // per,
                 need_gib=gib(value + margin * GIB), have_gib=capacity_gib or 0.0,
                 engines=names,
                 message=(f"GPU {g} (node {g // per}) does not fit: "
                          f"{_describe(name, parts, running, specs)} GiB + margin {margin} GiB "
-                         f"= {(value / GIB + margin):.1f} GiB > {capacity_gib} GiB")))
+                         f"= {(value / GIB + margin):.1f} GiB > {capacity_gib} GiB{alike}")))
     host_need = None
     if device == "cpu":
         host_need = _host_need(engines, needs, cluster)
