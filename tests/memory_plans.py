@@ -1,0 +1,53 @@
+"""Building memory inputs for tests: engines on explicit GPU lists, without a Hydra config."""
+from __future__ import annotations
+
+from typing import Iterable, Optional, Union
+
+from launcher.alloc import parse_backend
+from launcher.memory import EngineInput, InferenceOptions, TrainOptions
+from launcher.model_shape import ModelShape
+from launcher.plan import ComponentPlan
+
+
+def component(name: str, spec: str, gpus: Iterable[int],
+              inherited_from: Optional[str] = None) -> ComponentPlan:
+    """A ComponentPlan with only what memory reads: the allocation and the global GPUs."""
+    return ComponentPlan(name, parse_backend(spec), inherited_from, tuple(gpus))
+
+
+def engine(name: str, spec: str, gpus: Iterable[int], shape: Optional[ModelShape],
+           options: Union[TrainOptions, InferenceOptions, None] = None) -> EngineInput:
+    return EngineInput(component(name, spec, gpus), shape, options)
+
+
+def apply_override(engines: list[EngineInput], text: str) -> list[EngineInput]:
+    """The engines after the overrides of a fix (`actor.mb_spec.max_tokens_per_mb=8192 ...`),
+    mapped back through launcher.memory_fix.KNOBS (the lead maps them to config keys)."""
+    import dataclasses
+
+    from launcher.memory_fix import KNOBS, _swap
+    from launcher.memory_train import Offload
+
+    out = list(engines)
+    for item in text.split():
+        key, _, value = item.partition("=")
+        name, _, rest = key.partition(".")
+        knob = next(k for k, pattern in KNOBS.items()
+                    if key in (pattern.format(e=name, b=b) for b in ("fsdp", "archon", "")))
+        field = knob.split(".")[0]
+        parsed: object = {"true": True, "false": False}.get(value, value)
+        if field == "backend":
+            out = _swap(out, name, alloc=parse_backend(value))
+            continue
+        if isinstance(parsed, str):
+            parsed = float(parsed) if "." in parsed else int(parsed)
+        current = next(e for e in out if e.name == name).options
+        if field == "offload" and isinstance(current, TrainOptions):
+            parsed = dataclasses.replace(current.offload, **{knob.split(".")[1]: parsed})
+        elif field == "release":
+            parsed = bool(parsed)
+        elif field == "cpu_kvcache_space":
+            field = "cpu_kvcache_space_gib"
+        assert isinstance(parsed, (bool, int, float, Offload))
+        out = _swap(out, name, **{field: parsed})
+    return out

@@ -1,0 +1,118 @@
+"""plan --suggest: layouts that fit, ranked by the stated proxy, fast, as real overrides."""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+
+import pytest
+
+from launcher.build import build_plan, explicit_keys
+from launcher.cluster import ClusterSpec
+from launcher.compose import compose_config
+from launcher.errors import LaunchError
+from launcher.memory import (EngineInput, InferenceOptions, TrainOptions, estimate,
+                             memory_report)
+from launcher.memory_train import Offload
+from launcher.suggest import (COLLOCATED_SHARE, KV_USEFUL_TOKENS, SuggestOptions, suggest)
+from tests.model_configs import shape
+
+H100 = 79.11
+# not config keys yet: applied as options here
+MB_KEY, GC_KEY = "actor.mb_spec.max_tokens_per_mb", "actor.gradient_checkpointing"
+
+
+def planned(suggestion, model, nodes: int):
+    """Compose and build the plan the suggestion's overrides describe, then check its memory."""
+    overrides = [o for o in suggestion.overrides if not o.startswith((MB_KEY, GC_KEY))]
+    overrides += [f"cluster.num_nodes={nodes}", "cluster.gpus_per_node=8", "cluster.device=cuda"]
+    cfg = compose_config(overrides)
+    plan = build_plan(cfg, 0, explicit_keys(overrides))
+    release = bool(cfg.rollout.offload)
+    train = TrainOptions(gradient_checkpointing=f"{GC_KEY}=true" in suggestion.overrides,
+                         max_tokens_per_mb=suggestion.max_tokens_per_mb,
+                         offload=Offload(cfg.actor.offload.weight, cfg.actor.offload.optimizer,
+                                         cfg.actor.offload.grad))
+    engines = [EngineInput(plan.components["rollout"], model, InferenceOptions(release=release)),
+               EngineInput(plan.components["actor"], model, train)]
+    return memory_report(engines, plan.cluster, H100), plan
+
+
+@pytest.mark.parametrize("name,nodes", [("Qwen3-8B", 1), ("Qwen2.5-72B", 2),
+                                        ("Qwen3-30B-A3B", 2)])
+def test_every_suggestion_fits_when_planned_from_its_overrides(name, nodes):
+    model = shape(name)
+    found = suggest(model, ClusterSpec(nodes, 8), H100)
+    assert found
+    for s in found:
+        report, plan = planned(s, model, nodes)
+        assert report.fits is True, (s.command(), report.error())
+        assert plan.mode == s.mode
+        assert str(plan.components["rollout"].alloc) == str(s.rollout)
+
+
+def test_suggestions_are_ranked_by_the_stated_throughput_proxy():
+    model = shape("Qwen3-8B")
+    found = suggest(model, ClusterSpec(2, 8), H100, SuggestOptions(top=8))
+    scores = [s.score for s in found]
+    assert scores == sorted(scores, reverse=True)
+    options = SuggestOptions()
+    for s in found:
+        infer = dataclasses.replace(options.infer, release=s.mode == "collocated")
+        per_instance = estimate(model, s.rollout, infer, H100, "cuda").kv_tokens
+        generation = s.rollout.dp * min(per_instance, KV_USEFUL_TOKENS)
+        share = COLLOCATED_SHARE if s.mode == "collocated" else 1.0
+        assert s.score == pytest.approx(
+            math.sqrt(generation * s.max_tokens_per_mb * s.actor.dp) * share)
+
+
+def test_collocated_suggestions_turn_offload_on_both_sides():
+    found = suggest(shape("Qwen3-8B"), ClusterSpec(1, 8), H100)
+    together = [s for s in found if s.mode == "collocated"]
+    assert together
+    for s in together:
+        assert {"rollout.offload=true", "actor.offload.weight=true",
+                "actor.offload.optimizer=true", "actor.offload.grad=true"} <= set(s.overrides)
+
+
+def test_the_micro_batch_shrinks_only_when_the_requested_one_does_not_fit():
+    small = suggest(shape("Qwen3-8B"), ClusterSpec(1, 8), H100)[0]
+    assert small.max_tokens_per_mb == 10240 and not any(o.startswith(MB_KEY)
+                                                        for o in small.overrides)
+    big = SuggestOptions(train=TrainOptions(gradient_checkpointing=True, max_tokens_per_mb=131072))
+    for s in suggest(shape("Qwen2.5-72B"), ClusterSpec(1, 8), H100, big):
+        assert s.max_tokens_per_mb < 131072 and f"{MB_KEY}={s.max_tokens_per_mb}" in s.overrides
+
+
+def test_checkpointing_is_turned_on_in_the_overrides_when_that_is_what_fits():
+    first = suggest(shape("Qwen3-8B"), ClusterSpec(1, 8), H100)[0]
+    assert first.checkpointing and f"{GC_KEY}=true" in first.overrides
+    asked = SuggestOptions(train=TrainOptions(gradient_checkpointing=True))
+    assert not any(o.startswith(GC_KEY) for s in suggest(shape("Qwen3-8B"), ClusterSpec(1, 8),
+                                                         H100, asked) for o in s.overrides)
+
+
+def test_suggestions_keep_to_the_backends_asked_for():
+    options = SuggestOptions(rollout_backends=("sglang",), actor_backends=("megatron",))
+    found = suggest(shape("Qwen3-32B"), ClusterSpec(2, 8), H100, options)
+    assert found and all(s.rollout.backend == "sglang" and s.actor.backend == "megatron"
+                         for s in found)
+
+
+def test_a_model_too_large_for_the_cluster_gets_no_suggestion():
+    assert suggest(shape("DeepSeek-V3"), ClusterSpec(8, 8), H100) == []
+
+
+def test_suggest_without_gpu_memory_says_which_key_to_set():
+    with pytest.raises(LaunchError, match="cluster.gpu_memory_gib"):
+        suggest(shape("Qwen3-8B"), ClusterSpec(1, 8), None)
+
+
+def test_suggest_for_8_nodes_of_8_gpus_answers_within_one_second():
+    worst = 0.0
+    for name in ("Qwen3-8B", "Qwen3-30B-A3B", "Qwen2.5-72B"):
+        estimate.cache_clear()  # a cold start, as in a fresh CLI process
+        start = time.perf_counter()
+        suggest(shape(name), ClusterSpec(8, 8), H100)
+        worst = max(worst, time.perf_counter() - start)
+    assert worst < 1.0
