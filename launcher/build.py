@@ -59,7 +59,7 @@ def build_plan(spec: LaunchConfig, local_gpus: GPUCount = 0,
     allocs, inherited = _parse(texts)
     if cluster is None:
         cluster = cpu_cluster(spec.cluster, lambda: slots_needed(allocs, placement))
-    engines = resolve.engines(spec, allocs, inherited, model_path(spec))
+    engines = resolve.engines(spec, allocs, inherited, model_path(spec), cluster.device)
     placed = place(allocs, cluster, placement, {n: e.offload for n, e in engines.items()},
                    more_nodes=more_nodes)
     warnings += placed.warnings
@@ -177,12 +177,16 @@ def health_timeout_s(spec: LaunchConfig) -> float:
 
 
 def engine_options(engine: resolve.Engine) -> dict:
-    """One engine's options for its entry point: its backend's sub-key, and its offload."""
+    """One engine's options for its entry point: its backend's sub-key, its offload, and for
+    trainers how they train (dtype, gradient_checkpointing, max_tokens_per_mb)."""
     import dataclasses
 
     offload = engine.offload if engine.offload_parts is None else \
         dataclasses.asdict(engine.offload_parts)
-    return {"options": dataclasses.asdict(engine.options), "offload": offload}
+    out = {"options": dataclasses.asdict(engine.options), "offload": offload}
+    if engine.training is not None:
+        out["training"] = dataclasses.asdict(engine.training)
+    return out
 
 
 def explicit_keys(overrides: list[str]) -> frozenset[str]:

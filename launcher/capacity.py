@@ -76,7 +76,7 @@ def detect_gpu_memory_gib() -> Optional[float]:
     """The smallest GPU here as NVML reports it (usable: total less what the driver reserves);
     None without nvidia-ml-py, a driver, or a GPU."""
     try:
-        import pynvml  # type: ignore[import-not-found]  # nvidia-ml-py, optional
+        import pynvml  # nvidia-ml-py, optional
     except ImportError:
         return None
     try:

@@ -2,7 +2,7 @@
 
     areal-launch [OVERRIDES...]            resolve, validate, start everything, supervise
     areal-launch -m OVERRIDES...           a Hydra sweep: every point resolved before any starts
-    areal-launch plan OVERRIDES... [--json] [--svg FILE]
+    areal-launch plan OVERRIDES... [--json] [--svg FILE] [--suggest]
     areal-launch status|cancel|logs RUN    a run of any runner, by its id or run folder
 
 A user mistake is one `error:` line on stderr and exit code 2; nothing is started.
@@ -21,7 +21,7 @@ SUBCOMMANDS = ("plan", "status", "cancel", "logs")
 HELP = """\
 Usage: areal-launch [OVERRIDES...]                 launch (this machine, or Slurm with launcher=slurm)
        areal-launch -m KEY=A,B [OVERRIDES...]     sweep: every point validated first, then run/submitted
-       areal-launch plan [OVERRIDES...] [--json] [--svg FILE]   show where every process will run
+       areal-launch plan [OVERRIDES...] [--json] [--svg FILE] [--suggest]   where everything runs; --suggest: layouts that fit
        areal-launch status|cancel|logs RUN        a run: by the id printed at its start, or its folder
        areal-launch --cfg job [OVERRIDES...]      print the composed config (every settable key)
 
@@ -42,7 +42,7 @@ e expert; world = d*t*p*c):
 
 Examples:
   areal-launch                                                  # the default CPU run (make demo)
-  areal-launch plan rollout.backend=sglang:d4t2 actor.backend=fsdp:d8
+  areal-launch plan cluster=gpu8 cluster.num_nodes=2 rollout.backend=sglang:d4t2 actor.backend=fsdp:d8
   areal-launch plan "actor.backend='megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)'" rollout=none cluster=gpu8 \\
       cluster.num_nodes=4
   areal-launch plan cluster=gpu8 actor.backend=fsdp:d8 rollout.backend=sglang:d2t4 \\
@@ -53,6 +53,16 @@ Examples:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
+    try:
+        _main(argv)
+    except BrokenPipeError:  # `areal-launch plan | head`: the reader has what it wanted
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(0) from None
+
+
+def _main(argv: Optional[Sequence[str]] = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in ("-h", "--help", "help"):
         print(HELP, end="")
@@ -103,23 +113,29 @@ def run_launch(args: list[str]) -> int:
 
 
 def run_plan(args: list[str]) -> int:
-    """`plan [--json] [--svg FILE] OVERRIDES...` (its --help is typer's, in launcher.commands)."""
-    from launcher.launch import show_plan
+    """`plan [--json] [--svg FILE] [--suggest] OVERRIDES...` (its --help is typer's, in
+    launcher.commands)."""
+    from launcher.launch import show_plan, show_suggestions
 
-    json_out, svg, overrides = False, None, []
+    json_out, svg, suggest, overrides = False, None, False, []
     try:
         rest = iter(args)
         for a in rest:
             if a == "--json":
                 json_out = True
+            elif a == "--suggest":
+                suggest = True
             elif a == "--svg" or a.startswith("--svg="):
                 svg = a.partition("=")[2] or next(rest, "")
                 if not svg:
                     raise LaunchError("--svg needs a file name: areal-launch plan ... --svg map.svg")
             elif a.startswith("-"):
-                raise LaunchError(f"unknown option {a!r} for plan: use --json, --svg FILE, or KEY=VALUE overrides")
+                raise LaunchError(f"unknown option {a!r} for plan: use --json, --svg FILE, "
+                                  "--suggest, or KEY=VALUE overrides")
             else:
                 overrides.append(a)
+        if suggest:
+            return show_suggestions(overrides)
         return show_plan(overrides, json_out, Path(svg) if svg else None)
     except LaunchError as exc:
         return fail(exc)

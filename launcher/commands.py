@@ -25,6 +25,9 @@ app = typer.Typer(add_completion=False, no_args_is_help=False, rich_markup_mode=
 
 _EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
 RUN_HELP = "the id areal-launch printed when it started the run, or its run folder"
+SUGGEST_HELP = ("print layouts that fit, best first, ranked by sqrt(generation x training): "
+                "generation = rollout instances x usable KV tokens (capped at 512K), training "
+                "= max_tokens_per_mb x actor dp; collocated layouts count half")
 
 
 @app.callback()
@@ -35,14 +38,17 @@ def _group() -> None:
 @app.command(context_settings=_EXTRA)
 def plan(ctx: typer.Context,
          json_out: bool = typer.Option(False, "--json", help="print the plan JSON (schema 1)"),
-         svg: Optional[Path] = typer.Option(None, "--svg", help="write the GPU map as SVG to FILE")) -> None:
+         svg: Optional[Path] = typer.Option(None, "--svg", help="write the GPU map as SVG to FILE"),
+         suggest: bool = typer.Option(False, "--suggest", help=SUGGEST_HELP)) -> None:
     """Resolve OVERRIDES (Hydra syntax) and show where every process will run; start nothing.
 
     Examples: areal-launch plan rollout.backend=sglang:d4t2 actor.backend=fsdp:d8
               areal-launch plan cluster=gpu8 actor.backend=fsdp:d4 rollout.backend=sglang:d2t2 --json
     """
-    from launcher.launch import show_plan
+    from launcher.launch import show_plan, show_suggestions
 
+    if suggest:
+        raise typer.Exit(_guarded(lambda: show_suggestions(list(ctx.args))))
     raise typer.Exit(_guarded(lambda: show_plan(list(ctx.args), json_out, svg)))
 
 

@@ -58,14 +58,41 @@ class RolloutBase:
             raise ConfigError(f"rollout.health_timeout_s={self.health_timeout_s}: {problem}")
 
 
+TRAIN_DTYPES = ("float32", "bfloat16", "float16")
+MAX_TOKENS_PER_MB = 1 << 24
+
+
+@dataclass
+class MicroBatchSpec:
+    """How a training step splits its batch (AReaL's `mb_spec`): each forward/backward holds
+    at most this many tokens, which is what sizes a trainer's activation memory."""
+
+    max_tokens_per_mb: int = 10240
+
+    def __post_init__(self) -> None:
+        n = self.max_tokens_per_mb
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 < n <= MAX_TOKENS_PER_MB:
+            raise ConfigError(f"mb_spec.max_tokens_per_mb={n}: a number of tokens from 1 to "
+                              f"{MAX_TOKENS_PER_MB}")
+
+
 @dataclass
 class TrainEngineBase:
     """actor, critic, ref, teacher. backend None = off; "" = the actor's backend and options;
-    a bare name (`fsdp`) = that backend sized for the machine."""
+    a bare name (`fsdp`) = that backend sized for the machine. dtype, gradient_checkpointing
+    and mb_spec are AReaL's names: the entry point trains with them, the memory check sizes
+    the engine by them."""
 
     backend: Optional[str] = None
+    dtype: Optional[str] = None  # weights, grads, optimizer states; None: float32 on cpu, else bf16
+    gradient_checkpointing: bool = False  # recompute each layer in backward (less memory)
+    mb_spec: MicroBatchSpec = field(default_factory=MicroBatchSpec)
     offload: OffloadOptions = field(default_factory=OffloadOptions)
     extra_args: List[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.dtype is not None and self.dtype not in TRAIN_DTYPES:
+            raise ConfigError(f"dtype={self.dtype!r}: choose {', '.join(TRAIN_DTYPES)}")
 
 
 def _with_backend_options(base: type, kind: str, name: str) -> type:
@@ -100,6 +127,10 @@ class ClusterConfig:
     device: str = "auto"  # auto | cuda | cpu
     # keys: engine names, or comma lists of them in YAML ("actor,rollout": all)
     component_placement: Dict[str, Optional[str]] = field(default_factory=_engine_keys)
+    # memory per GPU for the memory check; None: what NVML reports here (this machine's
+    # GPUs), else `gpu_type`'s from launcher/capacity.py's table (e.g. h100), else unknown
+    gpu_memory_gib: Optional[float] = None
+    gpu_type: Optional[str] = None
 
 
 # ----------------------------------------------------------------------------- the run

@@ -16,6 +16,7 @@ from typing import Callable, Optional, Sequence
 
 from launcher.build import Planned, explicit_keys
 from launcher.compose import RunSpec
+from launcher.config import LaunchConfig
 from launcher.errors import LaunchError
 from launcher.plan import Plan
 from launcher.request import LaunchRequest
@@ -72,8 +73,50 @@ def prepare(overrides: list[str], to_run: bool = True) -> Prepared:
     entry = str(config.trainer.entry)
     if any(not c.is_inference for c in planned.plan.components.values()):
         entry = resolve_entry(entry, must_exist=to_run)
+    planned = with_memory(planned, config, here=not runner.more_nodes(device))
     return Prepared(list(overrides), spec, planned, runner, runners.name_of(config.launcher),
                     entry, Path(spec.run_dir).absolute())
+
+
+def with_memory(planned: Planned, config: LaunchConfig, here: bool) -> Planned:
+    """The plan with its `memory` section (DESIGN §10): the model's shape from its config.json
+    (read here, never downloaded), the GPUs' memory (`here`: NVML may ask this machine's);
+    a plan that does not fit is refused (launcher.check_memory=error), said (warn) or not
+    checked (off)."""
+    import dataclasses
+
+    from launcher.capacity import resolve_capacity
+    from launcher.memory_plan import plan_memory
+    from launcher.model_shape import read_model_shape
+
+    mode = config.launcher.check_memory
+    plan = planned.plan
+    if mode == "off":
+        return planned
+    model = plan.meta["model_path"]
+    shape = read_model_shape(model)
+    capacity = resolve_capacity(plan.cluster.device, config.cluster.gpu_memory_gib,
+                                config.cluster.gpu_type, detect=here)
+    if shape is None:  # a hub name, or a folder on the cluster's disks: nothing to read here
+        why = f"no config.json at {model} here"
+        memory = {"gpu_capacity_gib": capacity.gib, "fits": None, "unknown": why,
+                  "capacity_source": capacity.source}
+        plan = dataclasses.replace(plan, meta={**plan.meta, "memory": memory},
+                                   warnings=plan.warnings + (f"memory unknown: {why}, so no "
+                                                             "GPU is checked",))
+        return dataclasses.replace(planned, plan=plan)
+    report = plan_memory(plan, planned.engines, shape, capacity.gib)
+    said = list(report.warnings)
+    problem = report.error()
+    if problem is not None and mode == "error":
+        raise LaunchError(f"does not fit: {problem} (launcher.check_memory=warn starts it "
+                          "anyway)")
+    if problem is not None:
+        said.append(f"does not fit: {problem}")
+    memory = {**report.to_dict(), "capacity_source": capacity.source}
+    plan = dataclasses.replace(plan, meta={**plan.meta, "memory": memory},
+                               warnings=plan.warnings + tuple(said))
+    return dataclasses.replace(planned, plan=plan)
 
 
 def choices_only(overrides: list[str]) -> list[str]:
@@ -232,6 +275,51 @@ def show_plan(overrides: list[str], json_out: bool, svg: Optional[Path]) -> int:
     console = make_console()
     console.print(render_table(the_plan))
     console.print(render_gpu_map(the_plan))
+    return 0
+
+
+SUGGEST_HELP = """\
+layouts that fit this model on this cluster, best first, as commands to paste. Ranked by a
+throughput proxy: sqrt(generation x training), generation = rollout instances x the KV tokens
+each can use (capped at 512K), training = actor.mb_spec.max_tokens_per_mb x the actor's data
+parallel size; collocated layouts count half (their phases take turns)."""
+
+
+def show_suggestions(overrides: list[str]) -> int:
+    """`areal-launch plan --suggest OVERRIDES`: the layouts that fit (see SUGGEST_HELP)."""
+    from launcher.capacity import resolve_capacity
+    from launcher.memory_plan import inference_options, train_options
+    from launcher.model_shape import read_model_shape
+    from launcher.suggest import SuggestOptions, suggest
+
+    prep = prepare([*overrides, "launcher.check_memory=off"], to_run=False)
+    plan, config = prep.plan, prep.spec.config
+    shape = read_model_shape(plan.meta["model_path"])
+    if shape is None:
+        raise LaunchError(f"model_path={plan.meta['model_path']}: no config.json there, so "
+                          "nothing to size: point model_path at a local model folder")
+    capacity = resolve_capacity(plan.cluster.device, config.cluster.gpu_memory_gib,
+                                config.cluster.gpu_type, detect=not prep.runner.more_nodes("cuda"))
+    engines = prep.planned.engines
+    options = SuggestOptions(
+        train=train_options(engines["actor"]) if "actor" in engines else SuggestOptions().train,
+        infer=inference_options(engines["rollout"]) if "rollout" in engines
+        else SuggestOptions().infer)
+    found = suggest(shape, plan.cluster, capacity.gib, options)
+    cluster = plan.cluster
+    print(f"# {len(found)} layout(s) that fit {cluster.num_nodes} node(s) x "
+          f"{cluster.gpus_per_node} GPUs of {capacity.gib:.1f} GiB ({capacity.source}), best "
+          "first (score: sqrt(generation x training tokens), see plan --help)")
+    import shlex
+
+    for s in found:
+        print(f"# {s.mode}: rollout {s.rollout} ({s.kv_tokens} KV tokens), actor {s.actor} "
+              f"({s.train_tokens} tokens per micro-step), score {s.score:.0f}")
+        keys = {o.partition("=")[0] for o in s.overrides}
+        kept = [o for o in overrides if o.lstrip("+").partition("=")[0] not in keys]
+        print(s.command(" ".join(["areal-launch", *map(shlex.quote, kept)])))
+    if not found:
+        print("# none fits: more GPUs, a smaller model, or a smaller context")
     return 0
 
 

@@ -27,7 +27,7 @@ KNOBS = {
     "offload.optimizer": "{e}.offload.optimizer",
     "offload.grad": "{e}.offload.grad",
     "optimizer_cpu_offload": "{e}.megatron.optimizer_cpu_offload",
-    "params_cpu_offload": "{e}.{b}.offload_params",  # fsdp, archon
+    "params_cpu_offload": "{e}.{b}.offload_params",  # fsdp
     "release": "{e}.offload",
     "mem_fraction.sglang": "{e}.sglang.mem_fraction_static",
     "mem_fraction.vllm": "{e}.vllm.gpu_memory_utilization",
@@ -132,7 +132,7 @@ def _train_candidates(problem: MemoryProblem, engines: Sequence[EngineInput],
     for alloc in _reshapes(inp.component.alloc, cluster):
         yield override(name, "backend", alloc), _swap(engines, name, alloc=alloc)
     backend = inp.component.backend
-    if backend in ("fsdp", "archon") and not opts.params_cpu_offload:
+    if backend == "fsdp" and not opts.params_cpu_offload:
         yield (override(name, "params_cpu_offload", True, backend),
                _swap(engines, name, params_cpu_offload=True))
 

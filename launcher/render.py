@@ -173,13 +173,43 @@ def sync_summary(plan: Plan) -> list[str]:
 def render_table(plan: Plan) -> Table:
     """One row per engine: backend, canonical spec, world size, where it inherited from, GPUs."""
     table = Table(title=f"{plan.mode} plan on {_cluster_words(plan)}", title_justify="left")
-    for column in ("engine", "backend", "spec", "world", "inherited from", "GPUs", "layout"):
-        table.add_column(column, justify="right" if column == "world" else "left")
+    memory = plan.meta.get("memory") or {}
+    columns = ["engine", "backend", "spec", "world", "inherited from", "GPUs", "layout"]
+    if memory:
+        columns.append("GiB/GPU")
+    for column in columns:
+        table.add_column(column, justify="right" if column in ("world", "GiB/GPU") else "left")
     for name, comp in plan.components.items():
+        need = (memory.get("engines") or {}).get(name, {}).get("per_gpu_gib")
+        extra = [f"{need:.1f}" if need is not None else "?"] if memory else []
         table.add_row(Text(name, style=f"bold {COLOR.get(name, 'white')}"), comp.backend,
                       str(comp.alloc), str(comp.world_size), comp.inherited_from or "",
-                      format_gpu_set(comp.gpus), layout(comp))
+                      format_gpu_set(comp.gpus), layout(comp), *extra)
     return table
+
+
+def memory_words(plan: Plan) -> list[str]:
+    """How the plan's memory stands, in a line or two (empty without a memory section)."""
+    memory = plan.meta.get("memory") or {}
+    if not memory:
+        return []
+    cap = memory.get("gpu_capacity_gib")
+    if memory.get("unknown"):
+        return [f"memory: unknown ({memory['unknown']})"]
+    verdict = {True: "fits", False: "DOES NOT FIT", None: "unknown"}[memory.get("fits")]
+    if memory.get("device") == "cpu":
+        need = memory.get("host_need_gib")
+        return [f"memory: {verdict}: the processes need {need:.1f} GiB of this host's "
+                f"{cap:.1f} GiB available" if need is not None and cap is not None
+                else f"memory: {verdict}"]
+    top = max((g["total_gib"] for g in memory.get("gpus", [])), default=0.0)
+    of = f" of {cap:.1f} GiB (margin {memory.get('margin_gib', 0):.1f})" if cap else ""
+    return [f"memory: {verdict}: the fullest GPU needs {top:.1f} GiB{of}"]
+
+
+def _gpu_totals(plan: Plan) -> dict[int, float]:
+    memory = plan.meta.get("memory") or {}
+    return {int(g["gpu"]): float(g["total_gib"]) for g in memory.get("gpus", [])}
 
 
 def layout(comp: ComponentPlan) -> str:
@@ -215,6 +245,9 @@ def render_gpu_map(plan: Plan) -> Group:
     gpu_cols = rows[0].gpus if rows and rows[0].gpus else ()
     lines.append(Text(" " * title_width + "".join(
         f"gpu{plan.cluster.local_of(gpu)}".ljust(width) for gpu in gpu_cols), style="dim"))
+    totals = _gpu_totals(plan)
+    cap = (plan.meta.get("memory") or {}).get("gpu_capacity_gib")
+    cuda = plan.cluster.device == "cuda"
     for row in rows:
         line = Text(row.title.ljust(title_width), style="bold" if row.gpus else "dim italic")
         for gpu in row.gpus:
@@ -231,7 +264,16 @@ def render_gpu_map(plan: Plan) -> Group:
         lines.append(line)
         if detail and row.gpus:
             lines.extend(_lanes(row, cells, title_width, width))
+        if totals and row.gpus:
+            gib = Text("  GiB".ljust(title_width), style="dim")
+            for gpu in row.gpus:
+                value = totals.get(gpu)
+                over = cuda and cap is not None and value is not None and value > cap
+                gib.append((f"{value:.1f}" if value is not None else "·").ljust(width),
+                           style="bold red" if over else "dim")
+            lines.append(gib)
     lines.append(Text(""))
+    lines.extend(Text(w, style="bold") for w in memory_words(plan))
     lines.extend(Text(text, style=COLOR.get(name, "white")) for name, text in legend(plan))
     lines.extend(Text(line) for line in sync_summary(plan))
     lines.append(Text("numbers: instance (rollout) or rank (training); [..] one instance or "
@@ -271,8 +313,11 @@ def render_svg(plan: Plan) -> str:
     ncols = max((len(r.gpus) for r in rows), default=1)
     note = ("numbers: instance (rollout) or rank (training); outlined: one instance or tp "
             "group; A+R: engines sharing a GPU")
-    syncs = sync_summary(plan)
+    syncs = sync_summary(plan) + memory_words(plan)
     words = [w for _, w in legend(plan)] + syncs + [note]
+    totals = _gpu_totals(plan)
+    cap = (plan.meta.get("memory") or {}).get("gpu_capacity_gib")
+    mem_h = 16 if totals else 0
     label_w = max([LABEL_W] + [int(len(r.title) * 12 * CHAR_W) + 16 for r in rows if r.gpus])
     left = MARGIN + label_w
     grid = label_w + ncols * (CELL_W + CELL_GAP)
@@ -287,7 +332,7 @@ def render_svg(plan: Plan) -> str:
             body.append(_text(MARGIN, y + 14, row.title, size=12, fill="#666", italic=True))
             y += 26
             continue
-        height = HEAD_H + (len(lanes) * (LANE_H + 4) if detail else LANE_H + 4) + 6
+        height = HEAD_H + (len(lanes) * (LANE_H + 4) if detail else LANE_H + 4) + 6 + mem_h
         body.append(f'<rect x="{MARGIN - 6}" y="{y - 4}" width="{grid + 2}" '
                     f'height="{height}" rx="6" fill="#f7f8fa" stroke="#d5d9df"/>')
         body.append(_text(MARGIN, y + 13, row.title, size=12, weight="bold"))
@@ -309,6 +354,14 @@ def render_svg(plan: Plan) -> str:
                 body.extend(_lane_svg(lane, left, ly))
         else:
             body.extend(_overview_svg(row, cells, left, top))
+        for col, gpu in enumerate(row.gpus if totals else ()):
+            value = totals.get(gpu)
+            over = plan.cluster.device == "cuda" and cap is not None and value is not None \
+                and value > cap
+            x = left + col * (CELL_W + CELL_GAP)
+            body.append(_text(x + 2, y + height - 8, "·" if value is None else f"{value:.1f} GiB",
+                              size=10, fill="#c0392b" if over else "#555",
+                              weight="bold" if over else "normal"))
         y += height + 10
     y += 4
     for name, said in legend(plan):

@@ -34,6 +34,7 @@ class Engine:
     extra_args: tuple[str, ...] = ()
     inherited_from: Optional[str] = None
     model_path: str = ""  # the model it loads
+    training: Optional["Training"] = None  # training engines: how they train
 
     @property
     def backend(self) -> str:
@@ -42,6 +43,15 @@ class Engine:
     @property
     def is_inference(self) -> bool:
         return self.alloc.is_inference
+
+
+@dataclass(frozen=True)
+class Training:
+    """How a training engine trains (its entry point reads these from the plan)."""
+
+    dtype: str  # float32 | bfloat16 | float16
+    gradient_checkpointing: bool
+    max_tokens_per_mb: int
 
 
 def backend_of(spec: Optional[str]) -> Optional[str]:
@@ -86,13 +96,18 @@ def parse_for(name: str, text: str) -> ModelAllocation:
 
 
 def engines(spec: LaunchConfig, allocs: Mapping[str, ModelAllocation],
-            inherited: Mapping[str, str], model_path: str) -> dict[str, Engine]:
-    """Typed engines, in ENGINES order, for the parsed allocations."""
+            inherited: Mapping[str, str], model_path: str, device: str = "cuda"
+            ) -> dict[str, Engine]:
+    """Typed engines, in ENGINES order, for the parsed allocations. An inheriting engine
+    takes the actor's options and training settings (it shares the actor's job when it can)."""
     out: dict[str, Engine] = {}
     for name, alloc in allocs.items():
         source = engine(spec, inherited.get(name, name))  # an inheriting engine: the actor's
         node = engine(spec, name)
         options = getattr(source, alloc.backend)
+        problem = getattr(options, "problem", lambda: None)()
+        if problem:
+            raise ConfigError(f"{inherited.get(name, name)}.{alloc.backend}.{problem}")
         if name == "rollout":
             out[name] = Engine(name, alloc, options, rollout_offload(spec),
                                extra_args=tuple(str(a) for a in node.extra_args),
@@ -100,9 +115,13 @@ def engines(spec: LaunchConfig, allocs: Mapping[str, ModelAllocation],
         else:
             parts: OffloadOptions = node.offload
             extra = source.extra_args if name in inherited else node.extra_args
+            training = Training(source.dtype or ("float32" if device == "cpu" else "bfloat16"),
+                                bool(source.gradient_checkpointing),
+                                int(source.mb_spec.max_tokens_per_mb))
             out[name] = Engine(name, alloc, options, parts.any, offload_parts=parts,
                                extra_args=tuple(str(a) for a in extra),
-                               inherited_from=inherited.get(name), model_path=model_path)
+                               inherited_from=inherited.get(name), model_path=model_path,
+                               training=training)
     return out
 
 

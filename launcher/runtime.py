@@ -201,6 +201,14 @@ class RuntimePlan:
         opts = (self.data.get("engine_options") or {}).get(engine) or {}
         return dict(opts.get("options") or {})
 
+    def training(self, engine: str = "actor") -> dict[str, Any]:
+        """How a training engine trains, from the plan: dtype, gradient_checkpointing,
+        max_tokens_per_mb (the launcher's defaults where the plan carries none)."""
+        opts = (self.data.get("engine_options") or {}).get(engine) or {}
+        default = "float32" if self.device() == "cpu" else "bfloat16"
+        return {"dtype": default, "gradient_checkpointing": False, "max_tokens_per_mb": 10240,
+                **(opts.get("training") or {})}
+
     def offload(self, engine: str = "actor") -> Any:
         """The engine's offload setting from the plan: {"weight", "optimizer", "grad"} for a
         training engine, a bool for rollout; falsy when the plan carries none."""

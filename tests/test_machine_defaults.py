@@ -17,7 +17,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def plan_on(gpus: str, *args: str) -> dict:
-    out = run("plan", "--json", *args, env={"CUDA_VISIBLE_DEVICES": gpus})
+    """The plan on a machine showing `gpus` (80 GB each: this one has no NVML to ask)."""
+    memory = ("cluster.gpu_memory_gib=79",) if gpus else ()
+    out = run("plan", "--json", *memory, *args, env={"CUDA_VISIBLE_DEVICES": gpus})
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 

@@ -56,9 +56,12 @@ def test_each_preset_is_the_shape_its_comment_states(name):
 
 @pytest.mark.parametrize("name", PRESETS)
 def test_preset_resolves_on_cuda_without_warnings(name):
+    """Only that its model is not on this machine (tests/test_memory_presets.py checks its
+    memory against the published config)."""
     plan = preset_plan(name)
     assert plan.cluster.device == "cuda" and plan.mode == EXPECTED_MODE[name]
-    assert plan.warnings == ()
+    assert [w for w in plan.warnings if not w.startswith("memory unknown: no config.json at "
+                                                          "/models/")] == []
     servers = [p for p in plan.processes if p.role == "server"]
     assert len(servers) == len(plan.components["rollout"].instances)
     assert all(p.argv[:3] == (p.argv[0], "-m", "sglang.launch_server") for p in servers)

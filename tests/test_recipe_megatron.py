@@ -81,8 +81,8 @@ def test_moe_hybrid_forms_the_plans_expert_groups(tmp_path, tiny_model):
 
 def test_sequence_parallel_the_local_layers_refuse_is_one_line_before_anything_starts(tmp_path):
     out = run(ENTRY, DENSE, "rollout=none", "actor.megatron.sequence_parallel=true",
-              f"hydra.run.dir={tmp_path}", timeout=600)
+              f"hydra.run.dir={tmp_path}/run", timeout=600)
     said = [ln for ln in (out.stdout + out.stderr).splitlines() if "| grpo:" in ln]
     assert out.returncode != 0 and len(said) == 1, out.stdout + out.stderr
     assert said[0].endswith("refuse sequence parallel; set it false")
-    assert not (tmp_path / "ranks").exists()
+    assert not (tmp_path / "run" / "ranks").exists()  # no rank trained

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from launcher.build import build_plan, explicit_keys
 from launcher.cluster import ClusterSpec
-from launcher.compose import compose_config
 from launcher.errors import LaunchError
+from launcher.launch import prepare
+from launcher.memory_plan import plan_memory
 from launcher.memory import (EngineInput, InferenceOptions, TrainOptions, estimate,
                              memory_report)
 from launcher.memory_train import Offload
@@ -18,24 +18,16 @@ from launcher.suggest import (COLLOCATED_SHARE, KV_USEFUL_TOKENS, SuggestOptions
 from tests.model_configs import shape
 
 H100 = 79.11
-# not config keys yet: applied as options here
 MB_KEY, GC_KEY = "actor.mb_spec.max_tokens_per_mb", "actor.gradient_checkpointing"
 
 
 def planned(suggestion, model, nodes: int):
-    """Compose and build the plan the suggestion's overrides describe, then check its memory."""
-    overrides = [o for o in suggestion.overrides if not o.startswith((MB_KEY, GC_KEY))]
-    overrides += [f"cluster.num_nodes={nodes}", "cluster.gpus_per_node=8", "cluster.device=cuda"]
-    cfg = compose_config(overrides)
-    plan = build_plan(cfg, 0, explicit_keys(overrides))
-    release = bool(cfg.rollout.offload)
-    train = TrainOptions(gradient_checkpointing=f"{GC_KEY}=true" in suggestion.overrides,
-                         max_tokens_per_mb=suggestion.max_tokens_per_mb,
-                         offload=Offload(cfg.actor.offload.weight, cfg.actor.offload.optimizer,
-                                         cfg.actor.offload.grad))
-    engines = [EngineInput(plan.components["rollout"], model, InferenceOptions(release=release)),
-               EngineInput(plan.components["actor"], model, train)]
-    return memory_report(engines, plan.cluster, H100), plan
+    """The plan the suggestion's overrides describe, composed and built as a launch does (the
+    model is a published config, not on this machine), and its memory checked the same way."""
+    overrides = [*suggestion.overrides, f"cluster.num_nodes={nodes}", "cluster.gpus_per_node=8",
+                 "cluster.device=cuda", "launcher.check_memory=off"]
+    prep = prepare(overrides, to_run=False)
+    return plan_memory(prep.plan, prep.planned.engines, model, H100), prep.plan
 
 
 @pytest.mark.parametrize("name,nodes", [("Qwen3-8B", 1), ("Qwen2.5-72B", 2),

@@ -7,7 +7,8 @@ Each backend module says what it accepts and how its processes start:
     DIMS      the dims its backend string takes ("dtp"); HYBRID: takes the MoE attn/ffn form
     EXAMPLE   a backend string to show in hints
     ORDER     where it is listed among its kind (errors suggest the first that fits)
-    Options   the dataclass of its config sub-key (`rollout.vllm.*`, `actor.fsdp.*`, ...)
+    Options   the dataclass of its config sub-key (`rollout.vllm.*`, `actor.fsdp.*`, ...);
+              an optional `problem()` says what is wrong with a value (checked at plan time)
     REFUSED   flags its `extra_args` may not hold (flag -> how to fix)
     inference: servers(comp, plan, engine, ctx) -> ServerSet; CLIENT (its HTTP endpoints)
     training:  engine_args(comp, options) -> flags; engine_env(device) -> env defaults

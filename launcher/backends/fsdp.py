@@ -17,6 +17,7 @@ HYBRID = False
 EXAMPLE = "fsdp:d8"
 ORDER = 0
 REFUSED: dict[str, str] = {}
+MIXED_PRECISION = (None, "bf16", "bfloat16", "fp16", "float16")
 
 
 @dataclass
@@ -24,7 +25,15 @@ class Options:
     """<engine>.fsdp.*: read by the entry point from the plan (engine_options)."""
 
     reshard_after_forward: bool = True
-    mixed_precision: Optional[str] = None  # e.g. bf16: parameters in bf16, reductions in fp32
+    mixed_precision: Optional[str] = None  # bf16 | fp16: parameters in it, reductions in fp32
+    offload_params: bool = False  # FSDP2 CPUOffloadPolicy: shards live on the host (cuda)
+
+    def problem(self) -> Optional[str]:
+        """What is wrong with these options (resolve prefixes the engine and backend)."""
+        if self.mixed_precision not in MIXED_PRECISION:
+            return (f"mixed_precision={self.mixed_precision}: choose bf16 or fp16 (or null: "
+                    "compute in the training dtype)")
+        return None
 
 
 def engine_args(comp: "ComponentPlan", options: Options) -> list[str]:

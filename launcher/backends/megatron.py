@@ -29,6 +29,14 @@ class Options:
     sequence_parallel: bool = False
     use_distributed_optimizer: bool = True
     recompute_granularity: Optional[str] = None  # full | selective
+    optimizer_cpu_offload: bool = False  # master weights and Adam moments on the host
+
+    def problem(self) -> Optional[str]:
+        """What is wrong with these options (resolve prefixes the engine and backend)."""
+        if self.recompute_granularity not in (None, "full", "selective"):
+            return (f"recompute_granularity={self.recompute_granularity}: choose full or "
+                    "selective (or null)")
+        return None
 
 
 PARALLEL_FLAGS = (
@@ -59,6 +67,8 @@ def engine_args(comp: "ComponentPlan", options: Options) -> list[str]:
         args.append("--use-distributed-optimizer")
     if options.recompute_granularity:
         args += ["--recompute-granularity", str(options.recompute_granularity)]
+    if options.optimizer_cpu_offload:
+        args += ["--optimizer-cpu-offload"]
     return args
 
 

@@ -21,6 +21,7 @@ from launcher.limits import MAX_PORT, MIN_PORT, seconds_problem
 from launcher.request import LaunchRequest
 from launcher.runs import RunRecord
 
+CHECK_MEMORY = ("error", "warn", "off")
 RUNNERS = {
     "local": "launcher.runners.local",
     "slurm": "launcher.runners.slurm",
@@ -38,8 +39,13 @@ class LauncherBase:
     base_port: Optional[int] = None  # None: the runner's default (free ports, or 30000 up)
     # environment for every process: after engine defaults, before the launcher's contract
     env: Dict[str, str] = field(default_factory=dict)
+    # a plan whose memory does not fit: error (refused), warn (said, started), off (not checked)
+    check_memory: str = "error"
 
     def __post_init__(self) -> None:
+        if self.check_memory not in CHECK_MEMORY:
+            raise ConfigError(f"launcher.check_memory={self.check_memory!r}: choose "
+                              f"{', '.join(CHECK_MEMORY)}")
         for key, zero in (("grace_period_s", True), ("health_timeout_s", False)):
             value = getattr(self, key)
             problem = seconds_problem(value, allow_zero=zero) if value is not None else ""

@@ -59,6 +59,7 @@ class Session:
     weights_root: Path
     policy_dir: str  # the newest weights folder (no servers: rank 0 samples from it)
     phases: RolloutPhases
+    max_tokens_per_mb: int  # actor.mb_spec.max_tokens_per_mb
 
 
 class Engine(Protocol):
@@ -158,10 +159,11 @@ def open_session(rt: RuntimePlan, opts: GRPOOptions, device: torch.device, model
     except OSError:
         generation = None
     phases = RolloutPhases.from_plan(rt, servers, say=lambda text: log(rank, text))
-    s = Session(opts, rank, *slice_, device, getattr(torch, opts.dtype),
+    training = rt.training("actor")
+    s = Session(opts, rank, *slice_, device, getattr(torch, training["dtype"]),
                 AutoTokenizer.from_pretrained(model_path), AutoConfig.from_pretrained(model_path),
                 generation, hf_shapes, servers, [i for i, r in owners.items() if r == rank],
-                root, model_path, phases)
+                root, model_path, phases, int(training["max_tokens_per_mb"]))
     if rank == 0:
         root.mkdir(parents=True, exist_ok=True)
         if servers:
@@ -235,10 +237,38 @@ def logp_gap(s: Session, samples: list[Sample], mine: list[int], logp: torch.Ten
     return gap
 
 
-def batch_stats(s: Session, samples: list[Sample], mine: list[int], per_seq: torch.Tensor,
-                kl: torch.Tensor, logp: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+def micro_batches(s: Session, seqs: list[tuple[list[int], list[int]]]) -> list[list[int]]:
+    """Positions of `seqs` in consecutive groups of at most max_tokens_per_mb tokens each (a
+    longer sequence goes alone): the largest forward a rank runs, which sizes its activation
+    memory. Every rank of the data group runs the same number (collectives in each backward):
+    where this rank has fewer, it repeats its last group with weight 0 (see `weights`)."""
+    groups: list[list[int]] = []
+    used = s.max_tokens_per_mb
+    for i, (prompt, completion) in enumerate(seqs):
+        n = len(prompt) + len(completion)
+        if used + n > s.max_tokens_per_mb:
+            groups.append([])
+            used = 0
+        groups[-1].append(i)
+        used += n
+    count = torch.tensor([len(groups)], device=s.device)
+    dist.all_reduce(count, op=dist.ReduceOp.MAX)
+    return groups + [groups[-1]] * (int(count.item()) - len(groups))
+
+
+def weights(groups: list[list[int]]) -> list[float]:
+    """1 for each group's first run, 0 for a repeat (it only keeps the collectives in step)."""
+    seen: set[tuple[int, ...]] = set()
+    out = []
+    for g in groups:
+        out.append(0.0 if tuple(g) in seen else 1.0)
+        seen.add(tuple(g))
+    return out
+
+
+def batch_stats(s: Session, samples: list[Sample], per_seq: torch.Tensor, kl: torch.Tensor,
+                gap: torch.Tensor) -> dict[str, float]:
     """Batch-wide loss and KL (summed over one rank per slice) and the log-prob gap."""
-    gap = logp_gap(s, samples, mine, logp, mask)
     stats = torch.stack([per_seq.detach().sum(), kl.detach().sum()]) / len(samples)
     dist.all_reduce(stats, group=s.data_group)
     dist.all_reduce(gap, op=dist.ReduceOp.MAX)

@@ -89,9 +89,10 @@ def check_divisible(config: Any, tp: int) -> None:
 
 
 def shard_model(model: torch.nn.Module, mesh: DeviceMesh, mp: Optional[MixedPrecisionPolicy],
-                reshard_after_forward: bool) -> torch.nn.Module:
+                reshard_after_forward: bool, offload_params: bool = False) -> torch.nn.Module:
     """Tensor parallel over the mesh's tp axis (when > 1), then FSDP2 over its data axis:
-    each decoder layer, then the whole model."""
+    each decoder layer, then the whole model. `offload_params` (actor.fsdp.offload_params, on
+    GPUs): the shards, their grads and the optimizer step live on the host."""
     tp_mesh = mesh["tp"]
     if tp_mesh.size() > 1:
         check_divisible(model.config, tp_mesh.size())
@@ -102,6 +103,10 @@ def shard_model(model: torch.nn.Module, mesh: DeviceMesh, mp: Optional[MixedPrec
                               "reshard_after_forward": reshard_after_forward}
     if mp is not None:
         kwargs["mp_policy"] = mp
+    if offload_params:
+        from torch.distributed.fsdp import CPUOffloadPolicy
+
+        kwargs["offload_policy"] = CPUOffloadPolicy()
     for layer in model.model.layers:
         fully_shard(layer, **kwargs)
     fully_shard(model, **kwargs)

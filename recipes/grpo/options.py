@@ -32,7 +32,6 @@ class GRPOOptions:
     max_grad_norm: float
     kl_coef: float
     seed: int
-    dtype: str
     weights_dir: Optional[str]
     keep_versions: int
     verify_reload: bool

@@ -58,23 +58,35 @@ class FSDPEngine:
 
     def train_step(self, s: Session, samples: list[Sample],
                    advantages: list[float]) -> dict[str, float]:
-        """One GRPO update on this slice's samples (the tp ranks of a slice share them)."""
+        """One GRPO update on this slice's samples (the tp ranks of a slice share them), in
+        micro-batches of at most actor.mb_spec.max_tokens_per_mb tokens, gradients summed."""
         mine = loop.my_samples(s, len(samples))
         seqs = [loop.token_ids(s, samples[i]) for i in mine]
-        adv = torch.tensor([advantages[i] for i in mine], device=s.device)
-        logp, mask = token_logprobs(self.model, seqs, s.tokenizer.pad_token_id, s.device)
-        ref_logp = None
-        if self.ref is not None:
-            with torch.no_grad():
-                ref_logp, _ = token_logprobs(self.ref, seqs, s.tokenizer.pad_token_id, s.device)
-        per_seq, kl = loop.grpo_loss(logp, mask, adv, ref_logp, s.opts.kl_coef)
-        # FSDP averages gradients over the data ranks: scale so the result is the batch mean
-        (per_seq.sum() * s.data_world / len(samples)).backward()
+        pad = s.tokenizer.pad_token_id
+        per_seqs, kls = [], []
+        gap = torch.zeros((), device=s.device)
+        groups = loop.micro_batches(s, seqs)
+        for group, weight in zip(groups, loop.weights(groups)):
+            rows = [mine[j] for j in group]
+            part = [seqs[j] for j in group]
+            adv = torch.tensor([advantages[i] for i in rows], device=s.device)
+            logp, mask = token_logprobs(self.model, part, pad, s.device)
+            ref_logp = None
+            if self.ref is not None:
+                with torch.no_grad():
+                    ref_logp, _ = token_logprobs(self.ref, part, pad, s.device)
+            per_seq, kl = loop.grpo_loss(logp, mask, adv, ref_logp, s.opts.kl_coef)
+            # FSDP averages gradients over the data ranks: scale so the sum is the batch mean
+            (per_seq.sum() * weight * s.data_world / len(samples)).backward()
+            if weight:
+                per_seqs.append(per_seq.detach())
+                kls.append(kl.detach())
+                gap = torch.maximum(gap, loop.logp_gap(s, samples, rows, logp, mask))
         if s.opts.max_grad_norm > 0:
             meshes.clip_grad_norm(self.model.parameters(), s.opts.max_grad_norm)
         self.optim.step()
         self.optim.zero_grad(set_to_none=True)
-        return loop.batch_stats(s, samples, mine, per_seq, kl, logp, mask)
+        return loop.batch_stats(s, samples, torch.cat(per_seqs), torch.cat(kls), gap)
 
     def full_state(self) -> dict[str, torch.Tensor]:
         return gather_full_state(self.model)
@@ -87,14 +99,20 @@ class FSDPEngine:
 
 
 def load_model(path: str, dtype: torch.dtype, device: torch.device, mesh: Any,
-               fsdp_options: dict[str, Any], trainable: bool) -> torch.nn.Module:
-    """An HF causal LM, tensor parallel over the mesh's tp axis and FSDP2 over its data axis."""
+               fsdp_options: dict[str, Any], trainable: bool,
+               checkpointing: bool = False) -> torch.nn.Module:
+    """An HF causal LM, tensor parallel over the mesh's tp axis and FSDP2 over its data axis;
+    `checkpointing`: each decoder layer recomputed in backward (actor.gradient_checkpointing)."""
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+    if checkpointing and trainable:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     meshes.shard_model(model, mesh,
                        meshes.mixed_precision_policy(fsdp_options.get("mixed_precision")),
-                       bool(fsdp_options.get("reshard_after_forward", True)))
+                       bool(fsdp_options.get("reshard_after_forward", True)),
+                       offload_params=bool(fsdp_options.get("offload_params"))
+                       and device.type == "cuda")
     model.requires_grad_(trainable)
     return model if trainable else model.eval()
 
@@ -116,11 +134,16 @@ def build_mesh(rt: RuntimePlan, device: torch.device, rank: int, world: int) -> 
 def setup(rt: RuntimePlan, opts: GRPOOptions, device: torch.device, rank: int,
           world: int) -> tuple[Session, FSDPEngine]:
     mesh = build_mesh(rt, device, rank, world)
-    dtype = getattr(torch, opts.dtype)
+    training = rt.training("actor")
+    dtype = getattr(torch, training["dtype"])
     model_path = rt.model_path(default=str(tiny_model_path()))
     fsdp_options = rt.engine_options("actor")
-    model = load_model(model_path, dtype, device, mesh, fsdp_options, trainable=True)
+    model = load_model(model_path, dtype, device, mesh, fsdp_options, trainable=True,
+                       checkpointing=bool(training["gradient_checkpointing"]))
     fsdp = meshes.observe_fsdp(model, device)
+    if fsdp_options.get("offload_params") and device.type != "cuda":
+        log(rank, "grpo: actor.fsdp.offload_params: nothing to do on cpu (the shards are in host "
+                  "memory already)")
     run_dir = rt.run_dir()
     if run_dir:
         write_rank_record(run_dir, rank, meshes.live_coords(mesh), meshes.weight_shard(model),
@@ -138,6 +161,8 @@ def setup(rt: RuntimePlan, opts: GRPOOptions, device: torch.device, rank: int,
               f"(FSDP2 over {data.size()}, tensor parallel over {mesh['tp'].size()}; computes "
               f"in {fsdp['dtype']}, reshard_after_forward "
               f"{str(fsdp['resharded_after_forward']).lower()}), "
+              f"micro-batches of {s.max_tokens_per_mb} tokens, gradient checkpointing "
+              f"{'on' if training['gradient_checkpointing'] else 'off'}, "
               f"ref {'on' if ref else 'off'}, {len(s.servers)} rollout server(s)"
               f"{' ' + ','.join(x.addr for x in s.servers) if s.servers else ''}, "
               f"model {model_path}, "

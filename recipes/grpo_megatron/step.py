@@ -149,8 +149,12 @@ def make_engine(module: torch.nn.Module, ref: Optional[torch.nn.Module], shape: 
             use_distributed_optimizer=distributed, overlap_grad_reduce=False,
             grad_reduce_in_fp32=True), module=module)
     config.finalize_model_grads_func = finalize_model_grads
+    # actor.megatron.optimizer_cpu_offload: master weights and Adam moments on the host
+    cpu_offload = bool(options.get("optimizer_cpu_offload", False))
     optim = get_megatron_optimizer(OptimizerConfig(
         optimizer="adam", lr=lr, weight_decay=0.0, clip_grad=max_grad_norm,
-        use_distributed_optimizer=distributed, params_dtype=config.params_dtype), [model],
+        use_distributed_optimizer=distributed, params_dtype=config.params_dtype,
+        optimizer_cpu_offload=cpu_offload, optimizer_offload_fraction=1.0 if cpu_offload
+        else 0.0), [model],
         use_gloo_process_groups=False)  # parallel.initialize makes no gloo groups
     return MegatronEngine(model, module, ref, optim, shape)

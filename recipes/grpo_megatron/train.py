@@ -77,7 +77,7 @@ def run(rt: RuntimePlan, opts: GRPOOptions, device: torch.device, rank: int, wor
         log(rank, "grpo: actor.offload.* is not applied by the Megatron recipe")
     model_path = rt.model_path(default=str(tiny_model_path()))
     hf_config = AutoConfig.from_pretrained(model_path)
-    dtype = getattr(torch, opts.dtype)
+    dtype = getattr(torch, rt.training("actor")["dtype"])
     if device.type == "cuda":
         from megatron.core import tensor_parallel
 
