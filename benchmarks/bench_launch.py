@@ -5,7 +5,7 @@
    `torchrun` of the same script with the same arguments. Target <= 1.15x.
    Also through tests/launch_driver.py (supervise() alone, no Hydra), to show the runner's share.
 2. Time from the command to the first process started (the kernel's start time of the
-   launcher's first child other than the keeper). Target <= 0.6 s.
+   launcher's first run process, past its own forks). Target <= 0.6 s.
 3. Time from a rank's failure (FAIL_RANK=1 writes time.time() just before raising) to the last
    process of the run gone (the launcher has exited and no process carries the run's tag), with
    the default 10 s grace. Target <= 5 s. Bare torchrun's own failure-to-exit time is shown too.
@@ -45,18 +45,30 @@ def stat_of(pid: str) -> tuple[int, float]:
     return int(fields[1]), int(fields[19]) / TICKS
 
 
-def first_child(parent: subprocess.Popen) -> tuple[int, float]:
-    """(pid, boot-clock start) of the launcher's first child that is not the keeper."""
-    children = Path(f"/proc/{parent.pid}/task/{parent.pid}/children")
-    while parent.poll() is None:
+def descendants(pid: int) -> list[int]:
+    """pid's descendants, breadth first (the runner forks holder, keeper and supervisor)."""
+    found, queue = [], [pid]
+    while queue:
+        current = queue.pop(0)
         try:
-            pids = children.read_text().split()
+            kids = [int(k) for k in
+                    Path(f"/proc/{current}/task/{current}/children").read_text().split()]
         except OSError:
-            pids = []
-        for pid in pids:
+            kids = []
+        found.extend(kids)
+        queue.extend(kids)
+    return found
+
+
+def first_child(parent: subprocess.Popen) -> tuple[int, float]:
+    """(pid, boot-clock start) of the first run process: the first descendant whose command
+    line is not the launcher's own (its holder, keeper and supervisor are forks of it)."""
+    own = Path(f"/proc/{parent.pid}/cmdline").read_bytes()
+    while parent.poll() is None:
+        for pid in descendants(parent.pid):
             try:
-                if "keeper.py" not in Path(f"/proc/{pid}/cmdline").read_text():
-                    return int(pid), stat_of(pid)[1]
+                if Path(f"/proc/{pid}/cmdline").read_bytes() not in (own, b""):
+                    return pid, stat_of(str(pid))[1]
             except OSError:
                 continue
         time.sleep(0.002)

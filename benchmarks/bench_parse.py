@@ -18,7 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from launcher.alloc import BACKEND_DIMS, AllocationError, parse_backend  # noqa: E402
+from launcher import backends  # noqa: E402
+from launcher.alloc import AllocationError, parse_backend  # noqa: E402
 from launcher.legacy import parse_allocation_mode  # noqa: E402
 
 # Our own Earley grammar for the same language (parse only: no validation, so it is flattered).
@@ -34,6 +35,9 @@ EARLEY_GRAMMAR = r"""
 
 INVALID = ["fsdp:d4p2", "d4t2", "sglang.d4t2", "sglang:d4+fsdp:d8", "FSDP:d8", "deepspeed:d8",
            "fsdp:d04", "megatron:attn:d8|ffn:e3t2", "megatron:d2e3", "", "fsdp:d4d2", "sglan:d4"]
+
+
+BACKEND_DIMS = {name: backends.dims(name) or "" for name in backends.names()}
 
 
 def specs(count: int, rnd: random.Random) -> list[str]:

@@ -3,7 +3,9 @@
 All five engines on 1024 nodes x 8 GPUs (8192 GPUs: rollout 4096, actor and critic sharing 2048,
 ref 1024, teacher 1024), and the same layout scaled down to 128 nodes, measured in one run.
 Targets: 1024 nodes <= 100 ms; 1024 nodes / 128 nodes <= 10x (8x the GPUs: linear or better).
-The GPU map (terminal and SVG) of the big plan is timed too, for information.
+The GPU map (terminal and SVG) of the big plan is timed too, for information, and so is the
+whole of `areal-launch plan --json` at 1024 nodes in process (compose the Hydra config, resolve,
+build every process's command line, dump the JSON): target <= 1 s.
     .venv/bin/python benchmarks/bench_plan.py [--runs N]
 """
 from __future__ import annotations
@@ -16,6 +18,7 @@ import time
 from rich.console import Console
 
 from launcher.alloc import parse_backend
+from launcher.launch import counted_request, prepare
 from launcher.cluster import ClusterSpec
 from launcher.placement import place
 from launcher.plan import Plan
@@ -40,6 +43,15 @@ def plan(nodes: int) -> Plan:
                   for name, alloc in allocs.items()}
     sync = weight_sync(components["actor"], components["rollout"], cluster)
     return Plan(cluster, placed.mode, components, (sync,), warnings=placed.warnings)
+
+
+def whole_plan_json(nodes: int) -> int:
+    """What `areal-launch plan --json` does for `nodes` nodes, minus printing: its JSON size."""
+    overrides = [f"cluster.num_nodes={nodes}", "cluster.gpus_per_node=8", "cluster.device=cuda",
+                 "launcher.check_memory=off"]
+    overrides += [f"{name}.backend={spec}" for name, spec in specs(nodes).items()]
+    the_plan, _ = counted_request(prepare(overrides, to_run=False))
+    return len(the_plan.to_json())
 
 
 def timed(fn, runs: int) -> list[float]:
@@ -82,6 +94,10 @@ def main() -> None:
     svg = statistics.median(timed(lambda: render_svg(p), 5))
     print(f"GPU map of 1024 nodes: terminal {text * 1000:.1f} ms, SVG {svg * 1000:.1f} ms "
           f"({len(render_svg(p)) // 1024} KiB)")
+    size = whole_plan_json(1024)
+    whole = statistics.median(timed(lambda: whole_plan_json(1024), 3))
+    print(f"plan --json of 1024 nodes (compose, resolve, {len(p.components)} engines' command "
+          f"lines, JSON {size // 1024} KiB): {whole * 1000:.0f} ms (target <= 1 s)")
 
 
 if __name__ == "__main__":
