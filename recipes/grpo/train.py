@@ -39,6 +39,7 @@ from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
 from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E402
 from torch.distributed.fsdp import fully_shard  # noqa: E402
 
+from launcher.objective import write_metrics  # noqa: E402
 from launcher.runtime import RuntimePlan, load_plan  # noqa: E402
 from launcher.tiny_model import default_path as tiny_model_path  # noqa: E402
 from recipes.grpo.options import GRPOOptions, load_options  # noqa: E402
@@ -281,6 +282,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                     f"reload {check} ({time.monotonic() - start:.1f}s)")
     log(t.rank, f"grpo done: steps {opts.steps} reward {rewards[0]:.3f} -> {rewards[-1]:.3f} "
                 f"reloads confirmed {confirmed_total}/{opts.steps * len(t.servers)}")
+    if t.rank == 0 and rt.run_dir():  # what a sweep optimises: the last step's mean reward
+        write_metrics(str(rt.run_dir()), objective=rewards[-1], reward=rewards, steps=opts.steps)
     dist.barrier()
     dist.destroy_process_group()
     return 0
