@@ -167,3 +167,35 @@ def test_hydra_run_dir_is_the_run_folder_and_holds_hydras_record(tmp_path):
     assert oct((record / "config.yaml").stat().st_mode & 0o777) == "0o600"  # may hold secrets
     ok(*common, f"hydra.run.dir={tmp_path}/bare", "hydra.output_subdir=null", timeout=300)
     assert (tmp_path / "bare" / "plan.json").is_file() and not (tmp_path / "bare" / ".hydra").exists()
+
+
+WAITS_FOR_THE_SERVER = """\
+import json, os, urllib.request
+from launcher.runtime import load_plan
+rt = load_plan()
+addrs = rt.wait_for_servers(timeout_s=400)
+models = json.load(urllib.request.urlopen(f"http://{addrs[0]}/v1/models", timeout=30))
+with open(os.path.join(os.environ["AREAL_RUN_DIR"], "seen.json"), "w") as f:
+    json.dump({"servers": addrs, "models": [m["id"] for m in models["data"]]}, f)
+"""
+
+
+@pytest.mark.vllm
+@pytest.mark.torch
+@pytest.mark.timeout(900)
+def test_a_users_preset_from_a_folder_outside_the_repo_runs_for_real(tmp_path, tiny_model):
+    """`-cd DIR experiment=shared`: the comma key puts the vLLM CPU server and the trainer on
+    one slot; both really start, the trainer reaches the server, the run ends ok."""
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "shared.yaml").write_text(PRESET)
+    trainer = tmp_path / "trainer.py"
+    trainer.write_text(WAITS_FOR_THE_SERVER)
+    ok("-cd", str(tmp_path), "experiment=shared", f"trainer.entry={trainer}",
+       f"model_path={tiny_model}", f"hydra.run.dir={tmp_path}/run", cwd=tmp_path, timeout=800)
+    run_dir = tmp_path / "run"
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert plan["mode"] == "collocated"
+    assert plan["components"]["rollout"]["gpus"] == plan["components"]["actor"]["gpus"] == [0]
+    seen = json.loads((run_dir / "seen.json").read_text())
+    assert len(seen["servers"]) == 1 and seen["models"]
+    assert "experiment=shared" in (run_dir / ".hydra" / "overrides.yaml").read_text()

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.areal_launch import EXE, ROOT
 
@@ -278,3 +279,36 @@ def one_line(out: subprocess.CompletedProcess) -> str:
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:"), out.stderr
     return lines[0]
+
+
+# ----------------------------------------------------------------------------- optuna
+@pytest.mark.vllm
+@pytest.mark.torch
+@pytest.mark.timeout(1200)
+def test_optuna_sweep_runs_real_trials_and_ends_with_the_best_one(tmp_path, tiny_model):
+    """hydra/sweeper=optuna samples recipe.lr; each trial is a real default run (vLLM CPU server,
+    2 FSDP2 ranks, 2 GRPO steps) whose objective, its last step's mean reward, goes back to
+    Optuna; the table names the best trial and its run folder, as Optuna's own result does."""
+    sweep = tmp_path / "sweep"
+    out = run([EXE, "-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=3",
+               "hydra.sweeper.direction=maximize", "hydra.sweeper.sampler.seed=1",
+               "recipe.lr=interval(0.005,0.05)", "recipe.steps=2", f"model_path={tiny_model}",
+               f"hydra.sweep.dir={sweep}"], tmp_path, timeout=1100)
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert point_dirs(sweep) == ["0", "1", "2"]
+    objectives = []
+    for i in range(3):
+        metrics = json.loads((sweep / str(i) / "metrics.json").read_text())
+        assert len(metrics["reward"]) == 2 and metrics["objective"] == metrics["reward"][-1]
+        assert "grpo done: steps 2" in (sweep / str(i) / "logs" / "actor-node0.log").read_text()
+        objectives.append(metrics["objective"])
+    _, rows = summary(out.stderr.rsplit("\nbest: ", 1)[0])
+    assert [r[0] for r in rows] == ["0", "1", "2"] and all(r[2] == "exit 0" for r in rows)
+    assert all(0.005 <= float(r[1].partition("recipe.lr=")[2]) <= 0.05 for r in rows), rows
+    best_value = max(objectives)
+    best = objectives.index(best_value)
+    assert out.stderr.rstrip().splitlines()[-1] == (
+        f"best: point {best} ({rows[best][1]}) objective {best_value:.6g}, run folder "
+        f"{sweep / str(best)}")
+    optuna_says = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
+    assert optuna_says["best_value"] == pytest.approx(best_value)
