@@ -47,7 +47,7 @@ def hydra_parser() -> argparse.ArgumentParser:
 
 def run_app(args: list[str], subcommands: tuple[str, ...] = ()) -> int:
     """The launch command; returns its exit code (LaunchError: the caller prints one line)."""
-    from launcher.compose import ConfigSource, open_config
+    from launcher.compose import open_config
 
     parser = hydra_parser()
     ns = parser.parse_intermixed_args(args)
@@ -63,7 +63,7 @@ def run_app(args: list[str], subcommands: tuple[str, ...] = ()) -> int:
     if ns.help or ns.hydra_help:
         validated(overrides)
         show = hydra.app_help if ns.help else hydra.hydra_help
-        show(config_name=ns.config_name or "config", args_parser=parser, args=ns)
+        show(config_name=config_name(), args_parser=parser, args=ns)
         return 0
     chosen = [c for c in COMMANDS if getattr(ns, c)]
     if len(chosen) > 1:
@@ -120,8 +120,6 @@ def _mode_is_multirun(hydra: Any, overrides: list[str]) -> bool:
     """hydra.mode=MULTIRUN (on the command line or in a config) makes a sweep without -m."""
     from hydra.types import RunMode
 
-    if not any("mode" in o for o in overrides) and config_name() == "config":
-        return False  # our config.yaml leaves hydra.mode unset: skip composing twice
     return bool(hydra.get_mode(config_name=config_name(), overrides=overrides) == RunMode.MULTIRUN)
 
 

@@ -131,6 +131,25 @@ def test_local_sweep_runs_points_one_after_another_each_in_its_own_run_folder(tm
                     ["1", "actor.backend=fsdp:d2", "exit 0", str(sweep / "1")]]
 
 
+def test_a_failing_point_does_not_stop_its_batch_and_sets_the_exit_code(tmp_path):
+    failing = tmp_path / "fails_alone.py"
+    failing.write_text("import os, sys\nsys.exit(3 if os.environ['WORLD_SIZE'] == '1' else 0)\n")
+    out = run(sweep_args(tmp_path, f"trainer.entry={failing}", "actor.backend=fsdp:d1,fsdp:d2"),
+              tmp_path)
+    assert out.returncode == 1, out.stderr
+    _, rows = summary(out.stderr)
+    assert [r[:3] for r in rows] == [["0", "actor.backend=fsdp:d1", "exit 1"],
+                                    ["1", "actor.backend=fsdp:d2", "exit 0"]]
+
+
+def test_hydra_mode_multirun_sweeps_without_dash_m(tmp_path):
+    args = sweep_args(tmp_path, "launcher.dry_run=true", "actor.backend=fsdp:d1,fsdp:d2")
+    args.remove("-m")
+    out = run(args + ["hydra.mode=MULTIRUN"], tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert [r[1] for r in summary(out.stderr)[1]] == ["actor.backend=fsdp:d1", "actor.backend=fsdp:d2"]
+
+
 @pytest.mark.parametrize("bad, named", [
     (["actor.backend=fsdp:d1,fsdp:d0"], "sweep point 1 (actor.backend=fsdp:d0)"),
     # caught only when the point's processes are built (engine flags), not when it is planned
