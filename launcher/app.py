@@ -170,28 +170,34 @@ def completion(overrides: list[str], subcommands: tuple[str, ...]) -> int:
     if query is None:  # install= or uninstall=: Hydra prints the shell's script
         open_config(ConfigSource()).shell_completion(config_name="config", overrides=overrides)
         return 0
-    line = os.environ.get("COMP_LINE", "")
-    app, _, rest = line.lstrip().partition(" ")
-    words = rest.split()
-    if words and words[0] in subcommands and (len(words) > 1 or rest.endswith(" ")):
-        if words[0] != "plan":
-            return 0  # status|cancel|logs take a run id: nothing to complete
-        rest = rest.split(None, 1)[1] if len(words) > 1 else ""
-        rest = " ".join(_without_plan_flags(rest.split())) + (" " if rest.endswith(" ") or
-                                                             not rest else "")
-    ns, _ = hydra_parser().parse_known_args(rest.split())
-    hydra = open_config(source_of(ns))
-    out = io.StringIO()
-    os.environ["COMP_LINE"] = f"{app} {rest}"
-    with contextlib.redirect_stdout(out):
-        hydra.shell_completion(config_name=config_name(), overrides=overrides)
-    found = out.getvalue().split()
-    first = not rest.strip() or (len(rest.split()) == 1 and not rest.endswith(" "))
-    if first and subcommands:
-        word = rest.strip()
-        found = sorted(set(found) | {s for s in subcommands if s.startswith(word)})
+    found = _candidates(os.environ.get("COMP_LINE", ""), overrides, subcommands)
     print(SHELLS_SEP.get(query, " ").join(found))
     return 0
+
+
+def _candidates(line: str, overrides: list[str], subcommands: tuple[str, ...]) -> list[str]:
+    """What to offer after `line`; nothing (never an error on the user's terminal) when the
+    line does not compose yet."""
+    from launcher.compose import open_config
+
+    app, _, rest = line.lstrip().partition(" ")
+    words = rest.split()
+    first = len(words) <= 1 and not rest.endswith(" ")
+    extra = [s for s in subcommands if s.startswith(rest.strip())] if first else []
+    if words and words[0] in subcommands and not first:
+        if words[0] != "plan":
+            return []  # status|cancel|logs take a run id: nothing to complete
+        rest = " ".join(_without_plan_flags(words[1:])) + (" " if rest.endswith(" ") else "")
+    try:
+        ns, _ = hydra_parser().parse_known_args(rest.split())
+        hydra = open_config(source_of(ns))
+        out = io.StringIO()
+        os.environ["COMP_LINE"] = f"{app} {rest}"
+        with contextlib.redirect_stdout(out):
+            hydra.shell_completion(config_name=config_name(), overrides=overrides)
+    except Exception:  # noqa: BLE001 - a line that does not compose yet offers nothing
+        return sorted(extra)
+    return sorted(set(out.getvalue().split()) | set(extra))
 
 
 def _without_plan_flags(words: list[str]) -> list[str]:

@@ -62,14 +62,22 @@ def test_the_first_word_offers_sub_commands_and_groups():
 def test_plan_completes_its_overrides_past_its_own_flags():
     assert complete("areal-launch plan --json actor=") == [
         "actor=archon", "actor=fsdp", "actor=megatron", "actor=none"]
+    assert complete("areal-launch plan --svg map.svg cluster=g") == ["cluster=gpu8"]
+    assert "plan" not in complete("areal-launch plan pl")
 
 
-def test_hydras_own_groups_include_our_launchers_and_installed_sweepers():
+def test_a_line_that_does_not_compose_offers_nothing_and_prints_no_error():
+    env = {"COMP_LINE": "areal-launch -cd /no/such/folder rollout="}
+    out = run("-sc", "query=bash", env=env)
+    assert out.returncode == 0 and out.stdout.strip() == "" and out.stderr == ""
+
+
+def test_hydras_own_groups_include_our_launchers():
     from launcher import runners
 
     ours = ["hydra/launcher=areal"] + [f"hydra/launcher=areal_{n}" for n in runners.names()]
     assert complete("areal-launch hydra/launcher=") == sorted(ours + ["hydra/launcher=basic"])
-    assert "hydra/sweeper=optuna" in complete("areal-launch -m hydra/sweeper=")
+    assert "hydra/sweeper=basic" in complete("areal-launch -m hydra/sweeper=")
 
 
 def test_a_config_dir_on_the_line_adds_its_options(tmp_path):
