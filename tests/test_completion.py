@@ -85,3 +85,11 @@ def test_a_config_dir_on_the_line_adds_its_options(tmp_path):
     (tmp_path / "experiment" / "mine.yaml").write_text("# @package _global_\n")
     line = f"areal-launch -cd {shlex.quote(str(tmp_path))} experiment=m"
     assert complete(line) == ["experiment=mine"]
+
+
+def test_zsh_uses_the_bash_script_and_fish_gets_one_candidate_a_line():
+    """Hydra: zsh is compatible with the bash completion; fish reads candidates line by line."""
+    assert run("-sc", "install=zsh").stdout == run("-sc", "install=bash").stdout
+    assert "complete -c areal-launch" in run("-sc", "install=fish").stdout
+    out = run("-sc", "query=fish", env={"COMP_LINE": "areal-launch rollout="})
+    assert out.stdout.splitlines() == ["rollout=none", "rollout=sglang", "rollout=vllm"]

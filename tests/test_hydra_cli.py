@@ -85,6 +85,13 @@ def test_only_one_command_at_a_time_as_hydra_says():
     assert "only one of" in one_error_line(run("--cfg", "job", "--info"))
 
 
+def test_run_flag_is_one_run_even_when_the_config_says_multirun(tmp_path):
+    out = run("--run", "hydra.mode=MULTIRUN", "rollout=none", "launcher.dry_run=true",
+              f"hydra.sweep.dir={tmp_path}/sweep")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("# actor-node0: trainer") == 1 and "sweep:" not in out.stderr
+
+
 # ----------------------------------------------------------------------------- config folders
 PRESET = """\
 # @package _global_

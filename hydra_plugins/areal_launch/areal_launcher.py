@@ -92,9 +92,10 @@ class ArealLauncher(Launcher):
     def _job_return(outcome: Any) -> JobReturn:
         """COMPLETED with the objective, or FAILED with the run's exit (a sweeper raises it,
         or, like Optuna's, counts a failed trial)."""
+        from launcher.compose import TASK_NAME
         from launcher.sweep import RunFailed
 
-        ret = JobReturn(overrides=list(outcome.point.overrides), task_name="areal-launch",
+        ret = JobReturn(overrides=list(outcome.point.overrides), task_name=TASK_NAME,
                         working_dir=str(outcome.run_dir))
         if outcome.code == 0:
             ret.status, ret.return_value = JobStatus.COMPLETED, outcome.objective
