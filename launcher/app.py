@@ -165,11 +165,21 @@ def completion(overrides: list[str], subcommands: tuple[str, ...]) -> int:
     completes the line in $COMP_LINE with the folders its own -cd/-cp/-cn name; after `plan`
     it completes plan's overrides; as the first word it offers the sub-commands too."""
     from launcher.compose import ConfigSource, open_config
+    from launcher.hydra_errors import flatten
 
-    query = next((o.partition("=")[2] for o in overrides if o.startswith("query=")), None)
-    if query is None:  # install= or uninstall=: Hydra prints the shell's script
-        open_config(ConfigSource()).shell_completion(config_name="config", overrides=overrides)
+    verb, _, shell = overrides[0].partition("=") if len(overrides) == 1 else ("", "", "")
+    if verb not in ("install", "uninstall", "query") or not shell:
+        raise LaunchError("--shell-completion takes one of install=SHELL, uninstall=SHELL, "
+                          "query=SHELL (SHELL: bash, zsh, fish), e.g. "
+                          "eval \"$(areal-launch -sc install=bash)\"")
+    if verb != "query":  # Hydra prints the shell's script
+        try:
+            open_config(ConfigSource()).shell_completion(config_name="config",
+                                                         overrides=overrides)
+        except ValueError as exc:  # a shell Hydra has no plugin for
+            raise LaunchError(f"--shell-completion {overrides[0]}: {flatten(exc)}") from None
         return 0
+    query = shell
     found = _candidates(os.environ.get("COMP_LINE", ""), overrides, subcommands)
     print(SHELLS_SEP.get(query, " ").join(found))
     return 0

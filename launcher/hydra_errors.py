@@ -19,7 +19,8 @@ def explain_hydra_error(exc: BaseException, overrides: Sequence[str]) -> str:
 
     text = flatten(exc)
     kind = type(exc).__name__
-    if kind == "OverrideParseException" or text.startswith("Error parsing override"):
+    if kind == "OverrideParseException" or text.startswith("Error parsing override") or \
+            "Could not override ''" in text:
         return _parse_error(text, overrides)
     if "Ambiguous value" in text:
         bad = _first(overrides, lambda o: "," in o.partition("=")[2])
@@ -75,7 +76,7 @@ def _parse_error(text: str, overrides: Sequence[str]) -> str:
         alt = f", or without parentheses: {key}={bare}" if "(" in value and "[" not in value else ""
         return (f"cannot parse override {bad!r}: Hydra's override grammar needs quotes around "
                 f"values with ( ) or [ ]: type \"{key}='{value}'\"{alt}")
-    word = _first(overrides, lambda o: "=" not in o and not o.startswith("~"))
+    word = _first(overrides, lambda o: o.startswith("=") or "=" not in o and not o.startswith("~"))
     if word is not None:
         return f"cannot parse override {shown(word)}: overrides are KEY=VALUE (or group=option)"
     return f"cannot parse override: {text}"

@@ -155,9 +155,11 @@ def test_config_path_replaces_the_primary_folder(tmp_path):
     (("rollout=vlm",), "choose one of none sglang vllm (did you mean 'vllm'?)"),
     (("hydra.job.chdir=true",), "hydra.job.chdir=true"),
     (("--experimental-rerun", "x.pickle"), "--experimental-rerun: not supported"),
+    (("-sc",), "--shell-completion takes one of install=SHELL"),
+    (("-sc", "install=tcsh"), "No completion plugin for 'tcsh'"),
 ])
 def test_mistakes_are_one_line_exit_2(args, needle, tmp_path):
-    where = () if args[0] == "plan" else (f"hydra.run.dir={tmp_path}/run",)
+    where = () if args[0] in ("plan", "-sc") else (f"hydra.run.dir={tmp_path}/run",)
     assert needle in one_error_line(run(*args, *where))
     assert not (tmp_path / "run").exists()
 
