@@ -218,13 +218,17 @@ def rehearse(prep: Prepared) -> int:
 
 
 def _warn_without_objective(outcomes: Sequence[Outcome]) -> None:
+    """A sweeper that optimises gets None from a point: say why, once per point."""
     if not RECORD.optimises:
         return
     for o in outcomes:
-        if o.code == 0 and o.objective is None and o.result.startswith("exit"):
-            print(f"warning: sweep point {o.point.index} wrote no objective ({o.run_dir}/"
-                  f"{METRICS_FILE}): a sweeper that optimises needs one; the default recipe "
-                  "writes it", file=sys.stderr)
+        if o.code != 0 or o.objective is not None:
+            continue
+        why = (f"was submitted ({o.result}) and ends later: a sweeper that optimises needs runs "
+               "that end while it waits (launcher=local)" if o.result.startswith("job") else
+               f"wrote no objective ({o.run_dir}/{METRICS_FILE}); the default recipe writes it"
+               if o.result.startswith("exit") else "was a dry run: it has no objective")
+        print(f"warning: sweep point {o.point.index} {why}", file=sys.stderr)
 
 
 # ----------------------------------------------------------------------------- another launcher
