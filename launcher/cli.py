@@ -1,54 +1,62 @@
-"""`areal-launch`: plan, launch (local or Slurm), sweep, and manage Slurm jobs.
+"""`areal-launch`: plan, launch (local or Slurm), sweep, and manage runs.
 
-    areal-launch [OVERRIDES...]            resolve, validate, start everything, supervise
-    areal-launch -m OVERRIDES...           a Hydra sweep: every point resolved before any starts
-    areal-launch plan OVERRIDES... [--json] [--svg FILE] [--suggest]
-    areal-launch status|cancel|logs RUN    a run of any runner, by its id or run folder
+    areal-launch [HYDRA FLAGS] [OVERRIDES...]   a Hydra app (launcher.app): launch, -m sweep,
+                                                --cfg, --info, -cd DIR, --shell-completion, ...
+    areal-launch plan [FLAGS] OVERRIDES...      the hot path: no typer, no argparse start-up
+    areal-launch status|cancel|logs RUN         a run of any runner, by its id or run folder
 
 A user mistake is one `error:` line on stderr and exit code 2; nothing is started.
 """
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from launcher.errors import LaunchError, error_line
 
 EXIT_USAGE = 2
 SUBCOMMANDS = ("plan", "status", "cancel", "logs")
 
-HELP = """\
-Usage: areal-launch [OVERRIDES...]                 launch (this machine, or Slurm with launcher=slurm)
-       areal-launch -m KEY=A,B [OVERRIDES...]     sweep: every point validated first, then run/submitted
-       areal-launch plan [OVERRIDES...] [--json] [--svg FILE] [--suggest]   where everything runs; --suggest: layouts that fit
-       areal-launch status|cancel|logs RUN        a run: by the id printed at its start, or its folder
-       areal-launch --cfg job [OVERRIDES...]      print the composed config (every settable key)
 
-Overrides use Hydra's command-line syntax; every key is declared, no `+` needed.
-Engines and their backend strings (<backend>:<dims>, d data, t tensor, p pipeline, c context,
-e expert; world = d*t*p*c):
-  rollout.backend   sglang:d4t2 | vllm:d2          inference servers, one per d
-  actor.backend     fsdp:d8 | megatron:d2p2t2 | archon:d4
-  critic.backend, ref.backend, teacher.backend    off by default; "" (or ref=inherit) = actor's
-  cluster.num_nodes, cluster.gpus_per_node, cluster.device=auto|cuda|cpu
-  cluster.component_placement.actor=0-7           GPU sets: all, a-b, a, lists ('0-2,5,7' quoted)
-  rollout.offload=true, actor.offload.weight=true  needed when engines share GPUs
-  launcher=slurm launcher.partition=gpu launcher.dry_run=true
-  model_path=DIR trainer.entry=recipes/grpo/train.py recipe.steps=5
-  +launcher.env.NAME=value                        environment for every process (free-form key)
-  experiment=gpu1x8_collocated_sglang_fsdp        presets: also gpu2x8_disaggregated_sglang_fsdp,
-                                                  gpu2x8_megatron
+@dataclass(frozen=True)
+class Flag:
+    """One flag of `plan`: its spellings, where its value goes, and its help."""
 
+    names: tuple[str, ...]
+    dest: str
+    metavar: Optional[str]  # None: a switch
+    help: str
+
+
+# `plan`'s flags: a new one is one row here (its help and the parser follow)
+PLAN_FLAGS = (
+    Flag(("--json",), "json", None, "print the plan JSON (schema 1) instead of the table"),
+    Flag(("--svg",), "svg", "FILE", "also write the GPU map as SVG to FILE"),
+    Flag(("--suggest",), "suggest", None,
+         "print the layouts that fit this model on this cluster, best first, as commands"),
+    Flag(("--config-dir", "-cd"), "config_dir", "DIR",
+         "a folder of your own configs (presets, clusters, whole configs), as Hydra's -cd"),
+    Flag(("--config-name", "-cn"), "config_name", "NAME",
+         "the primary config (default: config), as Hydra's -cn"),
+    Flag(("--config-path", "-cp"), "config_path", "DIR",
+         "the primary config's folder instead of launcher/conf, as Hydra's -cp"),
+)
+
+PLAN_HELP = """\
+Usage: areal-launch plan [FLAGS] [OVERRIDES...]
+
+Resolve OVERRIDES (Hydra syntax, as for a launch) and show where every process will run: the
+table and the GPU map, or the plan JSON. Starts nothing.
+
+Flags:
+{flags}
 Examples:
-  areal-launch                                                  # the default CPU run (make demo)
   areal-launch plan cluster=gpu8 cluster.num_nodes=2 rollout.backend=sglang:d4t2 actor.backend=fsdp:d8
-  areal-launch plan "actor.backend='megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)'" rollout=none cluster=gpu8 \\
-      cluster.num_nodes=4
-  areal-launch plan cluster=gpu8 actor.backend=fsdp:d8 rollout.backend=sglang:d2t4 \\
-      rollout.offload=true actor.offload.weight=true "cluster.component_placement.rollout=all" \\
-      "cluster.component_placement.actor=all"
-  areal-launch -m actor.backend=fsdp:d2,fsdp:d1 rollout=none
+  areal-launch plan cluster=gpu8 actor.backend=fsdp:d4 rollout.backend=sglang:d2t2 --json
+  areal-launch plan -cd ~/my-configs experiment=my_preset
+  areal-launch plan --suggest cluster=gpu8 cluster.num_nodes=2 cluster.gpu_type=h100
 """
 
 
@@ -64,19 +72,25 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
 def _main(argv: Optional[Sequence[str]] = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
-    if args and args[0] in ("-h", "--help", "help"):
-        print(HELP, end="")
-        raise SystemExit(0)
-    if args and args[0] == "plan" and not {"-h", "--help"} & set(args):
+    if args[:1] == ["help"]:
+        args[0] = "--help"
+    if args[:1] == ["plan"]:
         raise SystemExit(run_plan(args[1:]))  # the hot path: no typer start-up cost
     if args and args[0] in SUBCOMMANDS:
         from launcher.commands import app
 
         app(args=args, prog_name="areal-launch")
         return
-    if args and _looks_like_a_command(args[0]):
-        raise SystemExit(fail(LaunchError(_unknown_command(args[0]))))
-    raise SystemExit(run_launch(args))
+    raise SystemExit(guarded(lambda: launch_command(args)))
+
+
+def launch_command(args: list[str]) -> int:
+    from launcher.app import run_app
+
+    first = next((a for a in args if not a.startswith("-")), None)
+    if args and first == args[0] and _looks_like_a_command(first):
+        raise LaunchError(_unknown_command(first))
+    return run_app(args, SUBCOMMANDS)
 
 
 def _looks_like_a_command(word: str) -> bool:
@@ -93,50 +107,58 @@ def _unknown_command(word: str) -> str:
             "takes KEY=VALUE overrides (areal-launch --help)")
 
 
-def run_launch(args: list[str]) -> int:
-    """The launch command: one run, or a sweep with -m/--multirun."""
-    from launcher.launch import launch_one, print_config
-    from launcher.sweep import launch_sweep
-
-    cfg_mode, args = _pop_option(args, "--cfg", "-c")
-    multirun = any(a in ("-m", "--multirun") for a in args)
-    overrides = [a for a in args if a not in ("-m", "--multirun")]
-    bad = [a for a in overrides if a.startswith("-")]
-    try:
-        if bad:
-            raise LaunchError(f"unknown option {bad[0]!r}: overrides are KEY=VALUE (see areal-launch --help)")
-        if cfg_mode:
-            return print_config(overrides, cfg_mode)
-        return launch_sweep(overrides) if multirun else launch_one(overrides)
-    except LaunchError as exc:
-        return fail(exc)
-
-
 def run_plan(args: list[str]) -> int:
-    """`plan [--json] [--svg FILE] [--suggest] OVERRIDES...` (its --help is typer's, in
-    launcher.commands)."""
-    from launcher.launch import show_plan, show_suggestions
+    """`plan [FLAGS] OVERRIDES...`."""
+    if {"-h", "--help"} & set(args):
+        flags = "".join(f"  {', '.join(f.names)}{' ' + f.metavar if f.metavar else ''}\n"
+                        f"      {f.help}\n" for f in PLAN_FLAGS)
+        print(PLAN_HELP.format(flags=flags), end="")
+        return 0
 
-    json_out, svg, suggest, overrides = False, None, False, []
-    try:
-        rest = iter(args)
-        for a in rest:
-            if a == "--json":
-                json_out = True
-            elif a == "--suggest":
-                suggest = True
-            elif a == "--svg" or a.startswith("--svg="):
-                svg = a.partition("=")[2] or next(rest, "")
-                if not svg:
-                    raise LaunchError("--svg needs a file name: areal-launch plan ... --svg map.svg")
-            elif a.startswith("-"):
-                raise LaunchError(f"unknown option {a!r} for plan: use --json, --svg FILE, "
-                                  "--suggest, or KEY=VALUE overrides")
-            else:
-                overrides.append(a)
-        if suggest:
+    def plan() -> int:
+        from launcher.compose import ConfigSource, open_config
+        from launcher.launch import show_plan, show_suggestions
+
+        given, overrides = parse_flags(args, PLAN_FLAGS, "plan")
+        open_config(ConfigSource(given.get("config_path"), given.get("config_name") or "config",
+                                 given.get("config_dir")))
+        if given.get("suggest"):
             return show_suggestions(overrides)
-        return show_plan(overrides, json_out, Path(svg) if svg else None)
+        svg = given.get("svg")
+        return show_plan(overrides, bool(given.get("json")), Path(svg) if svg else None)
+    return guarded(plan)
+
+
+def parse_flags(args: list[str], flags: Sequence[Flag], command: str
+                ) -> tuple[dict[str, Any], list[str]]:
+    """`--flag`, `--flag VALUE` and `--flag=VALUE` from a table; the rest are overrides."""
+    by_name = {n: f for f in flags for n in f.names}
+    given: dict[str, Any] = {}
+    overrides: list[str] = []
+    rest = iter(args)
+    for a in rest:
+        name, eq, value = a.partition("=")
+        flag = by_name.get(name) if a.startswith("-") else None
+        if flag is None:
+            if a.startswith("-"):
+                raise LaunchError(f"unknown option {a!r} for {command}: flags are "
+                                  f"{', '.join(f.names[0] for f in flags)}; the rest are "
+                                  "KEY=VALUE overrides")
+            overrides.append(a)
+        elif flag.metavar is None:
+            given[flag.dest] = True
+        else:
+            given[flag.dest] = value if eq else next(rest, "")
+            if not given[flag.dest]:
+                raise LaunchError(f"{name} needs a {flag.metavar}: areal-launch {command} ... "
+                                  f"{name} {flag.metavar}")
+    return given, overrides
+
+
+def guarded(call: Any) -> int:
+    """`call()`'s exit code; a user mistake as one `error:` line and exit code 2."""
+    try:
+        return int(call())
     except LaunchError as exc:
         return fail(exc)
 
@@ -144,22 +166,6 @@ def run_plan(args: list[str]) -> int:
 def fail(exc: BaseException) -> int:
     print(error_line(exc), file=sys.stderr)
     return EXIT_USAGE
-
-
-def _pop_option(args: list[str], *names: str) -> tuple[Optional[str], list[str]]:
-    """Take `--cfg job` / `--cfg=job` out of args (Hydra's flag, kept for the launch command)."""
-    out, value, i = [], None, 0
-    while i < len(args):
-        a = args[i]
-        if a in names and i + 1 < len(args):
-            value, i = args[i + 1], i + 2
-            continue
-        if any(a.startswith(n + "=") for n in names):
-            value = a.split("=", 1)[1]
-        else:
-            out.append(a)
-        i += 1
-    return value, out
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Typer sub-commands: `plan --help`, and `status`, `cancel`, `logs` for runs of every runner.
+"""Typer sub-commands: `status`, `cancel`, `logs` for runs of every runner (`plan` is
+launcher.cli's own fast path; the launch is a Hydra app, launcher.app).
 
 Thin: `status|cancel|logs RUN` find the run by the id a runner printed (a Slurm job id, a local
 run id, ...) or by its run folder (launcher.runs), ask the runner that started it, and print
@@ -8,7 +9,6 @@ exit code 2.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Callable, Optional, TypeVar
 
 import typer
@@ -23,33 +23,13 @@ T = TypeVar("T")
 app = typer.Typer(add_completion=False, no_args_is_help=False, rich_markup_mode=None,
                   help="areal-launch: plan and launch RL post-training engines.")
 
-_EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
 RUN_HELP = "the id areal-launch printed when it started the run, or its run folder"
-SUGGEST_HELP = ("print layouts that fit, best first, ranked by sqrt(generation x training): "
-                "generation = rollout instances x usable KV tokens (capped at 512K), training "
-                "= max_tokens_per_mb x actor dp; collocated layouts count half")
 
 
 @app.callback()
 def _group() -> None:
-    """Sub-commands of areal-launch (the launch itself is `areal-launch OVERRIDES`)."""
-
-
-@app.command(context_settings=_EXTRA)
-def plan(ctx: typer.Context,
-         json_out: bool = typer.Option(False, "--json", help="print the plan JSON (schema 1)"),
-         svg: Optional[Path] = typer.Option(None, "--svg", help="write the GPU map as SVG to FILE"),
-         suggest: bool = typer.Option(False, "--suggest", help=SUGGEST_HELP)) -> None:
-    """Resolve OVERRIDES (Hydra syntax) and show where every process will run; start nothing.
-
-    Examples: areal-launch plan rollout.backend=sglang:d4t2 actor.backend=fsdp:d8
-              areal-launch plan cluster=gpu8 actor.backend=fsdp:d4 rollout.backend=sglang:d2t2 --json
-    """
-    from launcher.launch import show_plan, show_suggestions
-
-    if suggest:
-        raise typer.Exit(_guarded(lambda: show_suggestions(list(ctx.args))))
-    raise typer.Exit(_guarded(lambda: show_plan(list(ctx.args), json_out, svg)))
+    """Sub-commands of areal-launch (the launch itself is `areal-launch OVERRIDES`; see
+    `areal-launch --help`)."""
 
 
 @app.command()

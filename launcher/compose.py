@@ -1,71 +1,136 @@
-"""Compose `conf/` with Hydra's compose API, once, into typed values; Hydra's failures become
-one-line errors.
+"""Compose the config with Hydra, into typed values; Hydra's failures become one-line errors.
 
-We use the compose API rather than `@hydra.main` so that every run is validated (and every
-sweep point resolved) before anything starts, and so that a user mistake is one `error:` line.
-`run_spec` is the only place that reads the composed config: everything after it takes the
-dataclasses of launcher.config.
+One Hydra per process (Hydra's own global state), opened with the search path Hydra's flags
+give: `--config-path/-cp` (the primary config's folder; launcher/conf by default), `--config-
+name/-cn` (the primary config; `config`) and `--config-dir/-cd` (one more folder, for a user's
+own presets, clusters and whole configs). Everything that composes, the launch, `plan`, a sweep
+point, completion, `--cfg`, goes through it, so a user's folder counts everywhere.
+
+We compose first and start second, rather than letting `@hydra.main` create the run folder
+first: a run is validated (and every sweep point rehearsed) before anything exists, and a user
+mistake is one `error:` line. `run_spec` is the only place that reads the composed config:
+everything after it takes the dataclasses of launcher.config.
 """
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
-
 import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from launcher.config import LaunchConfig
 from launcher.errors import ConfigError
+from launcher.hydra_errors import FREE_FORM, explain_hydra_error, shown
 
-_CONF_MODULE = "launcher.conf"
-FREE_FORM = ("launcher.env.",)  # dicts whose keys the user chooses: the one place for `+`
-_initialised = False
+APP_MODULE = "launcher.cli"  # Hydra resolves a relative --config-path from the app's package
+CONFIG_PATH = "conf"
+TASK_NAME = "areal-launch"  # hydra.job.name
+ENGINE_GROUPS = ("rollout", "actor", "critic", "ref", "teacher")
+
+
+@dataclass(frozen=True)
+class ConfigSource:
+    """Where configs come from: Hydra's --config-path, --config-name and --config-dir."""
+
+    config_path: Optional[str] = None  # None: launcher/conf
+    config_name: str = "config"
+    config_dir: Optional[str] = None  # searched too, for options launcher/conf lacks
 
 
 @dataclass(frozen=True)
 class RunSpec:
-    """A composed run: the typed config, and where Hydra says its folders go."""
+    """A composed run: the typed config, where Hydra says its folders go, and the composed
+    config itself (written to the run folder as Hydra's own record, hydra.output_subdir)."""
 
     config: LaunchConfig
     run_dir: str
     sweep_dir: str
+    composed: DictConfig
 
 
-def _initialise() -> None:
-    global _initialised
-    if _initialised:
-        return
-    from hydra import initialize_config_module
+_hydra: Any = None  # hydra._internal.hydra.Hydra, once opened
+_source = ConfigSource()
+
+
+def open_config(source: ConfigSource = ConfigSource()) -> Any:
+    """Hydra's global state for this process, searching where `source` says; ConfigError for a
+    folder that is not there. Our schemas are registered with Hydra's ConfigStore first."""
+    global _hydra, _source
+    if _hydra is not None and source == _source:
+        return _hydra
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import compute_search_path_dir, create_config_search_path
+    from hydra.core.config_search_path import SearchPathQuery
+    from hydra.core.global_hydra import GlobalHydra
 
     from launcher.config import register_configs
 
     register_configs()
-    # initialize_config_module() installs global Hydra state for the rest of the process
-    initialize_config_module(config_module=_CONF_MODULE, version_base=None).__enter__()
-    _initialised = True
+    if source.config_path is not None and not source.config_path.startswith("pkg://") and \
+            not Path(source.config_path).is_absolute():
+        raise ConfigError(f"--config-path {source.config_path}: Hydra reads a relative path from "
+                          "the app's package; give an absolute path (or pkg://module), or add "
+                          "a folder of your own with --config-dir DIR")
+    primary = str(compute_search_path_dir(None, APP_MODULE, source.config_path or CONFIG_PATH))
+    if source.config_path and not primary.startswith("pkg://") and not Path(primary).is_dir():
+        raise ConfigError(f"--config-path {source.config_path}: no such folder")
+    search_path = create_config_search_path(primary)
+    if source.config_dir is not None:
+        folder = Path(source.config_dir).expanduser().absolute()
+        if not folder.is_dir():
+            raise ConfigError(f"--config-dir {source.config_dir}: no such folder")
+        # where Hydra's own -cd goes: after the primary folder, before the schemas
+        search_path.prepend(provider="command-line", path=f"file://{folder}",
+                            anchor=SearchPathQuery(provider="schema"))
+    GlobalHydra.instance().clear()
+    _hydra = Hydra.create_main_hydra2(task_name=TASK_NAME, config_search_path=search_path)
+    _source = source
+    return _hydra
 
 
-def compose_config(overrides: Sequence[str], with_hydra: bool = False) -> DictConfig:
+def config_name() -> str:
+    return _source.config_name
+
+
+def compose_config(overrides: Sequence[str], with_hydra: bool = False,
+                   multirun: bool = False) -> DictConfig:
     """Compose the config for `overrides` (Hydra command-line syntax); raise ConfigError."""
-    check_overrides(overrides)
-    _initialise()
-    from hydra import compose
+    from hydra.types import RunMode
 
+    check_overrides(overrides)
+    hydra = open_config(_source)
+    mode = RunMode.MULTIRUN if multirun else RunMode.RUN
+    cfg = explained(lambda: hydra.compose_config(config_name=_source.config_name,
+                                                 overrides=list(overrides), run_mode=mode),
+                    overrides)
+    check_added_keys(cfg, overrides)
+    if not with_hydra:
+        with open_dict(cfg):
+            del cfg["hydra"]
+    return cfg
+
+
+def explained(compose: Callable[[], DictConfig], overrides: Sequence[str]) -> DictConfig:
+    """`compose()` (Hydra composing for these overrides), its failure as one ConfigError line."""
     try:
-        cfg = compose(config_name="config", overrides=list(overrides),
-                      return_hydra_config=with_hydra)
+        return compose()
     except Exception as exc:  # Hydra raises several unrelated types for user mistakes
         raise ConfigError(explain_hydra_error(exc, overrides)) from None
-    check_added_keys(cfg, overrides)
-    return cfg
 
 
 def run_spec(cfg: DictConfig) -> RunSpec:
     """The typed config (every interpolation resolved, every value checked) and the folders."""
     job = cfg
     if "hydra" in cfg:
+        if OmegaConf.select(cfg, "hydra.job.chdir"):
+            raise ConfigError("hydra.job.chdir=true: areal-launch stays where it was started "
+                              "(relative paths are yours) and hands every process its run "
+                              "folder as AREAL_RUN_DIR; leave it false")
+        from hydra.core.hydra_config import HydraConfig
+
+        HydraConfig.instance().set_config(cfg)  # for ${hydra:runtime.choices.X} in a config
         job = copy.copy(cfg)
         with open_dict(job):
             del job["hydra"]
@@ -73,7 +138,27 @@ def run_spec(cfg: DictConfig) -> RunSpec:
     run_dir = _resolved(lambda: str(OmegaConf.select(cfg, "hydra.run.dir") or "outputs"))
     sweep_dir = _resolved(lambda: str(OmegaConf.select(cfg, "hydra.sweep.dir") or "multirun"))
     assert isinstance(spec, LaunchConfig)
-    return RunSpec(spec, run_dir, sweep_dir)
+    return RunSpec(spec, run_dir, sweep_dir, cfg)
+
+
+def hydra_record(spec: RunSpec, run_dir: Path) -> dict[str, str]:
+    """Hydra's own record of a run, for its run folder: `<hydra.output_subdir>/config.yaml,
+    hydra.yaml, overrides.yaml`, as @hydra.main writes them (nothing when it is null)."""
+    cfg = spec.composed
+    subdir = OmegaConf.select(cfg, "hydra.output_subdir") if "hydra" in cfg else None
+    if not subdir:
+        return {}
+    job = copy.copy(cfg)
+    with open_dict(job):
+        del job["hydra"]
+    hydra = OmegaConf.to_container(cfg.hydra, resolve=False)
+    assert isinstance(hydra, dict)
+    for key in ("help", "hydra_help"):
+        hydra.pop(key, None)
+    hydra.setdefault("runtime", {})["output_dir"] = str(run_dir)
+    return {f"{subdir}/config.yaml": OmegaConf.to_yaml(job),
+            f"{subdir}/hydra.yaml": OmegaConf.to_yaml({"hydra": hydra}),
+            f"{subdir}/overrides.yaml": OmegaConf.to_yaml(cfg.hydra.overrides.task)}
 
 
 def _resolved(make: Callable[[], Any]) -> Any:
@@ -91,6 +176,12 @@ def _resolved(make: Callable[[], Any]) -> Any:
         raise ConfigError(f"{key}: cannot resolve: {message}{fix}") from None
 
 
+def choices_only(overrides: Sequence[str]) -> list[str]:
+    """The overrides that pick config files (`rollout=sglang`, `experiment=...`), not values."""
+    return [o for o in overrides if "." not in o.partition("=")[0]
+            and not o.startswith(("hydra", "+", "~"))]
+
+
 # ----------------------------------------------------------------------------- + and ~
 def check_overrides(overrides: Sequence[str]) -> None:
     """`~key` deletes a key and `+key` adds one: only the user's own dicts take either."""
@@ -98,10 +189,9 @@ def check_overrides(overrides: Sequence[str]) -> None:
         if o.startswith("~"):
             key = o[1:].partition("=")[0]
             if not key.startswith(FREE_FORM):
-                fix = (f"to turn {key} off write {key}=none" if key in
-                       ("rollout", "actor", "critic", "ref", "teacher") else
-                       "set it to another value instead")
-                raise ConfigError(f"{_shown(o)}: removing a declared key is not supported; "
+                fix = (f"to turn {key} off write {key}=none" if key in ENGINE_GROUPS
+                       else "set it to another value instead")
+                raise ConfigError(f"{shown(o)}: removing a declared key is not supported; "
                                   f"{fix}")
 
 
@@ -114,93 +204,32 @@ def check_added_keys(cfg: DictConfig, overrides: Sequence[str]) -> None:
         parent, _, _ = key.rpartition(".")
         node = OmegaConf.select(cfg, parent) if parent else cfg
         if isinstance(node, DictConfig) and OmegaConf.get_type(node) not in (dict, None):
-            raise ConfigError(f"unknown config key {key!r}{_suggest(key)}: `+` adds keys only "
-                              f"to {', '.join(f + '*' for f in FREE_FORM)} "
+            raise ConfigError(f"unknown config key {key!r}{suggest(key, overrides)}: `+` adds "
+                              f"keys only to {', '.join(f + '*' for f in FREE_FORM)} "
                               "(`areal-launch --cfg job` prints every key)")
 
 
-def _shown(text: str) -> str:
-    """A value as one printable line (a newline inside would break the one-line promise)."""
-    return repr(text) if not text.isprintable() else text
-
-
-# ----------------------------------------------------------------------------- Hydra's errors
-def explain_hydra_error(exc: BaseException, overrides: Sequence[str]) -> str:
-    """One line for a Hydra/OmegaConf failure, with the quoted form to type where that is the fix."""
-    text = _flatten(exc)
-    kind = type(exc).__name__
-    if kind == "OverrideParseException":
-        bad = _first(overrides, lambda o: any(c in o for c in "()[]"))
-        if bad is not None and bad.isprintable():
-            key, _, value = bad.partition("=")
-            if value.startswith("[") and value.endswith("]"):  # a list: quote each element
-                items = ",".join(f"'{v.strip()}'" for v in value[1:-1].split(",") if v.strip())
-                return (f"cannot parse override {bad!r}: quote each list element that holds "
-                        f"'=', ':' or brackets: type \"{key}=[{items}]\"")
-            bare = value.replace("(", "").replace(")", "")
-            alt = f", or without parentheses: {key}={bare}" if "(" in value and "[" not in value else ""
-            return (f"cannot parse override {bad!r}: Hydra's override grammar needs quotes around "
-                    f"values with ( ) or [ ]: type \"{key}='{value}'\"{alt}")
-        return f"cannot parse override: {text}"
-    if "Exceeds the limit" in text and "digits" in text:  # Python's int() refused a huge number
-        bad = max(overrides, key=lambda o: max((len(d) for d in re.findall(r"\d+", o)),
-                                                default=0))
-        key = bad.partition("=")[0]
-        return f"{key}: a number far too large ({len(bad)} characters); sizes are GPU counts"
-    if "Ambiguous value" in text:
-        bad = _first(overrides, lambda o: "," in o.partition("=")[2])
-        if bad is not None:
-            key, _, value = bad.partition("=")
-            quoted = f"\"{key}='{value}'\"" if bad.isprintable() else "it in quotes"
-            return (f"{_shown(bad)}: a comma list is a sweep to Hydra: quote it, {quoted} "
-                    f"(or run a sweep with -m)")
-    match = re.search(r"Could not append to config\. An item is already at '([^']+)'", text)
-    if match:
-        return f"{match.group(1)!r} exists already: set it without the leading +"
-    match = re.search(r"Could not override '([^']+)'", text) or re.search(r"Key '([^']+)' not in", text)
-    if match:
-        key = match.group(1)
-        if key.startswith(FREE_FORM):  # dicts whose keys are the user's own: Hydra wants `+`
-            given = _first(overrides, lambda o: o.startswith(key)) or key
-            return f"{key!r} adds a key to {key.rsplit('.', 1)[0]}: write it as +{_shown(given)}"
-        return f"unknown config key {key!r}{_suggest(key)} (`areal-launch --cfg job` prints every key)"
-    match = re.search(r"Error merging override (\S+)", text)
-    if match:
-        detail = text.split("full_key:")[0].split(match.group(1), 1)[-1].strip(" .:")
-        return f"invalid value in {match.group(1)!r}: {detail}"
-    match = re.search(r"Could not find '([^']+)'.*?Available options in '[^']+': ([^\n]*?) Config search", text)
-    if match:
-        return f"no config {match.group(1)!r}: choose one of {match.group(2).strip()}"
-    return f"invalid configuration: {text}"
-
-
-def _flatten(exc: BaseException) -> str:
-    """Hydra wraps the useful message in __cause__; join the chain into one line."""
-    parts, seen = [], set()
-    cur: Optional[BaseException] = exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        parts.append(str(cur))
-        cur = cur.__cause__ or cur.__context__
-    return " ".join(" ".join(parts).split())
-
-
-def _suggest(key: str) -> str:
-    """`did you mean` from the declared keys (the schema, every group's options included)."""
+def suggest(key: str, overrides: Sequence[str] = ()) -> str:
+    """`: did you mean 'a.b'?` from the keys the config declares with the groups the user
+    chose (`launcher=slurm launcher.partiton=x` looks in the Slurm runner's keys), each
+    part of a dotted key matched in turn."""
     import difflib
 
-    prefix, _, leaf = key.rpartition(".")
     try:
-        node: Any = compose_config([])
+        node: Any = compose_config(choices_only(overrides))
     except ConfigError:
         return ""
-    for part in prefix.split(".") if prefix else []:
-        node = node.get(part) if isinstance(node, DictConfig) else None
-    if not isinstance(node, DictConfig):
-        return ""
-    close = difflib.get_close_matches(leaf, [str(k) for k in node], n=1)
-    return f": did you mean {(prefix + '.' if prefix else '') + close[0]!r}?" if close else ""
-
-
-def _first(items: Sequence[str], pred: Callable[[str], bool]) -> Optional[str]:
-    return next((i for i in items if pred(i)), None)
+    parts, fixed = key.split("."), []
+    for part in parts:
+        if not isinstance(node, DictConfig):
+            return ""
+        names = [str(k) for k in node]
+        if part not in names:
+            close = difflib.get_close_matches(part, names, n=1)
+            if not close:
+                return ""
+            part = close[0]
+        fixed.append(part)
+        node = node.get(part)
+    guess = ".".join(fixed)
+    return f": did you mean {guess!r}?" if guess != key else ""

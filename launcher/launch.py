@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from omegaconf import DictConfig
+
 from launcher.build import Planned, explicit_keys
 from launcher.compose import RunSpec
 from launcher.config import LaunchConfig
@@ -35,7 +37,7 @@ class Prepared:
     runner: Runner
     runner_name: str
     entry: str  # the trainer entry, resolved
-    run_dir: Path  # where the run folder goes (the launch makes it unique)
+    run_dir: Path  # where the run folder goes (the launch makes it unique and sets it here)
     point: Optional[int] = None  # index in a sweep
     job_id: Optional[str] = None  # set once submitted to a scheduler
 
@@ -48,17 +50,23 @@ class Prepared:
         return bool(self.spec.config.launcher.dry_run)
 
 
-def prepare(overrides: list[str], to_run: bool = True) -> Prepared:
+def prepare(overrides: list[str], to_run: bool = True,
+            composed: Optional[DictConfig] = None) -> Prepared:
     """Compose and resolve; every user mistake raises here, before anything starts.
 
-    to_run=False (`plan`): the trainer script need not exist on the machine that plans."""
+    to_run=False (`plan`): the trainer script need not exist on the machine that plans.
+    composed: the config Hydra already composed for these overrides (a sweep point)."""
     from launcher import runners
     from launcher.build import build_plan
-    from launcher.compose import compose_config, run_spec
+    from launcher.compose import check_added_keys, choices_only, compose_config, run_spec
     from launcher.hostinfo import count_local_gpus
     from launcher.resolve import check_unused_options
 
-    spec = run_spec(compose_config(overrides, with_hydra=True))
+    if composed is None:
+        composed = compose_config(overrides, with_hydra=True)
+    else:
+        check_added_keys(composed, overrides)
+    spec = run_spec(composed)
     config = spec.config
     runner = runners.create(config.launcher)
     device = str(config.cluster.device)
@@ -117,12 +125,6 @@ def with_memory(planned: Planned, config: LaunchConfig, here: bool) -> Planned:
     plan = dataclasses.replace(plan, meta={**plan.meta, "memory": memory},
                                warnings=plan.warnings + tuple(said))
     return dataclasses.replace(planned, plan=plan)
-
-
-def choices_only(overrides: list[str]) -> list[str]:
-    """The overrides that pick config files (`rollout=sglang`, `experiment=...`), not values."""
-    return [o for o in overrides if "." not in o.partition("=")[0]
-            and not o.startswith(("hydra", "+", "~"))]
 
 
 def resolve_entry(entry: str, must_exist: bool = True) -> str:
@@ -202,8 +204,12 @@ def launch_one(overrides: list[str]) -> int:
     return start(prepare(overrides))
 
 
-def start(prep: Prepared) -> int:
-    """Perform the run with its runner, or (dry run) print exactly what it would perform."""
+def start(prep: Prepared, own_folder: bool = False) -> int:
+    """Perform the run with its runner, or (dry run) print exactly what it would perform.
+
+    own_folder: prep.run_dir was made for this run already (by Hydra's run_job, under a Hydra
+    launcher other than ours); else the run claims a folder of its own there (-1, -2, ...)."""
+    from launcher.compose import hydra_record
     from launcher.runs import claim_run_dir, free_run_dir, write_private
 
     base = prep.spec.config.launcher.base_port
@@ -216,13 +222,17 @@ def start(prep: Prepared) -> int:
         return 0
     with prep.runner.ports(base, dry=False) as next_port:
         while True:  # checked before its folder exists; a folder of its own, always
-            run_dir = free_run_dir(prep.run_dir)
+            run_dir = prep.run_dir if own_folder else free_run_dir(prep.run_dir)
             plan, request = build_request(prep, run_dir, next_port)
             said = prep.runner.check(request)
-            if claim_run_dir(run_dir):
+            if own_folder or claim_run_dir(run_dir):
                 break
+        prep.run_dir = run_dir
         warn(plan, prep.planned.notes, said)
         write_private(run_dir / "plan.json", plan.to_json(mask_secrets=False))
+        for name, text in hydra_record(prep.spec, run_dir).items():  # .hydra/: may hold secrets
+            (run_dir / name).parent.mkdir(exist_ok=True)
+            write_private(run_dir / name, text)
         write_private(run_dir / "request.json", request.to_json())
         if prep.runner_name == "local":
             show_plan_summary(plan, run_dir)
@@ -322,22 +332,3 @@ def show_suggestions(overrides: list[str]) -> int:
         print("# none fits: more GPUs, a smaller model, or a smaller context")
     return 0
 
-
-def print_config(overrides: list[str], mode: str) -> int:
-    from omegaconf import OmegaConf
-
-    from launcher.compose import compose_config
-
-    if mode not in ("job", "hydra", "all"):
-        raise LaunchError(f"--cfg {mode!r}: choose job, hydra or all")
-    cfg = compose_config(overrides, with_hydra=True)
-    hydra_node = cfg.hydra
-    with_hydra = OmegaConf.to_container(cfg, resolve=False)
-    assert isinstance(with_hydra, dict)
-    job = {k: v for k, v in with_hydra.items() if k != "hydra"}
-    if mode in ("job", "all"):
-        print(OmegaConf.to_yaml(job), end="")
-    if mode in ("hydra", "all"):
-        print(OmegaConf.to_yaml({"hydra": OmegaConf.to_container(hydra_node, resolve=False)}),
-              end="")
-    return 0

@@ -1,74 +1,204 @@
-"""Hydra multirun sweeps: every point resolved and rehearsed before any starts.
+"""Hydra sweeps (`areal-launch -m ...`): Hydra's sweeper picks the points, we run them.
 
-Locally the points run one after another; with launcher=slurm each is submitted as its own job.
-A bad point stops the sweep with nothing started; a summary table ends it.
+Hydra's sweeper (hydra/sweeper=basic, optuna, ...) expands the command line into points and
+hands them, a batch at a time, to a Hydra launcher. Ours (hydra_plugins/areal_launch) passes
+each batch to `run_batch`: every point is composed, planned and rehearsed (its processes built,
+the runner's checks, a Slurm script rendered) before the first one starts, so a bad point stops
+the sweep with nothing started; then the points run one after another here, or are submitted
+one Slurm job each. Each run's objective (launcher.objective) goes back to the sweeper, and
+`RECORD` keeps every point for the table that ends the sweep, with the best point.
 """
 from __future__ import annotations
 
-import itertools
+import copy
 import re
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional, Sequence
+
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from launcher.errors import LaunchError
 from launcher.launch import Prepared, build_request, prepare, start
+from launcher.objective import METRICS_FILE, read_objective
 from launcher.runners.ports import DEFAULT_BASE_PORT, counted_ports
 
 EXIT_FAILED = 1  # a point that could not be started (sbatch refused it, ...)
+INTERRUPTED = 128  # exit codes from here on: the launcher got a signal
 
 
-def sweep_points(overrides: list[str]) -> list[list[str]]:
-    """Hydra's basic sweep: the cartesian product of every `key=a,b,c` (and range/choice) override.
+@dataclass(frozen=True)
+class Point:
+    """One job of a sweep, as Hydra's sweeper gave it: its number and its overrides."""
 
-    Same order as Hydra's BasicSweeper (the last swept key varies fastest; a key given twice
-    keeps its first place and its last value). Each value is written as typed when Hydra reads
-    it back the same (`fsdp:d8`, not Hydra's escaped `fsdp\\:d8`), so errors and the summary
-    show what the user wrote; quoted values ('0-2,5,7') are one value, not a sweep.
-    """
+    index: int
+    overrides: tuple[str, ...]
+    label: str  # the overrides that make it this point, as the user typed them
+
+
+@dataclass
+class Outcome:
+    point: Point
+    result: str  # exit N, job ID, dry run, not started
+    run_dir: Path
+    code: int
+    objective: Optional[float] = None
+
+
+class RunFailed(Exception):
+    """A point's run ended with a non-zero exit code; its own messages said why."""
+
+    def __init__(self, outcome: Outcome):
+        super().__init__(f"sweep point {outcome.point.index} ({outcome.point.label}): "
+                         f"{outcome.result} (run folder {outcome.run_dir})")
+        self.outcome = outcome
+
+
+class SweepStopped(Exception):
+    """The launcher got a signal during a point: the sweep ends there, the rest not started."""
+
+    def __init__(self, code: int):
+        super().__init__(f"interrupted (exit {code})")
+        self.code = code
+
+
+@dataclass
+class SweepRecord:
+    """Every point of this process's sweep, over all of Hydra's batches."""
+
+    outcomes: list[Outcome] = field(default_factory=list)
+    sweep_dir: Optional[Path] = None
+    next_port: Optional[int] = None  # the first port no scheduled point has taken yet
+    maximize: Optional[bool] = True  # how the sweeper ranks objectives; None: several
+    optimises: bool = False  # the sweeper reads objectives (Optuna, ...), not a grid
+    given: list[str] = field(default_factory=list)  # the overrides on the command line
+
+    def exit_code(self) -> int:
+        return max((o.code for o in self.outcomes), default=0)
+
+    def best(self) -> Optional[Outcome]:
+        scored = [o for o in self.outcomes if o.objective is not None and o.code == 0]
+        if not scored or self.maximize is None:
+            return None
+        pick = max if self.maximize else min
+        return pick(scored, key=lambda o: o.objective or 0.0)
+
+
+RECORD = SweepRecord()
+
+
+def follow_sweeper(sweeper: Any) -> Optional[str]:
+    """Take how the sweeper (hydra.sweeper) ranks objectives: Optuna's `direction`; none:
+    maximize, as the default objective is a reward. A warning when it minimises that reward."""
+    RECORD.optimises = not str(OmegaConf.select(sweeper, "_target_")).endswith(".BasicSweeper")
+    direction = OmegaConf.select(sweeper, "direction")
+    text = str(direction).rpartition(".")[2].lower() if direction is not None else "maximize"
+    if isinstance(direction, (list, tuple)) or OmegaConf.is_list(direction):
+        RECORD.maximize = None
+        return None
+    RECORD.maximize = text != "minimize"
+    if not RECORD.maximize:
+        return ("hydra.sweeper.direction=minimize: the objective is the recipe's final mean "
+                "reward (higher is better); add hydra.sweeper.direction=maximize to maximise it")
+    return None
+
+
+# ----------------------------------------------------------------------------- points
+def labels(points: Sequence[Sequence[str]], given: Sequence[str]) -> list[str]:
+    """Each point in a few words: its overrides not given as such on the command line (the
+    swept or sampled ones), as the user would type them."""
+    typed = {_meaning(g) for g in given}
+    out = []
+    for p in points:
+        mine = [as_typed(o) for o in p if _meaning(o) not in typed]
+        out.append(" ".join(mine) or " ".join(as_typed(o) for o in p) or "(defaults)")
+    return out
+
+
+def _meaning(override: str) -> tuple[str, str]:
+    """An override as Hydra reads it (`x=true` and the sweeper's `x=True` are one)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
 
-    from launcher.compose import explain_hydra_error
+    try:
+        parsed = OverridesParser.create().parse_override(override)
+        return (str(parsed.input_line).partition("=")[0], repr(parsed.value()))
+    except Exception:  # noqa: BLE001 - not an override Hydra reads: compare the text
+        return (override, "")
 
+
+def as_typed(override: str) -> str:
+    """`key=value` without Hydra's backslash escapes, when Hydra reads that back the same."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    key, _, value = override.partition("=")
+    plain = key + "=" + re.sub(r"\\(.)", r"\1", value)
+    if plain == override:
+        return override
     parser = OverridesParser.create()
     try:
-        parsed = parser.parse_overrides(overrides)
-    except Exception as exc:  # noqa: BLE001 - Hydra's parse errors become one line
-        raise LaunchError(explain_hydra_error(exc, overrides)) from None
-    axes: dict[str, list[str]] = {}
-    for o in parsed:
-        key = str(o.get_key_element())
-        if not o.is_sweep_override():
-            axes[key] = [str(o.input_line)]
-            continue
-        try:
-            values = list(o.sweep_string_iterator())
-        except HydraException:
-            raise LaunchError(f"{o.input_line!r}: an interval has no points to run; list the "
-                              f"values ({key}=a,b,c) or use range(start,stop,step)") from None
-        axes[key] = [_as_typed(parser, key, v) for v in values]
-    return [list(p) for p in itertools.product(*axes.values())]
-
-
-def _as_typed(parser: Any, key: str, value: str) -> str:
-    """`key=value` without Hydra's backslash escapes, when Hydra reads that back as the same value."""
-    escaped = f"{key}={value}"
-    plain = key + "=" + re.sub(r"\\(.)", r"\1", value)
-    if plain == escaped:
-        return escaped
-    try:
         again = parser.parse_override(plain)
-        same = not again.is_sweep_override() and again.value() == parser.parse_override(escaped).value()
+        same = not again.is_sweep_override() and again.value() == parser.parse_override(override).value()
     except Exception:  # noqa: BLE001 - not readable unescaped: keep Hydra's form
         same = False
-    return plain if same else escaped
+    return plain if same else override
 
 
-def point_labels(points: list[list[str]]) -> list[str]:
-    """Each point in a few words: the overrides that differ between points (all, if none do)."""
-    varying = [j for j in range(len(points[0])) if len({p[j] for p in points}) > 1] if points else []
-    return [" ".join(p[j] for j in varying) or " ".join(p) or "(defaults)" for p in points]
+# ----------------------------------------------------------------------------- a batch
+def run_batch(points: Sequence[Point], compose: Callable[[Point], DictConfig]) -> list[Outcome]:
+    """Compose, plan and rehearse every point (LaunchError naming the first bad one: nothing
+    started), then start them in turn. SweepStopped when the launcher is interrupted."""
+    prepared = [_prepared(p, compose) for p in points]
+    outcomes: list[Outcome] = []
+    for k, (point, prep) in enumerate(zip(points, prepared)):
+        print(f"[sweep] point {point.index} ({k + 1} of {len(points)} in this batch): "
+              f"{point.label}", file=sys.stderr)
+        try:
+            code = start(prep)
+            result = f"job {prep.job_id}" if prep.job_id else (
+                "dry run" if prep.dry_run else f"exit {code}")
+        except LaunchError as exc:  # e.g. sbatch refused it: the next points are still tried
+            print(f"error: sweep point {point.index} ({point.label}): {exc}", file=sys.stderr)
+            code, result = EXIT_FAILED, "not started: error above"
+        objective = read_objective(prep.run_dir)
+        outcomes.append(Outcome(point, result, prep.run_dir, code, objective))
+        if code >= INTERRUPTED:
+            rest = [Outcome(p, "not started", q.run_dir, code) for p, q in
+                    zip(points[k + 1:], prepared[k + 1:])]
+            RECORD.outcomes.extend(outcomes + rest)
+            raise SweepStopped(code)
+    RECORD.outcomes.extend(outcomes)
+    _warn_without_objective(outcomes)
+    return outcomes
+
+
+def _prepared(point: Point, compose: Callable[[Point], DictConfig]) -> Prepared:
+    """The point resolved and rehearsed, with its run folder <sweep dir>/<subdir>.
+
+    Slurm points may run at once on one host (jobs with launcher.cpus_per_gpu share nodes), so
+    each takes its own ports, one range after the other from launcher.base_port; local points
+    run in turn and reserve free ports as they start."""
+    try:
+        cfg = compose(point)
+        prep = prepare(list(point.overrides), composed=cfg)
+        prep.point = point.index
+        sweep_dir = Path(prep.spec.sweep_dir).absolute()
+        RECORD.sweep_dir = RECORD.sweep_dir or sweep_dir
+        prep.run_dir = sweep_dir / str(OmegaConf.select(cfg, "hydra.sweep.subdir"))
+        if prep.runner_name == "local":
+            rehearse(prep)
+        else:
+            launcher = prep.spec.config.launcher
+            base = RECORD.next_port or launcher.base_port or DEFAULT_BASE_PORT
+            launcher.base_port = base
+            RECORD.next_port = base + rehearse(prep)
+            if RECORD.next_port > 65536:
+                raise LaunchError(f"the points need ports {base}..{RECORD.next_port - 1}, past "
+                                  "65535: set a lower launcher.base_port")
+    except LaunchError as exc:
+        raise LaunchError(f"sweep point {point.index} ({point.label}): {exc}; nothing was "
+                          "started") from None
+    return prep
 
 
 def rehearse(prep: Prepared) -> int:
@@ -87,60 +217,64 @@ def rehearse(prep: Prepared) -> int:
     return len(taken)
 
 
-def launch_sweep(overrides: list[str]) -> int:
-    """Resolve every point (run folder sweep_dir/<i>), then run them in turn locally or submit
-    one Slurm job each; a summary table goes to stderr (stdout keeps the job ids).
-
-    Slurm points may run at once on one host (jobs with launcher.cpus_per_gpu share nodes; the
-    test cluster's nodes are one machine), so each takes its own ports, one range after the
-    other from launcher.base_port; local points run in turn and reserve free ports as they start."""
-    points = sweep_points(overrides)
-    labels = point_labels(points)
-    prepared: list[Prepared] = []
-    sweep_dir: Optional[Path] = None
-    free_port: Optional[int] = None  # the first port no Slurm point has taken yet
-    for i, (point, label) in enumerate(zip(points, labels)):
-        try:
-            prep = prepare(point)
-            prep.point = i
-            sweep_dir = sweep_dir or Path(prep.spec.sweep_dir).absolute()  # one folder
-            prep.run_dir = sweep_dir / str(i)
-            if prep.runner_name == "local":
-                rehearse(prep)
-            else:
-                base = free_port or prep.spec.config.launcher.base_port or DEFAULT_BASE_PORT
-                prep.spec.config.launcher.base_port = base
-                free_port = base + rehearse(prep)
-                if free_port > 65536:
-                    raise LaunchError(f"the points need ports {base}..{free_port - 1}, past 65535: "
-                                      "set a lower launcher.base_port")
-        except LaunchError as exc:
-            raise LaunchError(f"sweep point {i} ({label}): {exc}; nothing was started") from None
-        prepared.append(prep)
-    rows: list[tuple[int, str, str, Path]] = []
-    codes: list[int] = []
-    for i, (prep, label) in enumerate(zip(prepared, labels)):
-        if codes and codes[-1] >= 128:  # the launcher was interrupted: stop the sweep
-            rows.append((i, label, "not started", prep.run_dir))
+def _warn_without_objective(outcomes: Sequence[Outcome]) -> None:
+    """A sweeper that optimises gets None from a point: say why, once per point."""
+    if not RECORD.optimises:
+        return
+    for o in outcomes:
+        if o.code != 0 or o.objective is not None:
             continue
-        print(f"[sweep] point {i} ({i + 1} of {len(prepared)}): {label}", file=sys.stderr)
-        try:
-            code = start(prep)
-            job = prep.job_id
-            result = f"job {job}" if job else ("dry run" if prep.dry_run else f"exit {code}")
-        except LaunchError as exc:  # e.g. sbatch refused it: the next points are still tried
-            print(f"error: sweep point {i} ({label}): {exc}", file=sys.stderr)
-            code, result = EXIT_FAILED, "not started: error above"
-        codes.append(code)
-        rows.append((i, label, result, prep.run_dir))
-    print(summary_table(rows, sweep_dir), file=sys.stderr)
-    return max(codes, default=0)
+        why = (f"was submitted ({o.result}) and ends later: a sweeper that optimises needs runs "
+               "that end while it waits (launcher=local)" if o.result.startswith("job") else
+               f"wrote no objective ({o.run_dir}/{METRICS_FILE}); the default recipe writes it"
+               if o.result.startswith("exit") else "was a dry run: it has no objective")
+        print(f"warning: sweep point {o.point.index} {why}", file=sys.stderr)
 
 
-def summary_table(rows: list[tuple[int, str, str, Path]], sweep_dir: Optional[Path]) -> str:
-    """Plain aligned text: nothing is cut, so run folders and job ids can be copied."""
-    table = [("point", "overrides", "job id / exit code", "run folder")]
-    table += [(str(i), label, result, str(folder)) for i, label, result, folder in rows]
-    widths = [max(len(r[c]) for r in table) for c in range(3)]
-    lines = ["  ".join(r[c].ljust(widths[c]) for c in range(3)) + "  " + r[3] for r in table]
-    return "\n".join([f"sweep: {len(rows)} points in {sweep_dir}"] + lines)
+# ----------------------------------------------------------------------------- another launcher
+def run_hydra_job(cfg: DictConfig) -> Optional[float]:
+    """The task function Hydra's own launchers (hydra/launcher=basic, ...) call for each point,
+    inside the folder Hydra made for it: the run, without a rehearsal of the whole batch."""
+    from hydra.core.hydra_config import HydraConfig
+
+    hydra = HydraConfig.get()
+    composed = copy.deepcopy(cfg)
+    with open_dict(composed):
+        composed.hydra = hydra
+    overrides = [str(o) for o in hydra.overrides.task]
+    index = int(hydra.job.num)
+    point = Point(index, tuple(overrides), labels([overrides], RECORD.given)[0])
+    prep = prepare(overrides, composed=composed)
+    prep.point = index
+    prep.run_dir = Path(hydra.runtime.output_dir)
+    RECORD.sweep_dir = RECORD.sweep_dir or prep.run_dir.parent
+    code = start(prep, own_folder=True)
+    outcome = Outcome(point, f"job {prep.job_id}" if prep.job_id else f"exit {code}",
+                      prep.run_dir, code, read_objective(prep.run_dir))
+    RECORD.outcomes.append(outcome)
+    if code:
+        raise RunFailed(outcome)
+    return outcome.objective
+
+
+# ----------------------------------------------------------------------------- the end
+def summary(record: SweepRecord) -> str:
+    """Plain aligned text: nothing is cut, so run folders and job ids can be copied. An
+    objective column when any point has one; the best point last."""
+    scored = any(o.objective is not None for o in record.outcomes)
+    head = ["point", "overrides", "job id / exit code"] + (["objective"] if scored else [])
+    table = [head + ["run folder"]]
+    for o in record.outcomes:
+        row = [str(o.point.index), o.point.label, o.result]
+        if scored:
+            row.append("-" if o.objective is None else f"{o.objective:.6g}")
+        table.append(row + [str(o.run_dir)])
+    n = len(head)
+    widths = [max(len(r[c]) for r in table) for c in range(n)]
+    lines = ["  ".join(r[c].ljust(widths[c]) for c in range(n)) + "  " + r[n] for r in table]
+    out = [f"sweep: {len(record.outcomes)} points in {record.sweep_dir}"] + lines
+    best = record.best()
+    if best is not None:
+        out.append(f"best: point {best.point.index} ({best.point.label}) objective "
+                   f"{best.objective:.6g}, run folder {best.run_dir}")
+    return "\n".join(out)

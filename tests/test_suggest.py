@@ -11,9 +11,7 @@ from launcher.cluster import ClusterSpec
 from launcher.errors import LaunchError
 from launcher.launch import prepare
 from launcher.memory_plan import plan_memory
-from launcher.memory import (EngineInput, InferenceOptions, TrainOptions, estimate,
-                             memory_report)
-from launcher.memory_train import Offload
+from launcher.memory import TrainOptions, estimate
 from launcher.suggest import (COLLOCATED_SHARE, KV_USEFUL_TOKENS, SuggestOptions, suggest)
 from tests.model_configs import shape
 

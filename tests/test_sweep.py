@@ -1,6 +1,7 @@
-"""Hydra multirun sweeps (`areal-launch -m KEY=A,B ...`): every point is resolved before any
-starts; locally the points run one after another, on Slurm each is one submitted job; each
-point has its own run folder <sweep dir>/<i>; a summary table goes to stderr at the end.
+"""Hydra multirun sweeps (`areal-launch -m ...`) through Hydra's sweeper and our Hydra
+launcher plugin (hydra/launcher=areal): every point is planned and rehearsed before any starts;
+locally the points run one after another, on Slurm each is one submitted job; each point has its
+own run folder <hydra.sweep.dir>/<hydra.sweep.subdir>; a summary table goes to stderr at the end.
 
 The trainer is a tiny script run by real torchrun on gloo: each rank records when it ran.
 """
@@ -15,12 +16,10 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
-from launcher.errors import LaunchError
-from launcher.sweep import sweep_points
+from tests.areal_launch import EXE, ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
-EXE = str(ROOT / ".venv" / "bin" / "areal-launch")
 TRAINER = """\
 import json, os, time
 rank, world = os.environ["RANK"], os.environ["WORLD_SIZE"]
@@ -64,36 +63,50 @@ def ranks(run_dir: Path) -> list[dict]:
                   key=lambda r: r["rank"])
 
 
+def dry_requests(stdout: str) -> list[dict]:
+    """The request JSON of each point of a Slurm dry run (after each point's script)."""
+    return [json.loads("{" + part.split("\n{", 1)[1].split("\n}\n", 1)[0] + "\n}")
+            for part in stdout.split("#!/bin/bash")[1:]]
+
+
+def point_dirs(sweep: Path) -> list[str]:
+    """The sweep folder's point folders (Hydra's sweeper also writes multirun.yaml there)."""
+    return sorted(p.name for p in sweep.iterdir() if p.is_dir()) if sweep.exists() else []
+
+
 # ----------------------------------------------------------------------------- points
-def test_sweep_points_are_the_cartesian_product_in_hydras_order():
+def test_points_are_hydras_cartesian_product_in_hydras_order(tmp_path):
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    overrides = ["a=1,2", "rollout=none", "b=x,y"]
-    points = sweep_points(overrides)
-    assert points == [["a=1", "rollout=none", "b=x"], ["a=1", "rollout=none", "b=y"],
-                      ["a=2", "rollout=none", "b=x"], ["a=2", "rollout=none", "b=y"]]
-    hydra_batches = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(overrides), None)
-    assert points == hydra_batches[0]
+    swept = ["recipe.steps=1,2", "rollout=none", "recipe.seed=3,4"]
+    out = run(sweep_args(tmp_path, "launcher.dry_run=true", *swept), tmp_path)
+    assert out.returncode == 0, out.stderr
+    _, rows = summary(out.stderr)
+    hydras = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(swept), None)[0]
+    assert [r[1] for r in rows] == [f"{p[0]} {p[2]}" for p in hydras]
+    assert [r[1] for r in rows] == ["recipe.steps=1 recipe.seed=3", "recipe.steps=1 recipe.seed=4",
+                                    "recipe.steps=2 recipe.seed=3", "recipe.steps=2 recipe.seed=4"]
+    assert [r[2] for r in rows] == ["dry run"] * 4 and point_dirs(tmp_path / "sweep") == []
 
 
-def test_quoted_comma_lists_are_one_value_not_a_sweep():
-    points = sweep_points(["cluster.component_placement.actor='0-2,5,7'", "actor.backend=fsdp:d1,fsdp:d2"])
-    assert points == [["cluster.component_placement.actor='0-2,5,7'", "actor.backend=fsdp:d1"],
-                      ["cluster.component_placement.actor='0-2,5,7'", "actor.backend=fsdp:d2"]]
-    assert sweep_points(["x='a,b',c"]) == [["x='a,b'"], ["x=c"]]
+def test_quoted_comma_lists_are_one_value_and_values_keep_the_users_spelling(tmp_path):
+    """Hydra's sweeper writes `fsdp\\:d8`; the summary (and errors) show what the user typed."""
+    out = run(sweep_args(tmp_path, "launcher=slurm", "launcher.dry_run=true", "cluster=gpu8",
+                         "cluster.component_placement.actor='0-2,5,7'",
+                         "actor.backend=fsdp:d5,fsdp:d5t1"), tmp_path)
+    assert out.returncode == 0, out.stderr
+    _, rows = summary(out.stderr)
+    assert [r[1] for r in rows] == ["actor.backend=fsdp:d5", "actor.backend=fsdp:d5t1"]
+    assert [[p["gpus"] for p in r["processes"]] for r in dry_requests(out.stdout)] == \
+        [[[0, 1, 2, 5, 7]], [[0, 1, 2, 5, 7]]]
 
 
-def test_sweep_values_keep_the_users_spelling_not_hydras_escapes():
-    """Hydra's sweeper writes `fsdp\\:d8`; the points (shown in errors and the summary) don't."""
-    assert sweep_points(["actor.backend=fsdp:d8,fsdp:d4t2"]) == [["actor.backend=fsdp:d8"],
-                                                               ["actor.backend=fsdp:d4t2"]]
-    assert sweep_points(["x=range(0,3)"]) == [["x=0"], ["x=1"], ["x=2"]]
-
-
-def test_an_interval_sweep_is_a_one_line_error():
-    with pytest.raises(LaunchError, match=r"interval.*list the values"):
-        sweep_points(["recipe.steps=interval(1,5)"])
+def test_an_interval_with_the_basic_sweeper_is_a_one_line_error(tmp_path):
+    out = run(sweep_args(tmp_path, "recipe.steps=interval(1,5)"), tmp_path)
+    assert out.returncode == 2 and out.stdout == ""
+    line = out.stderr.strip()
+    assert line.startswith("error: recipe.steps=interval(1,5): ") and "hydra/sweeper=optuna" in line
 
 
 # ----------------------------------------------------------------------------- local
@@ -110,11 +123,31 @@ def test_local_sweep_runs_points_one_after_another_each_in_its_own_run_folder(tm
             "spec"] == f"fsdp:d{world}"
         log = (sweep / str(i) / "logs" / "actor-node0.log").read_text()
         assert f"RANK=0 WORLD_SIZE={world}" in log
-    assert sorted(p.name for p in sweep.iterdir()) == ["0", "1"]
+    assert point_dirs(sweep) == ["0", "1"] and (sweep / "multirun.yaml").is_file()  # Hydra's
+    assert (sweep / "1" / ".hydra" / "overrides.yaml").is_file()  # Hydra's record of the point
     title, rows = summary(out.stderr)
     assert title == f"sweep: 2 points in {sweep}"
     assert rows == [["0", "actor.backend=fsdp:d1", "exit 0", str(sweep / "0")],
                     ["1", "actor.backend=fsdp:d2", "exit 0", str(sweep / "1")]]
+
+
+def test_a_failing_point_does_not_stop_its_batch_and_sets_the_exit_code(tmp_path):
+    failing = tmp_path / "fails_alone.py"
+    failing.write_text("import os, sys\nsys.exit(3 if os.environ['WORLD_SIZE'] == '1' else 0)\n")
+    out = run(sweep_args(tmp_path, f"trainer.entry={failing}", "actor.backend=fsdp:d1,fsdp:d2"),
+              tmp_path)
+    assert out.returncode == 1, out.stderr
+    _, rows = summary(out.stderr)
+    assert [r[:3] for r in rows] == [["0", "actor.backend=fsdp:d1", "exit 1"],
+                                    ["1", "actor.backend=fsdp:d2", "exit 0"]]
+
+
+def test_hydra_mode_multirun_sweeps_without_dash_m(tmp_path):
+    args = sweep_args(tmp_path, "launcher.dry_run=true", "actor.backend=fsdp:d1,fsdp:d2")
+    args.remove("-m")
+    out = run(args + ["hydra.mode=MULTIRUN"], tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert [r[1] for r in summary(out.stderr)[1]] == ["actor.backend=fsdp:d1", "actor.backend=fsdp:d2"]
 
 
 @pytest.mark.parametrize("bad, named", [
@@ -133,7 +166,7 @@ def test_a_bad_point_stops_the_sweep_before_anything_starts(tmp_path, launcher, 
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {named}: "), out.stderr
     assert lines[0].endswith("nothing was started")
-    assert not (tmp_path / "sweep").exists()  # point 0, which is fine, did not run either
+    assert point_dirs(tmp_path / "sweep") == []  # point 0, which is fine, did not run either
     assert not (tmp_path / "cache").exists()  # no job recorded
 
 
@@ -166,10 +199,8 @@ def test_slurm_points_get_ports_of_their_own(tmp_path):
     out = run(sweep_args(tmp_path, "launcher=slurm", "launcher.dry_run=true",
                          "actor.backend=fsdp:d1,fsdp:d2,fsdp:d4", "launcher.base_port=31000"), tmp_path)
     assert out.returncode == 0, out.stderr
-    requests = [json.loads("{" + part.split("\n{", 1)[1].split("\n}\n", 1)[0] + "\n}")
-                for part in out.stdout.split("#!/bin/bash")[1:]]
     ports = [[p["argv"][p["argv"].index("--master-port") + 1] for p in r["processes"]]
-             for r in requests]
+             for r in dry_requests(out.stdout)]
     assert ports == [["31000"], ["31001"], ["31002"]]
 
 
@@ -181,6 +212,12 @@ def slurm_jobs_from(folder: Path) -> list[str]:
     out = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i|%o"], capture_output=True,
                          text=True, check=True)
     return [ln for ln in out.stdout.splitlines() if str(folder) in ln]
+
+
+def point_logs(sweep: Path) -> str:
+    """The last lines of every log under the sweep folder: why a point failed."""
+    return "\n".join(f"== {f}\n" + "\n".join(f.read_text(errors="replace").splitlines()[-15:])
+                     for f in sorted(sweep.rglob("*")) if f.suffix in (".log", ".out"))
 
 
 def status_of(job: str, tmp_path: Path) -> str:
@@ -212,7 +249,8 @@ def test_slurm_sweep_submits_one_job_per_point_and_all_complete(tmp_path, slurm_
             if all(s.split(": ")[-1] in SLURM_FINISHED for s in states.values()):
                 break
             time.sleep(1)
-        assert list(states.values()) == [f"job {j}: COMPLETED" for j in jobs], states
+        assert list(states.values()) == [f"job {j}: COMPLETED" for j in jobs], \
+            (states, point_logs(tmp_path / "sweep"))
         for i, world in enumerate((1, 2, 4)):
             assert [(r["rank"], r["world"]) for r in ranks(sweep / str(i))] == \
                 [(k, world) for k in range(world)]
@@ -231,5 +269,72 @@ def test_slurm_sweep_with_a_bad_point_submits_nothing(tmp_path, slurm_cluster):
     assert out.stderr.startswith("error: sweep point 2 (actor.backend=fsdp:d0): "), out.stderr
     assert slurm_jobs_from(tmp_path) == []
     assert not (tmp_path / "cache" / "areal-launch" / "jobs").exists()
-    assert not (tmp_path / "sweep").exists()
+    assert point_dirs(tmp_path / "sweep") == []
 
+
+
+# ----------------------------------------------------------------------------- hydra/launcher
+def test_areal_slurm_runs_every_point_on_the_slurm_runner(tmp_path):
+    """hydra/launcher=areal_slurm: the points run with launcher=slurm without writing it."""
+    out = run(sweep_args(tmp_path, "hydra/launcher=areal_slurm", "launcher.dry_run=true",
+                         "actor.backend=fsdp:d1,fsdp:d2"), tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("#!/bin/bash") == 2 and len(dry_requests(out.stdout)) == 2
+    line = one_line(run(sweep_args(tmp_path, "hydra/launcher=areal_slurm", "launcher=local",
+                                   "actor.backend=fsdp:d1,fsdp:d2"), tmp_path))
+    assert "hydra/launcher=areal_slurm runs points with launcher=slurm" in line
+    assert point_dirs(tmp_path / "sweep") == []
+
+
+def test_hydras_own_launcher_runs_the_points_too(tmp_path):
+    """hydra/launcher=basic calls our task function in the folder Hydra made for each point
+    (no rehearsal of the batch first); the run folders and the table are the same."""
+    out = run(sweep_args(tmp_path, "hydra/launcher=basic", "actor.backend=fsdp:d1,fsdp:d2"),
+              tmp_path)
+    assert out.returncode == 0, out.stderr
+    sweep = tmp_path / "sweep"
+    assert [(r["rank"], r["world"]) for r in ranks(sweep / "1")] == [(0, 2), (1, 2)]
+    assert point_dirs(sweep) == ["0", "1"]  # Hydra's folders are the run folders, not -1
+    _, rows = summary(out.stderr)
+    assert [r[:3] for r in rows] == [["0", "actor.backend=fsdp:d1", "exit 0"],
+                                    ["1", "actor.backend=fsdp:d2", "exit 0"]]
+
+
+def one_line(out: subprocess.CompletedProcess) -> str:
+    assert out.returncode == 2 and out.stdout == "", out.stdout + out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), out.stderr
+    return lines[0]
+
+
+# ----------------------------------------------------------------------------- optuna
+@pytest.mark.vllm
+@pytest.mark.torch
+@pytest.mark.timeout(1200)
+def test_optuna_sweep_runs_real_trials_and_ends_with_the_best_one(tmp_path, tiny_model):
+    """hydra/sweeper=optuna samples recipe.lr; each trial is a real default run (vLLM CPU server,
+    2 FSDP2 ranks, 2 GRPO steps) whose objective, its last step's mean reward, goes back to
+    Optuna; the table names the best trial and its run folder, as Optuna's own result does."""
+    sweep = tmp_path / "sweep"
+    out = run([EXE, "-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=3",
+               "hydra.sweeper.direction=maximize", "hydra.sweeper.sampler.seed=1",
+               "recipe.lr=interval(0.005,0.05)", "recipe.steps=2", f"model_path={tiny_model}",
+               f"hydra.sweep.dir={sweep}"], tmp_path, timeout=1100)
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert point_dirs(sweep) == ["0", "1", "2"]
+    objectives = []
+    for i in range(3):
+        metrics = json.loads((sweep / str(i) / "metrics.json").read_text())
+        assert len(metrics["reward"]) == 2 and metrics["objective"] == metrics["reward"][-1]
+        assert "grpo done: steps 2" in (sweep / str(i) / "logs" / "actor-node0.log").read_text()
+        objectives.append(metrics["objective"])
+    _, rows = summary(out.stderr.rsplit("\nbest: ", 1)[0])
+    assert [r[0] for r in rows] == ["0", "1", "2"] and all(r[2] == "exit 0" for r in rows)
+    assert all(0.005 <= float(r[1].partition("recipe.lr=")[2]) <= 0.05 for r in rows), rows
+    best_value = max(objectives)
+    best = objectives.index(best_value)
+    assert out.stderr.rstrip().splitlines()[-1] == (
+        f"best: point {best} ({rows[best][1]}) objective {best_value:.6g}, run folder "
+        f"{sweep / str(best)}")
+    optuna_says = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
+    assert optuna_says["best_value"] == pytest.approx(best_value)

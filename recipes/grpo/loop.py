@@ -29,7 +29,8 @@ from typing import Any, Optional, Protocol
 import torch
 import torch.distributed as dist
 
-from launcher.runtime import RuntimePlan
+from launcher.objective import write_metrics
+from launcher.runtime import ENV_RUN_DIR, RuntimePlan
 from recipes.grpo.layout import LayoutMismatch
 from recipes.grpo.options import GRPOOptions
 from recipes.grpo.phases import RolloutPhases
@@ -355,5 +356,8 @@ def run_steps(s: Session, engine: Engine) -> int:
                     f"({time.monotonic() - start:.1f}s)")
     log(s.rank, f"grpo done: steps {opts.steps} reward {rewards[0]:.3f} -> {rewards[-1]:.3f} "
                 f"reloads confirmed {confirmed_total}/{opts.steps * len(s.servers)}")
+    run_dir = os.environ.get(ENV_RUN_DIR)
+    if s.rank == 0 and run_dir:  # what a sweep optimises: the last step's mean reward
+        write_metrics(run_dir, objective=rewards[-1], reward=rewards, steps=opts.steps)
     dist.barrier()
     return 0

@@ -1,0 +1,1 @@
+"""areal-launch's Hydra plugins (found by Hydra in the `hydra_plugins` namespace package)."""
