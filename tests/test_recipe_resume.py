@@ -35,7 +35,7 @@ pytestmark = pytest.mark.torch
 SMALL = ("rollout=none", "actor.backend=fsdp:d2", "recipe.prompts_per_step=2",
          "recipe.samples_per_prompt=4", "recipe.max_new_tokens=8", "recipe.save_every=1",
          "recipe.keep_checkpoints=2")
-FAIL_AFTER_3 = "+launcher.env.GRPO_TEST_FAIL_AFTER_CHECKPOINT=3"
+FAIL_AFTER_3 = "+launcher.env.GRPO_TEST_FAIL_AFTER_STEP=3"
 STEP = re.compile(r"^(?:actor-node0 \| )?step (\d)/6 reward (\S+) loss (\S+) ", re.MULTILINE)
 
 
@@ -54,12 +54,12 @@ def uninterrupted(tmp_path_factory, tiny_model):
 
 @pytest.fixture(scope="module")
 def interrupted(tmp_path_factory, tiny_model):
-    """Six steps asked, rank 1 fails right after the step-3 checkpoint (the recipe's test
-    hook); then the trainer job restarted in the same run folder."""
+    """Six steps asked, rank 1 fails at the end of step 3, after its checkpoint (the recipe's
+    test hook); then the trainer job restarted in the same run folder."""
     run_dir = tmp_path_factory.mktemp("broken") / "run"
     out, first = launch(run_dir, "recipe.steps=6", FAIL_AFTER_3)
     assert out.returncode != 0, first[-4000:]
-    assert "rank 1 fails on purpose after the step 3 checkpoint" in first, first[-4000:]
+    assert "rank 1 fails on purpose at the end of step 3" in first, first[-4000:]
     steps_at_failure = [c.step for c in checkpoints.complete(run_dir / "checkpoints")]
     again = restart_trainers(run_dir, restart=1)
     assert again.returncode == 0, again.stdout[-4000:]

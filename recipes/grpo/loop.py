@@ -329,29 +329,6 @@ def start_or_resume(s: Session, engine: Engine) -> int:
     return step + 1
 
 
-def end_step(s: Session, engine: Engine, step: int) -> None:
-    """At the step boundary: save when due (save_every, the last step) or when the launcher
-    asked (every rank gets rank 0's reading of the request, so all save or none), then tell
-    the launcher its request is done."""
-    request = resume.requested(s.rt)
-    if not request and not resume.due(step, s.opts.steps, s.opts.save_every):
-        return
-    s.rt.heartbeat(step, "checkpoint")
-    start = time.monotonic()
-    reason = "asked by the launcher" if request else "due"
-    folder = resume.save(s.rt, engine, step, s.opts.keep_checkpoints, reason,
-                         {"seed": s.opts.seed, "weight_version": s.version})
-    if folder is None:
-        log(s.rank, f"grpo: step {step}: no checkpoint ({reason}): no run folder, or this "
-                    "engine does not checkpoint")
-        return
-    if request and s.rank == 0:
-        s.rt.checkpoint_request_done(request)
-    log(s.rank, f"grpo: checkpoint {resume.shown(s.rt, folder)} saved ({reason}, "
-                f"{time.monotonic() - start:.1f}s)")
-    resume.test_failure(s.rank, step)
-
-
 def run_steps(s: Session, engine: Engine) -> int:
     """The loop: per step rollout, train, push, confirm, checkpoint when due; the servers
     sleep while the engine trains and are awake for the push and the next rollout (when they
@@ -392,7 +369,7 @@ def run_steps(s: Session, engine: Engine) -> int:
                     f"{stats['loss']:+.4f} kl {kl} logp_gap {stats['logp_gap']:.1e} "
                     f"weight_version {version} reload {check} "
                     f"({time.monotonic() - start:.1f}s)")
-        end_step(s, engine, step)
+        resume.at_step_end(s, engine, step, lambda text: log(s.rank, text))
     ran = len(rewards)
     since = ("" if first == 1 else f" ({first}-{opts.steps} after resuming)" if ran
              else " (all done before this restart)")

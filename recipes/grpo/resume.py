@@ -16,11 +16,11 @@ the ranks never disagree on what to load or when to save.
 """
 from __future__ import annotations
 
-import os
 import random
 import sys
+import time
 from pathlib import Path
-from typing import Any, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 
 import torch
 import torch.distributed as dist
@@ -30,11 +30,14 @@ from launcher import checkpoints
 from launcher.checkpoints import Checkpoint
 from launcher.runtime import RuntimePlan
 
+if TYPE_CHECKING:
+    from recipes.grpo.loop import Session
+
 RNG_FILE = "rng_{rank}.pt"
-# A test hook, for tests of resuming and of the launcher's restarts: rank FAIL_RANK (default 1)
-# raises right after the checkpoint of step FAIL_AFTER_CHECKPOINT is complete. A restarted
-# run resumes after that step and never saves it again, so it fails once.
-FAIL_AFTER_CHECKPOINT = "GRPO_TEST_FAIL_AFTER_CHECKPOINT"
+# A test hook, for tests of resuming and of the launcher's restarts: on the first attempt
+# (restart 0) only, rank FAIL_RANK (default 1) raises at the end of step FAIL_AFTER_STEP, after
+# that step's push and its checkpoint if one was due. The restarted job runs on.
+FAIL_AFTER_STEP = "GRPO_TEST_FAIL_AFTER_STEP"
 FAIL_RANK = "GRPO_TEST_FAIL_RANK"
 
 
@@ -127,6 +130,29 @@ def due(step: int, last_step: int, save_every: int) -> bool:
     return step == last_step or (save_every > 0 and step % save_every == 0)
 
 
+def at_step_end(s: "Session", engine: Checkpointable, step: int,
+                say: Callable[[str], None]) -> None:
+    """At the step boundary: save when due (save_every, the last step) or when the launcher
+    asked (every rank gets rank 0's reading of the request, so all save or none), then tell
+    the launcher its request is done."""
+    request = requested(s.rt)
+    if request or due(step, s.opts.steps, s.opts.save_every):
+        s.rt.heartbeat(step, "checkpoint")
+        start = time.monotonic()
+        reason = "asked by the launcher" if request else "due"
+        folder = save(s.rt, engine, step, s.opts.keep_checkpoints, reason,
+                      {"seed": s.opts.seed, "weight_version": s.version})
+        if folder is None:
+            say(f"grpo: step {step}: no checkpoint ({reason}): no run folder, or this engine "
+                "does not checkpoint")
+        else:
+            if request and s.rank == 0:
+                s.rt.checkpoint_request_done(request)
+            say(f"grpo: checkpoint {shown(s.rt, folder)} saved ({reason}, "
+                f"{time.monotonic() - start:.1f}s)")
+    test_failure(s.rt, s.rank, step)
+
+
 def shown(rt: RuntimePlan, folder: Path) -> str:
     """`folder` as the user finds it in the run folder (checkpoints/step_3)."""
     run_dir = rt.run_dir()
@@ -136,9 +162,10 @@ def shown(rt: RuntimePlan, folder: Path) -> str:
         return str(folder)
 
 
-def test_failure(rank: int, step: int) -> None:
-    """The test hook (FAIL_AFTER_CHECKPOINT): fail this rank after step `step`'s checkpoint."""
-    if os.environ.get(FAIL_AFTER_CHECKPOINT) == str(step) and \
-            os.environ.get(FAIL_RANK, "1") == str(rank):
-        raise RuntimeError(f"{FAIL_AFTER_CHECKPOINT}={step}: rank {rank} fails on purpose "
-                           f"after the step {step} checkpoint (a test hook)")
+def test_failure(rt: RuntimePlan, rank: int, step: int) -> None:
+    """The test hook (FAIL_AFTER_STEP): fail this rank at the end of step `step`, first
+    attempt only."""
+    if rt.env.get(FAIL_AFTER_STEP) == str(step) and rt.env.get(FAIL_RANK, "1") == str(rank) \
+            and rt.restart() == 0:
+        raise RuntimeError(f"{FAIL_AFTER_STEP}={step}: rank {rank} fails on purpose at the end "
+                           f"of step {step} (a test hook)")
