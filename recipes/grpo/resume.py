@@ -8,11 +8,11 @@ One checkpoint (`<run folder>/checkpoints/step_<k>/`, launcher/checkpoints.py) h
   function of (seed, k) (recipes/grpo/reward.py make_prompts, loop.rollout), so resuming at
   k + 1 draws exactly what an uninterrupted run draws there;
 - each rank's RNG states (torch CPU and CUDA, python `random`, numpy) in `rng_<rank>.pt`;
-- meta.json: step, time, restart, reason, world size, seed.
+- meta.json: step, time, restart, reason, world size, seed, weight version.
 
-Every function here is a collective: all ranks call it at the same point, and what one rank
-reads from the disk (the newest checkpoint, the launcher's request) is broadcast from rank 0, so
-the ranks never disagree on what to load or when to save.
+save, load, requested and at_step_end are collectives: all ranks call them at the same point,
+and what one rank reads from the disk (the newest checkpoint, the launcher's request) is
+broadcast from rank 0, so the ranks never disagree on what to load or when to save.
 """
 from __future__ import annotations
 
@@ -39,6 +39,7 @@ RNG_FILE = "rng_{rank}.pt"
 # that step's push and its checkpoint if one was due. The restarted job runs on.
 FAIL_AFTER_STEP = "GRPO_TEST_FAIL_AFTER_STEP"
 FAIL_RANK = "GRPO_TEST_FAIL_RANK"
+_UNSAVED: list[int] = []  # steps that were due but could not be saved (said once)
 
 
 class Checkpointable(Protocol):
@@ -143,8 +144,10 @@ def at_step_end(s: "Session", engine: Checkpointable, step: int,
         folder = save(s.rt, engine, step, s.opts.keep_checkpoints, reason,
                       {"seed": s.opts.seed, "weight_version": s.version})
         if folder is None:
-            say(f"grpo: step {step}: no checkpoint ({reason}): no run folder, or this engine "
-                "does not checkpoint")
+            if not _UNSAVED:  # once: it holds for every step of this run
+                say(f"grpo: step {step}: no checkpoint ({reason}) and none after it: no run "
+                    "folder, or this engine does not checkpoint")
+            _UNSAVED.append(step)
         else:
             if request and s.rank == 0:
                 s.rt.checkpoint_request_done(request)
