@@ -6,6 +6,14 @@ module which engine it is, its rank's coordinates and groups, which rollout inst
 weights go to, and where the servers are, instead of re-deriving the launcher's arithmetic:
 coordinates and groups are read from the plan's rank list, so worker and launcher cannot
 disagree. Stdlib only, so any worker (and the launcher) imports it without torch.
+
+Surviving failures (DESIGN §11): `restart()` is the job's restart count ($AREAL_RESTART, 0 on
+the first attempt), `checkpoint_dir()` where checkpoints go (`<run folder>/checkpoints`,
+launcher/checkpoints.py), `latest_checkpoint()` the newest complete one (step, path) to resume
+from, `checkpoint_request()` / `checkpoint_request_done(id)` the launcher's asking for one.
+`heartbeat(step, phase)` keeps `<run folder>/progress/<rank>.json` current for the launcher's
+hang watchdog and status (launcher/progress.py); the first call also makes SIGUSR2 dump every
+thread's Python stack to the log (and says so in the record, so the launcher may send it).
 """
 from __future__ import annotations
 
@@ -18,10 +26,11 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
+from launcher import checkpoints, progress
 from launcher.errors import LaunchError
 from launcher.plan import (DEFAULT_SERVED_MODEL, ENV_COMPONENT, ENV_HOSTS,  # noqa: F401
-                           ENV_PLAN, ENV_RUN_DIR, ENV_SERVED_MODEL, ENV_SERVER_ADDRS,
-                           fill_hosts)
+                           ENV_PLAN, ENV_RESTART, ENV_RUN_DIR, ENV_SERVED_MODEL,
+                           ENV_SERVER_ADDRS, fill_hosts)
 from launcher.ranks import AXES
 
 EXPERT_AXES = ("etp", "ep", "edp")  # Megatron's expert grid over the same ranks, fastest first
@@ -52,6 +61,8 @@ class RuntimePlan:
     data: Mapping[str, Any]
     env: Mapping[str, str] = field(default_factory=dict)
     path: Optional[str] = None
+    # the last heartbeat written and the stack signal registered: the one mutable part
+    _beat: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     # ------------------------------------------------------------------ who am I
     def components(self) -> list[str]:
@@ -222,6 +233,61 @@ class RuntimePlan:
         if first not in comps or second not in comps:
             return False
         return bool(set(comps[first].get("gpus", [])) & set(comps[second].get("gpus", [])))
+
+    # ------------------------------------------------------------------ surviving failures
+    def restart(self) -> int:
+        """How many times this process's job was restarted: $AREAL_RESTART, 0 when unset."""
+        value = self.env.get(ENV_RESTART, "").strip()
+        try:
+            return int(value) if value else 0
+        except ValueError:
+            raise LaunchError(f"{ENV_RESTART}={value!r}: expected a whole number") from None
+
+    def checkpoint_dir(self) -> Optional[str]:
+        """`<run folder>/checkpoints`, or None without a run folder."""
+        run_dir = self.run_dir()
+        return str(checkpoints.root(run_dir)) if run_dir else None
+
+    def latest_checkpoint(self) -> Optional[checkpoints.Checkpoint]:
+        """The newest complete checkpoint, (step, path), or None."""
+        folder = self.checkpoint_dir()
+        return checkpoints.latest(folder) if folder else None
+
+    def checkpoint_request(self) -> Optional[str]:
+        """The id of a checkpoint the launcher asked for and no trainer saved yet, or None.
+        Read it on one rank and share the answer: all ranks must save at the same step."""
+        run_dir = self.run_dir()
+        return checkpoints.pending_request(run_dir) if run_dir else None
+
+    def checkpoint_request_done(self, request_id: str) -> None:
+        """Tell the launcher the checkpoint it asked for (`request_id`) is complete."""
+        run_dir = self.run_dir()
+        if run_dir:
+            checkpoints.mark_done(run_dir, request_id)
+
+    def enable_stack_dumps(self) -> str:
+        """SIGUSR2 (launcher.progress.STACK_SIGNAL) dumps every thread's Python stack to
+        stderr, the process's log, and the process carries on; once per process."""
+        if "stacks" not in self._beat:
+            self._beat["stacks"] = progress.enable_stack_dumps()
+        return str(self._beat["stacks"])
+
+    def heartbeat(self, step: int, phase: str, min_interval_s: float = 1.0) -> bool:
+        """Record this rank's step and phase in `<run folder>/progress/<rank>.json` (and, the
+        first time, turn on stack dumps). A new step or phase is always written; the same one
+        again at most every `min_interval_s`. True when written; nothing without a run folder."""
+        stacks = self.enable_stack_dumps()
+        run_dir = self.run_dir()
+        if not run_dir:
+            return False
+        now = time.monotonic()
+        key = (int(step), str(phase))
+        if self._beat.get("last") == key and now - self._beat.get("at", 0.0) < min_interval_s:
+            return False
+        progress.write(run_dir, progress.record(self.rank(), step, phase, self.restart(),
+                                                stacks))
+        self._beat.update(last=key, at=now)
+        return True
 
     # ------------------------------------------------------------------ rollout side
     def instances(self, engine: str = "rollout") -> list[Mapping[str, Any]]:

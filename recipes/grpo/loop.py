@@ -15,6 +15,13 @@ non-zero exit. Without rollout servers (rollout=none) rank 0 samples from the ne
 The engine (FSDP2 + tensor parallel in recipes/grpo/train.py, Megatron-core in
 recipes/grpo_megatron/train.py) supplies the training step and the full weights; the rollout
 servers' memory phases (recipes/grpo/phases.py) and the engine's offload wrap its phases.
+
+Surviving failures (DESIGN §11): each rank heartbeats its step and phase (launcher.runtime);
+after each step the loop saves a checkpoint when one is due or the launcher asked
+(recipes/grpo/resume.py); started with a checkpoint present it resumes from the newest, and a
+resumed or restarted trainer pushes its weights to every server before its first rollout.
+Before each rollout rank 0 makes sure every server serves the trainer's current weights
+(recipes/grpo/serving.py).
 """
 from __future__ import annotations
 
@@ -30,14 +37,14 @@ import torch
 import torch.distributed as dist
 
 from launcher.objective import write_metrics
-from launcher.runtime import ENV_RUN_DIR, RuntimePlan
+from launcher.runtime import RuntimePlan
+from recipes.grpo import resume, serving
 from recipes.grpo.layout import LayoutMismatch
 from recipes.grpo.options import GRPOOptions
 from recipes.grpo.phases import RolloutPhases
 from recipes.grpo.reward import group_advantages, make_prompts, number_reward
 from recipes.grpo.rollout_client import RolloutServer, Sample, sample_all
-from recipes.grpo.weights import (greedy_from_folder, prune_versions, sample_from_folder,
-                                  strip_eos, write_weights)
+from recipes.grpo.weights import prune_versions, sample_from_folder, write_weights
 
 
 @dataclass
@@ -61,10 +68,13 @@ class Session:
     policy_dir: str  # the newest weights folder (no servers: rank 0 samples from it)
     phases: RolloutPhases
     max_tokens_per_mb: int  # actor.mb_spec.max_tokens_per_mb
+    rt: RuntimePlan
+    version: Optional[str] = None  # the weights the servers must serve; None: the start model
 
 
-class Engine(Protocol):
-    """What a recipe's training engine does for the loop."""
+class Engine(resume.Checkpointable, Protocol):
+    """What a recipe's training engine does for the loop (checkpoint_state: None when it
+    cannot checkpoint)."""
 
     has_ref: bool
 
@@ -164,7 +174,7 @@ def open_session(rt: RuntimePlan, opts: GRPOOptions, device: torch.device, model
     s = Session(opts, rank, *slice_, device, getattr(torch, training["dtype"]),
                 AutoTokenizer.from_pretrained(model_path), AutoConfig.from_pretrained(model_path),
                 generation, hf_shapes, servers, [i for i, r in owners.items() if r == rank],
-                root, model_path, phases, int(training["max_tokens_per_mb"]))
+                root, model_path, phases, int(training["max_tokens_per_mb"]), rt)
     if rank == 0:
         root.mkdir(parents=True, exist_ok=True)
         if servers:
@@ -180,6 +190,8 @@ def rollout(s: Session, step: int) -> tuple[list[Sample], list[float], list[floa
     """Rank 0 samples and scores; every rank receives the same batch."""
     payload: list[Any] = [None]
     if s.rank == 0:
+        if s.servers:  # each one up and serving the current weights before it is used
+            serving.refresh(s, step, lambda text: log(0, text))
         o = s.opts
         prompts = make_prompts(o.prompts_per_step, o.seed, step)
         seed = (o.seed * 1000 + step) * 1000
@@ -288,47 +300,47 @@ def push_weights(s: Session, state: dict[str, torch.Tensor], version: str
     for instance in s.my_instances:
         s.servers[instance].reload(str(folder), version)
     dist.barrier()
-    confirmed = confirm_weights(s, folder, version) if s.rank == 0 and s.servers else 0
+    confirmed = serving.confirm(s, folder, version, s.servers) if s.rank == 0 and s.servers \
+        else 0
     if s.rank == 0:
         prune_versions(s.weights_root, s.opts.keep_versions, folder)
-    s.policy_dir = str(folder)
+    s.policy_dir, s.version = str(folder), version
     return folder, confirmed
 
 
-def confirm_weights(s: Session, folder: Path, version: str) -> int:
-    """Each server's greedy tokens == a plain HF model's on `folder`, and their log-probs agree
-    within verify_logprob_tol (equal tokens alone can hide a partly loaded model); raise on any
-    difference."""
-    if not s.opts.verify_reload:
-        return 0
-    eos = s.tokenizer.eos_token_id
-    prompt_ids = s.tokenizer(s.opts.verify_prompt).input_ids
-    expected, expected_lp = greedy_from_folder(folder, prompt_ids, s.opts.verify_tokens,
-                                               s.dtype, s.device, eos)
-    expected_text = s.tokenizer.decode(expected, skip_special_tokens=True)
-    for server in s.servers:
-        ids, text, logprobs = server.greedy(s.opts.verify_prompt, s.opts.verify_tokens)
-        same = strip_eos(ids, eos) == expected if ids is not None else text == expected_text
-        gap = max((abs(a - b) for a, b in zip(logprobs or [], expected_lp)), default=0.0)
-        tol = s.opts.verify_logprob_tol
-        served = server.weight_version()
-        if not same or (tol is not None and gap > tol) or served not in (None, version):
-            raise RuntimeError(
-                f"rollout server {server.addr} does not serve {version} after its reload: "
-                f"greedy {ids if ids is not None else text!r} (weight version {served}), "
-                f"trainer's greedy on {folder}: {expected if ids is not None else expected_text!r}"
-                f", largest log-prob difference {gap:.2e} (tolerance {tol})")
-    return len(s.servers)
+def start_or_resume(s: Session, engine: Engine) -> int:
+    """The first step to run: 1, or the one after the newest checkpoint, loaded. A trainer
+    that resumed or was restarted pushes its weights to every server first (they may serve a
+    later version from the attempt that failed, or the start model after their own restart)."""
+    rt = s.rt
+    rt.heartbeat(0, "resume")
+    found = resume.load(rt, engine)
+    step = found.step if found else 0
+    if found:
+        log(s.rank, f"grpo: resumed from step {step} ({resume.shown(rt, found.path)}), "
+                    f"restart {rt.restart()}")
+    elif rt.restart() > 0:
+        log(s.rank, f"grpo: restart {rt.restart()} and no checkpoint: starting from step 1")
+    if found or rt.restart() > 0:
+        rt.heartbeat(step, "push")
+        _, confirmed = push_weights(s, engine.full_state(), f"v{step}")
+        where = (f"{len(s.servers)} server(s), confirmed {confirmed}/{len(s.servers)}"
+                 if s.servers else "rank 0's own sampling (no servers)")
+        log(s.rank, f"grpo: weights v{step} pushed before the first rollout: {where}")
+    return step + 1
 
 
 def run_steps(s: Session, engine: Engine) -> int:
-    """The loop: per step rollout, train, push, confirm; the servers sleep while the engine
-    trains and are awake for the push and the next rollout (when they share GPUs)."""
-    opts = s.opts
+    """The loop: per step rollout, train, push, confirm, checkpoint when due; the servers
+    sleep while the engine trains and are awake for the push and the next rollout (when they
+    share GPUs)."""
+    opts, rt = s.opts, s.rt
+    first = start_or_resume(s, engine)
     rewards: list[float] = []
     confirmed_total = 0
-    for step in range(1, opts.steps + 1):
+    for step in range(first, opts.steps + 1):
         start = time.monotonic()
+        rt.heartbeat(step, "rollout")
         samples, step_rewards, advantages = rollout(s, step)
         if len(samples) < s.data_world:
             raise ValueError(f"{len(samples)} samples for {s.data_world} data-parallel slices: "
@@ -336,15 +348,19 @@ def run_steps(s: Session, engine: Engine) -> int:
         version = f"v{step}"
 
         def train() -> tuple[dict[str, float], dict[str, torch.Tensor]]:
+            rt.heartbeat(step, "train")
             engine.reload()
             stats = engine.train_step(s, samples, advantages)
             state = engine.full_state()
             engine.offload()
             return stats, state
 
-        (stats, _), (_, confirmed) = s.phases.train_then_push(
-            train, lambda trained: push_weights(s, trained[1], version), dist.barrier,
-            leader=s.rank == 0)
+        def push(trained: tuple[dict[str, float], dict[str, torch.Tensor]]) -> tuple[Path, int]:
+            rt.heartbeat(step, "push")
+            return push_weights(s, trained[1], version)
+
+        (stats, _), (_, confirmed) = s.phases.train_then_push(train, push, dist.barrier,
+                                                              leader=s.rank == 0)
         confirmed_total += confirmed
         rewards.append(sum(step_rewards) / len(step_rewards))
         kl = f"{stats['kl']:.4f}" if engine.has_ref else "off"
@@ -354,10 +370,16 @@ def run_steps(s: Session, engine: Engine) -> int:
                     f"{stats['loss']:+.4f} kl {kl} logp_gap {stats['logp_gap']:.1e} "
                     f"weight_version {version} reload {check} "
                     f"({time.monotonic() - start:.1f}s)")
-    log(s.rank, f"grpo done: steps {opts.steps} reward {rewards[0]:.3f} -> {rewards[-1]:.3f} "
-                f"reloads confirmed {confirmed_total}/{opts.steps * len(s.servers)}")
-    run_dir = os.environ.get(ENV_RUN_DIR)
-    if s.rank == 0 and run_dir:  # what a sweep optimises: the last step's mean reward
+        resume.at_step_end(s, engine, step, lambda text: log(s.rank, text))
+    ran = len(rewards)
+    since = ("" if first == 1 else f" ({first}-{opts.steps} after resuming)" if ran
+             else " (all done before this restart)")
+    trend = f"reward {rewards[0]:.3f} -> {rewards[-1]:.3f} " if rewards else ""
+    log(s.rank, f"grpo done: steps {opts.steps}{since} {trend}"
+                f"reloads confirmed {confirmed_total}/{ran * len(s.servers)}")
+    run_dir = rt.run_dir()
+    if s.rank == 0 and run_dir and rewards:  # what a sweep optimises: the last step's reward
         write_metrics(run_dir, objective=rewards[-1], reward=rewards, steps=opts.steps)
+    rt.heartbeat(opts.steps, "done")
     dist.barrier()
     return 0

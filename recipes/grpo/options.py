@@ -38,6 +38,8 @@ class GRPOOptions:
     verify_prompt: str
     verify_tokens: int
     verify_logprob_tol: Optional[float]
+    save_every: int
+    keep_checkpoints: int
 
 
 _TYPES = {"int": int, "float": float, "bool": bool, "str": str, "Optional[str]": str,

@@ -126,6 +126,15 @@ class RolloutServer:
         _call(self.addr, backends.get(self.backend).CLIENT.resume, {})
 
     def weight_version(self) -> Optional[str]:
+        """The label of the weights it serves: the version given with the last reload, and
+        "default" after a fresh start, on both engines (vLLM /weight_info; SGLang /model_info,
+        /get_model_info before 0.5); None for an engine that does not say."""
+        if self.backend == "sglang":
+            try:
+                info = _call(self.addr, "/model_info", method="GET")
+            except RolloutError:
+                info = _call(self.addr, "/get_model_info", method="GET")
+            return (info or {}).get("weight_version")
         if self.backend != "vllm":
             return None
         return (_call(self.addr, "/weight_info", method="GET") or {}).get("weight_version")

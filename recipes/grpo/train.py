@@ -26,6 +26,7 @@ if str(_ROOT) not in sys.path:  # run as a script by torchrun: make `recipes` im
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict  # noqa: E402
 from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E402
 
 from launcher.errors import LaunchError  # noqa: E402
@@ -90,6 +91,16 @@ class FSDPEngine:
 
     def full_state(self) -> dict[str, torch.Tensor]:
         return gather_full_state(self.model)
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """The sharded model and optimizer state, as torch.distributed.checkpoint saves and
+        loads it (each rank its own shards; FQNs, not parameter ids, key the optimizer)."""
+        model, optim = get_state_dict(self.model, self.optim)
+        return {"model": model, "optim": optim}
+
+    def load_checkpoint_state(self, state: dict[str, Any]) -> None:
+        set_state_dict(self.model, self.optim, model_state_dict=state["model"],
+                       optim_state_dict=state["optim"])
 
     def offload(self) -> None:
         self.host.offload()
@@ -194,6 +205,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"grpo: nothing to do for {','.join(rt.components())}: this recipe runs the "
               "reference model inside the actor job", flush=True)
         return 0
+    rt.heartbeat(0, "setup")  # from here on SIGUSR2 dumps this rank's stacks into its log
     opts, engine_flags = load_options(rt, sys.argv[1:] if argv is None else argv)
     device, rank, world = loop.init_distributed(rt, opts)
     refusal = refuse_megatron(rt) or bad_fsdp_option(rt)

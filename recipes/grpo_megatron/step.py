@@ -127,6 +127,15 @@ class MegatronEngine:
     def full_state(self) -> dict[str, torch.Tensor]:
         return gather_hf(self.module, self.shape)
 
+    def checkpoint_state(self) -> None:
+        """Not yet: Megatron's sharded checkpoint (dist_checkpointing, the distributed
+        optimizer's parameter state) is not wired, and CPU cannot run a step to test it; the
+        loop says so at each checkpoint it cannot save."""
+        return None
+
+    def load_checkpoint_state(self, state: dict[str, Any]) -> None:
+        raise NotImplementedError("the Megatron engine does not load checkpoints yet")
+
     def offload(self) -> None:
         """Between-phases offload is not wired for Megatron here (its DDP buffers and
         distributed optimizer hold the memory): the recipe says so at start."""

@@ -129,6 +129,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if "actor" not in rt.components():
         print(f"grpo: nothing to do for {','.join(rt.components())}", flush=True)
         return 0
+    rt.heartbeat(0, "setup")  # from here on SIGUSR2 dumps this rank's stacks into its log
     opts, flags = load_options(rt, sys.argv[1:] if argv is None else argv)
     device, rank, world = loop.init_distributed(rt, opts)
     disagreement = (parallel.flags_disagree(rt, flags)

@@ -1,0 +1,81 @@
+"""What the rollout servers serve: checked after every push, and brought back to the trainer's
+current weights before each rollout (DESIGN §11).
+
+A server restarted alone comes back serving the model it started from, and says so: vLLM's
+/weight_info and SGLang's /model_info answer "default" after a fresh start, while a reload
+labels it with the trainer's version (v<step>). Before each rollout phase rank 0 asks every
+server: one that is down is waited for (its /health, for the plan's health timeout) rather than
+failing the run at once; one that answers another version than the trainer's current one is
+told to load the current weights folder again, then checked like any push, with one log line
+naming it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
+
+from launcher.runtime import health_ok, wait_for_servers
+from recipes.grpo.rollout_client import RolloutServer
+from recipes.grpo.weights import greedy_from_folder, strip_eos
+
+if TYPE_CHECKING:
+    from recipes.grpo.loop import Session
+
+START_LABELS = (None, "", "default")  # what a server that loaded no push calls its weights
+
+
+def stale(served: Optional[str], current: Optional[str]) -> bool:
+    """True when a server answering `served` does not serve the trainer's `current` version
+    (None: nothing pushed yet, so the servers' own start model is current)."""
+    return served not in START_LABELS if current is None else served != current
+
+
+def confirm(s: "Session", folder: Path, version: str, servers: Sequence[RolloutServer]) -> int:
+    """Each server's greedy tokens == a plain HF model's on `folder`, and their log-probs agree
+    within verify_logprob_tol (equal tokens alone can hide a partly loaded model); raise on any
+    difference. How many were checked (0 with verify_reload off)."""
+    if not s.opts.verify_reload:
+        return 0
+    eos = s.tokenizer.eos_token_id
+    prompt_ids = s.tokenizer(s.opts.verify_prompt).input_ids
+    expected, expected_lp = greedy_from_folder(folder, prompt_ids, s.opts.verify_tokens,
+                                               s.dtype, s.device, eos)
+    expected_text = s.tokenizer.decode(expected, skip_special_tokens=True)
+    for server in servers:
+        ids, text, logprobs = server.greedy(s.opts.verify_prompt, s.opts.verify_tokens)
+        same = strip_eos(ids, eos) == expected if ids is not None else text == expected_text
+        gap = max((abs(a - b) for a, b in zip(logprobs or [], expected_lp)), default=0.0)
+        tol = s.opts.verify_logprob_tol
+        served = server.weight_version()
+        if not same or (tol is not None and gap > tol) or served not in (None, version):
+            raise RuntimeError(
+                f"rollout server {server.addr} does not serve {version} after its reload: "
+                f"greedy {ids if ids is not None else text!r} (weight version {served}), "
+                f"trainer's greedy on {folder}: {expected if ids is not None else expected_text!r}"
+                f", largest log-prob difference {gap:.2e} (tolerance {tol})")
+    return len(servers)
+
+
+def refresh(s: "Session", step: int, say: Callable[[str], None]) -> list[str]:
+    """Rank 0, before step `step`'s rollout: every server up (waited for, heartbeating phase
+    "wait_server") and serving `s.version`; a server that is not is given `s.policy_dir` again
+    and confirmed. The addresses re-pushed."""
+    fixed = []
+    timeout_s = s.rt.health_timeout_s()
+    for server in s.servers:
+        if not health_ok(server.addr):
+            s.rt.heartbeat(step, "wait_server")
+            say(f"grpo: rollout server {server.addr} is down: waiting up to {timeout_s:.0f}s "
+                "for its /health")
+            wait_for_servers([server.addr], timeout_s)
+            s.rt.heartbeat(step, "rollout")
+        served = server.weight_version()
+        if not stale(served, s.version):
+            continue
+        version = s.version or "default"
+        say(f"grpo: rollout server {server.addr} serves weight version {served!r}, not "
+            f"{version}: pushing {s.policy_dir} to it again")
+        server.reload(s.policy_dir, version)
+        confirm(s, Path(s.policy_dir), version, [server])
+        fixed.append(server.addr)
+    return fixed
