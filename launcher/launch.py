@@ -167,7 +167,9 @@ def build_request(prep: Prepared, run_dir: Path, next_port: Callable[[], int]
         device=plan.cluster.device, num_nodes=plan.cluster.num_nodes,
         gpus_per_node=plan.cluster.gpus_per_node, processes=plan.processes,
         grace_period_s=float(config.launcher.grace_period_s),
-        health_timeout_s=health_timeout_s(config), paths=read_paths(plan, prep.entry))
+        health_timeout_s=health_timeout_s(config), paths=read_paths(plan, prep.entry),
+        max_restarts=int(config.launcher.max_restarts),
+        hang_timeout_s=config.launcher.hang_timeout_s)
     return plan, request
 
 

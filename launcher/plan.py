@@ -30,6 +30,7 @@ MAX_ENV_ADDRS = 32 * 1024  # longer address lists stay in the plan (Linux caps a
 ENV_SERVED_MODEL = "AREAL_SERVED_MODEL_NAME"  # the model name the servers answer to
 ENV_RUN_MARKER = "AREAL_LAUNCH_RUN"  # the run id, in every process of a run
 ENV_RESTART = "AREAL_RESTART"  # how many times this process's job was restarted (0 first)
+ENV_PROCESS = "AREAL_LAUNCH_PROCESS"  # the process's name in the plan: what to stop of it
 ENV_GPUS = "CUDA_VISIBLE_DEVICES"  # set by the node's supervisor from the process's GPUs
 CONTRACT_PREFIX = "AREAL_"  # the launcher's own variables: the user's env never overrides them
 DEFAULT_SERVED_MODEL = "policy"  # stable, so trainers can name the model in requests

@@ -67,6 +67,8 @@ class LaunchRequest:
     grace_period_s: float = 10.0
     health_timeout_s: float = 600.0
     paths: tuple[str, ...] = ()  # folders the processes read (model, trainer entry): mounts
+    max_restarts: int = 0  # restarts per run (failed trainer jobs, or a server alone)
+    hang_timeout_s: Optional[float] = None  # no trainer progress this long: a failure
 
     @property
     def nodes(self) -> list[int]:
@@ -97,6 +99,7 @@ class LaunchRequest:
                 "gpus_per_node": self.gpus_per_node,
                 "grace_period_s": self.grace_period_s,
                 "health_timeout_s": self.health_timeout_s, "paths": list(self.paths),
+                "max_restarts": self.max_restarts, "hang_timeout_s": self.hang_timeout_s,
                 "processes": procs}
 
     def to_json(self, mask_secrets: bool = False) -> str:
@@ -114,7 +117,10 @@ class LaunchRequest:
                    processes=tuple(ProcessSpec.from_dict(p) for p in d["processes"]),
                    grace_period_s=float(d["grace_period_s"]),
                    health_timeout_s=float(d["health_timeout_s"]),
-                   paths=tuple(str(p) for p in d.get("paths", ())))
+                   paths=tuple(str(p) for p in d.get("paths", ())),
+                   max_restarts=int(d.get("max_restarts", 0)),
+                   hang_timeout_s=(None if d.get("hang_timeout_s") is None
+                                   else float(d["hang_timeout_s"])))
 
 
 # ----------------------------------------------------------------------------- on a node

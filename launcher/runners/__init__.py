@@ -22,6 +22,7 @@ from launcher.request import LaunchRequest
 from launcher.runs import RunRecord
 
 CHECK_MEMORY = ("error", "warn", "off")
+MAX_RESTARTS = 1000  # a bound: a typo of many digits is an error, not a loop
 RUNNERS = {
     "local": "launcher.runners.local",
     "slurm": "launcher.runners.slurm",
@@ -41,12 +42,23 @@ class LauncherBase:
     env: Dict[str, str] = field(default_factory=dict)
     # a plan whose memory does not fit: error (refused), warn (said, started), off (not checked)
     check_memory: str = "error"
+    # restarts per run (DESIGN §11): a failed trainer job restarts with all its ranks and
+    # resumes from its newest checkpoint; a failed server restarts alone; 0: the first failure
+    # ends the run
+    max_restarts: int = 0
+    # no trainer progress (runtime heartbeats) this long: stacks in the log, the stopped ranks
+    # named, then a failure (restarted within max_restarts); null: no watchdog
+    hang_timeout_s: Optional[float] = None
 
     def __post_init__(self) -> None:
         if self.check_memory not in CHECK_MEMORY:
             raise ConfigError(f"launcher.check_memory={self.check_memory!r}: choose "
                               f"{', '.join(CHECK_MEMORY)}")
-        for key, zero in (("grace_period_s", True), ("health_timeout_s", False)):
+        if not 0 <= self.max_restarts <= MAX_RESTARTS:
+            raise ConfigError(f"launcher.max_restarts={self.max_restarts}: choose 0 (no "
+                              f"restart) to {MAX_RESTARTS}")
+        for key, zero in (("grace_period_s", True), ("health_timeout_s", False),
+                          ("hang_timeout_s", False)):
             value = getattr(self, key)
             problem = seconds_problem(value, allow_zero=zero) if value is not None else ""
             if problem:

@@ -117,10 +117,19 @@ class RunConsole:
             self._live.stop()
             self._live = None
 
-    def root_cause(self, reason: str, log: Optional[Path], tail: list[str]) -> None:
-        self.say(f"root cause: {reason}", "bold red")
+    def root_cause(self, reason: str, log: Optional[Path], tail: list[str],
+                   kind: str = "log", title: str = "") -> None:
+        """A failure: its reason, then `tail`, which is (kind) the end of `log`, the failing
+        rank's traceback, or the hung ranks' stacks (also in `log`)."""
+        if title:  # a failure the run survives
+            self.say(f"{title}: {reason}", "bold yellow")
+        else:
+            self.say(f"root cause: {reason}", "bold red")
         if tail:
-            self.say(f"last {len(tail)} lines of {log}:" if log else "its traceback:", "red")
+            heading = {"traceback": "its traceback:",
+                       "stacks": f"the ranks' stacks (also in {log}):"}.get(
+                           kind, f"last {len(tail)} lines of {log}:")
+            self.say(heading, "red")
             for line in tail:
                 self._safely(lambda: self.console.print(Text("  " + line), soft_wrap=True,
                                                         highlight=False))

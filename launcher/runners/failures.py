@@ -46,8 +46,11 @@ def _rank_offset(request: LaunchRequest, spec: ProcessSpec) -> int:
                and int(_flag(p.argv, "--node-rank") or 0) < mine)
 
 
-def torchrun_root_cause(request: LaunchRequest, spec: ProcessSpec) -> Optional[RankError]:
-    """The first failing rank's exception, from torchrun's error files (None if none)."""
+def torchrun_root_cause(request: LaunchRequest, spec: ProcessSpec, since: float = 0.0
+                        ) -> Optional[RankError]:
+    """The first failing rank's exception, from torchrun's error files written at or after
+    `since` (time.time(); a restarted job's earlier files are not this start's) (None if
+    none)."""
     log_dir = _flag(spec.argv, "--log-dir")
     if spec.is_server or log_dir is None:
         return None
@@ -58,7 +61,10 @@ def torchrun_root_cause(request: LaunchRequest, spec: ProcessSpec) -> Optional[R
             if isinstance(data, str):  # a worker that recorded only a string
                 data = {"message": data, "extraInfo": {}}
             collateral = any(c in str(data.get("message", "")) for c in COLLATERAL)
-            found.append((collateral, path.stat().st_mtime_ns, int(path.parent.name), data))
+            written = path.stat().st_mtime_ns
+            if written < since * 1e9:
+                continue
+            found.append((collateral, written, int(path.parent.name), data))
         except (OSError, ValueError, KeyError, TypeError):
             continue
     if not found:

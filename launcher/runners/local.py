@@ -29,6 +29,7 @@ from launcher.request import LaunchRequest, Materialized, visible_gpus
 from launcher.runners import LauncherBase
 from launcher.runners.console import RunConsole
 from launcher.runners.logs import follow_logs
+from launcher.runners.report import progress_lines
 from launcher.runs import RunRecord, write_record
 
 HERE = "127.0.0.1"
@@ -115,9 +116,11 @@ class Runner:
                 continue
             for p in data.get("processes", []):
                 state = "running" if p.get("exit") is None and alive else f"exit {p.get('exit')}"
-                lines.append(f"  {p['name']} ({p['role']}, pid {p['pid']}): {state}")
+                again = f", restart {p['restart']}" if p.get("restart") else ""
+                lines.append(f"  {p['name']} ({p['role']}, pid {p['pid']}{again}): {state}")
             if data.get("reason"):
                 lines.append(f"  {data['state']}: {data['reason']}")
+        lines += progress_lines(Path(record.run_dir))
         lines.append(f"run folder: {record.run_dir}")
         return "\n".join(lines), 0
 

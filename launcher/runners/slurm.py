@@ -23,6 +23,7 @@ from launcher.request import LaunchRequest
 from launcher.runners import LauncherBase
 from launcher.runners.logs import follow_logs
 from launcher.runners.ports import DEFAULT_BASE_PORT, counted_ports
+from launcher.runners.report import progress_lines
 from launcher.runners.sbatch import REQUEST_FILE, cpu_warning, render_sbatch
 from launcher.runs import RunRecord, write_private, write_record
 
@@ -165,7 +166,8 @@ def job_status(job_id: str, run_dir: Optional[Path]) -> tuple[str, int]:
     job_id = checked_job_id(job_id)
     state = job_state(job_id)
     last = _last_job_word(run_dir, job_id) if run_dir else None
-    tail = (f"\nthe job's last word: {last}" if last else "") + \
+    facts = "".join(f"\n{line}" for line in progress_lines(run_dir)) if run_dir else ""
+    tail = (f"\nthe job's last word: {last}" if last else "") + facts + \
         (f"\nrun folder: {run_dir}" if run_dir else "")
     if state is None:
         why = _last_line(_run(["sacct", "-X", "-n", "-j", job_id]).stderr) or "no record"

@@ -5,7 +5,12 @@ inside each Slurm task, inside each Ray node actor (see keeper.py for the tree).
 start at once, each in a session of its own, with its GPUs as the node names them
 (request.materialize); trainers wait for the servers' /health themselves while this polls it
 against a deadline. The first failure stops everything: SIGTERM to every process and every
-descendant, SIGKILL after the grace period.
+descendant, SIGKILL after the grace period; unless launcher.max_restarts allows a restart
+(DESIGN §11, restarts.py): a failed trainer restarts with every trainer of the run (on every
+node: the restart is recorded in the run folder and the other nodes' supervisors follow), a
+failed server restarts alone on its GPUs and port while the rest goes on. Each start gets its
+restart count in AREAL_RESTART; trainers resume from their newest checkpoint. A trainer rank
+that makes no progress for launcher.hang_timeout_s is a failure too (watchdog.py).
 
 Exit codes: 0 when every trainer exited 0 (or, on a node without trainers, when the run's
 trainers finished elsewhere); 1 when the run failed (a process exited or was killed, or a
@@ -28,10 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
+from launcher.plan import ENV_PROCESS, ENV_RESTART, ENV_RUN_MARKER
 from launcher.request import LaunchRequest, Materialized, materialize
-from launcher.runners import keeper
+from launcher.runners import keeper, restarts
 from launcher.runners.console import RunConsole, tail
 from launcher.runners.failures import torchrun_root_cause
+from launcher.runners.watchdog import Watchdog
 
 TICK_S = 0.05  # how often exits are checked: bounds the delay from a failure to the stop
 PROBE_EVERY_S = 0.5
@@ -47,6 +54,10 @@ class RunResult:
     root_cause: Optional[str]
     reason: str
     tail: list[str] = field(default_factory=list)
+    failed: Optional["Started"] = None  # the process behind root_cause, when it is ours
+    explained: bool = False  # reason and tail already say why (explain() has run)
+    tail_kind: str = "log"  # what tail holds: "log" (its end), "traceback", "stacks"
+    follow: Optional[restarts.RestartRecord] = None  # a peer restarted the trainers
 
 
 @dataclass
@@ -54,7 +65,9 @@ class Started:
     proc: Materialized
     popen: subprocess.Popen
     log: Path
-    started_at: float
+    started_at: float  # time.monotonic()
+    start_wall: float  # time.time(): files the process wrote since are this start's
+    restart: int = 0  # AREAL_RESTART it was given
     healthy_at: Optional[float] = None  # seconds after start; set by the health prober
     announced: bool = False
 
@@ -84,7 +97,7 @@ class StopRequest:
 
 
 @contextmanager
-def _stop_signals_recorded(stop: StopRequest) -> Iterator[None]:
+def stop_signals_recorded(stop: StopRequest) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -106,25 +119,25 @@ def materialize_node(request: LaunchRequest, node: Optional[int], hosts: Sequenc
             for p in request.on_node(node)]
 
 
-def _start(proc: Materialized, logs: Path) -> Started:
+def _start(proc: Materialized, logs: Path, restart: int) -> Started:
     log = logs / f"{proc.name}.log"
     env = {**os.environ, "PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1"),
-           **proc.env}
+           **proc.env, ENV_RESTART: str(restart), ENV_PROCESS: proc.name}
     with open(log, "ab") as out:
         popen = subprocess.Popen(list(proc.argv), env=env, stdin=subprocess.DEVNULL,
                                  stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    return Started(proc, popen, log, time.monotonic())
+    return Started(proc, popen, log, time.monotonic(), time.time(), restart)
 
 
-def _probe(server: Started, begun: float, done: threading.Event) -> None:
+def _probe(server: Started, done: threading.Event) -> None:
     """Poll the server's health URL until it answers 200 (proxies bypassed: it is ours)."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     assert server.proc.health_url is not None
-    while not done.is_set():
+    while not done.is_set() and server.popen.poll() is None:
         try:
             with opener.open(server.proc.health_url, timeout=2) as reply:
                 if reply.status == 200:
-                    server.healthy_at = time.monotonic() - begun
+                    server.healthy_at = time.monotonic() - server.started_at
                     return
         except Exception:
             pass
@@ -156,56 +169,41 @@ class Peers:
         (self.done_dir / f"node{node}").write_text("ok\n")
 
 
-def _watch(started: list[Started], out: RunConsole, stop: StopRequest,
-           health_timeout_s: float, begun: float, peers: Optional[Peers]) -> RunResult:
-    """Wait for the end of the run: all trainers done, the first failure, or a signal."""
-    servers = [s for s in started if s.is_server]
-    trainers = [s for s in started if not s.is_server]
-    finished: set[str] = set()
-    while True:
-        out.pump()
-        if stop.signum is not None:
-            name = signal.Signals(stop.signum).name
-            return RunResult(128 + stop.signum, None, f"got {name}; run stopped")
-        for s in servers + trainers:  # servers first: a dying server makes trainers fail too
-            code = s.popen.poll()
-            if code is None or s.name in finished:
-                continue
-            if s.is_server or code != 0:
-                reason = exit_reason(s.name, code)
-                if s.is_server and (trainers or peers):
-                    reason += " before the trainers finished"
-                return RunResult(1, s.name, reason)
-            finished.add(s.name)
-        if trainers and len(finished) == len(trainers):
-            return RunResult(0, None, "every trainer exited 0")
-        if not trainers and peers is not None and peers.all_done():
-            return RunResult(0, None, "the trainers finished on their nodes")
-        waiting = {}
-        for s in servers:
-            if s.healthy_at is not None and not s.announced:
-                s.announced = True
-                out.say(f"{s.name} healthy after {s.healthy_at:.1f} s", "green")
-            if s.healthy_at is None and time.monotonic() - begun > health_timeout_s:
-                return RunResult(1, s.name, f"{s.name} not healthy after {health_timeout_s:g} s")
-            waiting[s.name] = s.healthy_at
-        if any(at is None for at in waiting.values()):
-            out.show_servers(begun, waiting, health_timeout_s)
-        else:
-            out.end_status()
-        time.sleep(TICK_S)
+def _tree(pid: int) -> list[int]:
+    return [pid, *keeper.descendants(pid)]
 
 
-def _stop_all(started: list[Started], grace_s: float, stop: StopRequest) -> None:
-    """TERM every process of the node and everything below it; KILL what is left after the
-    grace period. Returns when none is left (the keeper sweeps once more after us)."""
+def _marked(names: set[str], run_id: str) -> list[int]:
+    """Processes below our keeper that carry one of `names` in ENV_PROCESS: what a process
+    started and that left its tree (double fork, setsid) but kept its environment."""
+    wanted = {f"{ENV_PROCESS}={n}".encode() for n in names}
+    marker = f"{ENV_RUN_MARKER}={run_id}".encode()
+    found = []
+    for pid in keeper.descendants(os.getppid()):
+        try:
+            env = set(Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"))
+        except OSError:
+            continue
+        if marker in env and env & wanted:
+            found.append(pid)
+    return found
+
+
+def _stop(group: Sequence[Started], grace_s: float, stop: StopRequest, run_id: str,
+          everything: bool) -> None:
+    """TERM `group` and everything below it (everything: every process below us); KILL what
+    is left after the grace period. Returns when none is left."""
     me = os.getpid()
+    names = {s.name for s in group}
     for sig in (signal.SIGTERM, signal.SIGKILL):
         deadline = time.monotonic() + (grace_s if sig == signal.SIGTERM else 5.0)
         signalled: set[int] = set()
         while True:
-            pids = keeper.descendants(me)
-            alive = [s for s in started if s.popen.poll() is None]  # reaps those that ended
+            alive = [s for s in group if s.popen.poll() is None]  # reaps those that ended
+            if everything:
+                pids = keeper.descendants(me)
+            else:
+                pids = [p for s in alive for p in _tree(s.popen.pid)] + _marked(names, run_id)
             if not pids and not alive:
                 return
             new = [p for p in pids if sig == signal.SIGKILL or p not in signalled]
@@ -216,67 +214,267 @@ def _stop_all(started: list[Started], grace_s: float, stop: StopRequest) -> None
             time.sleep(TICK_S)
 
 
-def supervise(request: LaunchRequest, procs: Sequence[Materialized], *, node: Optional[int],
-              out: RunConsole, peers: Optional[Peers] = None) -> RunResult:
-    """Start `procs` (the node's, materialized) at once, supervise them, stop them all."""
-    if not procs:
-        return RunResult(0, None, f"no process to run on node {node}")
-    run_dir = Path(request.run_dir)
-    logs = run_dir / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    stop = StopRequest()
-    started: list[Started] = []
-    done = threading.Event()
-    begun = time.monotonic()
-    status = NodeStatus(run_dir, node)
-    with _stop_signals_recorded(stop):
-        result = None
-        try:
-            for proc in procs:
-                try:
-                    started.append(_start(proc, logs))
-                except OSError as e:
-                    result = RunResult(1, proc.name, f"{proc.name} could not start: {e}")
-                    break
-                out.follow(proc.name, started[-1].log)
-            for s in started:
-                if s.is_server and s.proc.health_url:
-                    threading.Thread(target=_probe, args=(s, begun, done), daemon=True).start()
-                elif s.is_server:
-                    s.healthy_at, s.announced = 0.0, True
-            where = "this machine" if node is None else f"node {node}"
-            out.say(f"started {len(started)} process(es) on {where}: "
-                    + ", ".join(f"{s.name} (pid {s.popen.pid})" for s in started)
-                    + f"; logs in {logs}", "dim")
-            status.write(started, "running")
-            if result is None:
-                result = _watch(started, out, stop, request.health_timeout_s, begun, peers)
-        finally:
-            done.set()
-            out.end_status()
-            _stop_all(started, request.grace_period_s, stop)
-            for s in started:
-                s.popen.wait()
-            out.pump(final=True)
-    if result.exit_code == 0 and peers is not None and node is not None and started and \
-            any(not s.is_server for s in started):
-        peers.mark_done(node)
-    if result.root_cause is not None:
-        failed = next(s for s in started if s.name == result.root_cause) if any(
-            s.name == result.root_cause for s in started) else None
-        log = logs / f"{result.root_cause}.log"
-        rank_error = torchrun_root_cause(request, failed.proc.spec) if failed else None
+class NodeRun:
+    """One node's processes under supervision, restarts included (see module doc)."""
+
+    def __init__(self, request: LaunchRequest, procs: Sequence[Materialized], node: Optional[int],
+                 out: RunConsole, peers: Optional[Peers]):
+        self.request, self.procs, self.node, self.out, self.peers = request, procs, node, out, peers
+        self.run_dir = Path(request.run_dir)
+        self.logs = self.run_dir / "logs"
+        self.stop = StopRequest()
+        self.done = threading.Event()
+        self.begun = time.monotonic()
+        self.started: list[Started] = []
+        self.finished: set[str] = set()  # trainers that exited 0 in this start
+        history = restarts.read_all(self.run_dir)
+        self.epoch = restarts.trainer_epoch(history)  # trainer starts so far, requeues included
+        self.watchdog = (Watchdog(self.run_dir, request.hang_timeout_s, self._local_pids,
+                                  self.epoch) if request.hang_timeout_s else None)
+        self._next_peek = 0.0
+
+    # ------------------------------------------------------------------ starting
+    def start(self, proc: Materialized) -> Started:
+        kind = restarts.TRAINERS if not proc.spec.is_server else proc.name
+        s = _start(proc, self.logs, restarts.starts_of(kind, restarts.read_all(self.run_dir))
+                   if self.request.max_restarts or self.epoch else 0)
+        if s.is_server and s.proc.health_url:
+            threading.Thread(target=_probe, args=(s, self.done), daemon=True).start()
+        elif s.is_server:
+            s.healthy_at, s.announced = 0.0, True
+        return s
+
+    def start_all(self) -> Optional[RunResult]:
+        for proc in self.procs:
+            try:
+                self.started.append(self.start(proc))
+            except OSError as e:
+                return RunResult(1, proc.name, f"{proc.name} could not start: {e}")
+            self.out.follow(proc.name, self.started[-1].log)
+        return None
+
+    def _local_pids(self) -> set[int]:
+        return set(keeper.descendants(os.getpid()))
+
+    @property
+    def servers(self) -> list[Started]:
+        return [s for s in self.started if s.is_server]
+
+    @property
+    def trainers(self) -> list[Started]:
+        return [s for s in self.started if not s.is_server]
+
+    # ------------------------------------------------------------------ watching
+    def watch(self) -> RunResult:
+        """Until the end of the run, a failure, a signal, or a peer's trainer restart."""
+        out, request = self.out, self.request
+        while True:
+            out.pump()
+            if self.stop.signum is not None:
+                name = signal.Signals(self.stop.signum).name
+                return RunResult(128 + self.stop.signum, None, f"got {name}; run stopped")
+            for s in self.servers + self.trainers:  # servers first: their death fails trainers
+                code = s.popen.poll()
+                if code is None or s.name in self.finished:
+                    continue
+                if s.is_server or code != 0:
+                    reason = exit_reason(s.name, code)
+                    if s.is_server and (self.trainers or self.peers):
+                        reason += " before the trainers finished"
+                    return RunResult(1, s.name, reason, failed=s)
+                self.finished.add(s.name)
+            trainers = self.trainers
+            if trainers and len(self.finished) == len(trainers):
+                return RunResult(0, None, "every trainer exited 0")
+            if not trainers and self.peers is not None and self.peers.all_done():
+                return RunResult(0, None, "the trainers finished on their nodes")
+            waiting = {}
+            for s in self.servers:
+                if s.healthy_at is not None and not s.announced:
+                    s.announced = True
+                    out.say(f"{s.name} healthy after {s.healthy_at:.1f} s", "green")
+                if s.healthy_at is None and \
+                        time.monotonic() - s.started_at > request.health_timeout_s:
+                    return RunResult(1, s.name, f"{s.name} not healthy after "
+                                                f"{request.health_timeout_s:g} s", failed=s)
+                waiting[s.name] = s.healthy_at
+            if any(at is None for at in waiting.values()):
+                out.show_servers(self.begun, waiting, request.health_timeout_s)
+            else:
+                out.end_status()
+            followed = self._peer_restart()
+            if followed is not None:
+                return followed
+            hung = self._hang()
+            if hung is not None:
+                return hung
+            time.sleep(TICK_S)
+
+    def _peer_restart(self) -> Optional[RunResult]:
+        """Another node's supervisor restarted the trainers: ours restart with them."""
+        if not self.request.max_restarts or not self.trainers or \
+                time.monotonic() < self._next_peek:
+            return None
+        self._next_peek = time.monotonic() + PROBE_EVERY_S
+        newer = [r for r in restarts.read_all(self.run_dir)
+                 if r.kind == restarts.TRAINERS and r.epoch > self.epoch]
+        if not newer:
+            return None
+        return RunResult(1, None, newer[-1].reason, follow=newer[-1])
+
+    def _hang(self) -> Optional[RunResult]:
+        if self.watchdog is None or not self.trainers:
+            return None
+        records = self.watchdog.check()
+        if records is None:
+            return None
+        owners = {p: s for s in self.trainers for p in _tree(s.popen.pid)}
+        hang = self.watchdog.dump(records, lambda pid: owners[pid].log if pid in owners
+                                  else None)
+        timeout = float(self.request.hang_timeout_s or 0)
+        failed = owners.get(hang.last.pid) or self.trainers[0]
+        return RunResult(1, failed.name, hang.reason(timeout), hang.tail(), failed=failed,
+                         explained=True, tail_kind="stacks")
+
+    # ------------------------------------------------------------------ restarting
+    def explain(self, result: RunResult) -> None:
+        """The failing rank's own error (torchrun's error files), else its log's last lines."""
+        if result.root_cause is None or result.explained:
+            return
+        result.explained = True
+        failed = result.failed
+        rank_error = (torchrun_root_cause(self.request, failed.proc.spec, failed.start_wall)
+                      if failed is not None else None)
         if rank_error is not None:
             result.reason += f": {rank_error.summary}"
             result.tail = rank_error.traceback
-            out.root_cause(result.reason, None, result.tail)
+            result.tail_kind = "traceback"
         else:
-            result.tail = tail(log)
-            out.root_cause(result.reason, log, result.tail)
+            result.tail = tail(self.logs / f"{result.root_cause}.log")
+
+    def recover(self, result: RunResult) -> bool:
+        """Restart what failed, within launcher.max_restarts; False: the run ends."""
+        if result.follow is not None:  # a peer already decided and counted it
+            self.out.say(f"restart {result.follow.n}: trainers restart with the other nodes' "
+                         f"({result.follow.reason})", "yellow")
+            self.restart_trainers(result.follow.epoch, 0.0)
+            return True
+        failed = result.failed
+        if failed is None or not self.request.max_restarts:
+            return False
+        self.explain(result)
+        kind = restarts.TRAINERS if not failed.is_server else failed.name
+        failure = restarts.Failure(failed.name, kind, result.reason,
+                                   time.monotonic() - failed.started_at, result.tail)
+        history = restarts.read_all(self.run_dir)
+        limit = self.request.max_restarts
+        if restarts.counted(history) >= limit:
+            return False
+        wait = restarts.backoff_s(failure, history)
+        if wait is None:
+            result.reason += (f"; the same failure {len(restarts.BACKOFF_S) + 1} times in a "
+                              "row, each soon after its start: not restarted again")
+            return False
+        if kind == restarts.TRAINERS:
+            made, _ = restarts.claim_trainer_restart(self.run_dir, self.epoch + 1, failure)
+        else:
+            made = restarts.record(self.run_dir, failure)
+        self.out.root_cause(result.reason, failed.log, result.tail, result.tail_kind,
+                            title=f"restart {made.n} of {limit}")
+        if wait:
+            self.out.say(f"the same failure as the last restart, {failure.uptime_s:.0f} s after "
+                         f"its start: waiting {wait:.0f} s before restarting", "yellow")
+        if kind == restarts.TRAINERS:
+            self.restart_trainers(made.epoch, wait)
+        else:
+            self.restart_server(failed, wait)
+        return True
+
+    def _pause(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and self.stop.signum is None:
+            self.out.pump()
+            time.sleep(TICK_S)
+
+    def _replace(self, old: Sequence[Started], wait: float) -> None:
+        _stop(old, self.request.grace_period_s, self.stop, self.request.run_id,
+              everything=False)
+        self._pause(wait)
+        if self.stop.signum is not None:
+            return
+        for s in old:
+            self.started[self.started.index(s)] = self.start(s.proc)
+
+    def restart_trainers(self, epoch: int, wait: float) -> None:
+        self.epoch = epoch
+        self._replace(self.trainers, wait)
+        self.finished.clear()
+        if self.watchdog is not None:
+            self.watchdog.rearm(epoch)
+        self.out.say(f"trainers started again (restart {epoch}): "
+                     + ", ".join(f"{s.name} (pid {s.popen.pid})" for s in self.trainers), "dim")
+
+    def restart_server(self, failed: Started, wait: float) -> None:
+        self._replace([failed], wait)
+        again = next(s for s in self.started if s.name == failed.name)
+        self.out.say(f"{again.name} started again (pid {again.popen.pid}) on the same GPUs and "
+                     "port; the other processes go on", "dim")
+
+    # ------------------------------------------------------------------ the end
+    def final_reason(self, result: RunResult) -> None:
+        """Past the limit: the last failure's cause, with the earlier ones listed."""
+        earlier = [r for r in restarts.read_all(self.run_dir) if r.counted]
+        if earlier and result.root_cause is not None:
+            result.reason += (f" (after {len(earlier)} restart(s) of "
+                              f"launcher.max_restarts={self.request.max_restarts}; earlier: "
+                              + "; ".join(f"{r.n}: {r.reason}" for r in earlier) + ")")
+
+
+def supervise(request: LaunchRequest, procs: Sequence[Materialized], *, node: Optional[int],
+              out: RunConsole, peers: Optional[Peers] = None) -> RunResult:
+    """Start `procs` (the node's, materialized) at once, supervise them, restart what fails
+    within launcher.max_restarts, stop them all."""
+    if not procs:
+        return RunResult(0, None, f"no process to run on node {node}")
+    run = NodeRun(request, procs, node, out, peers)
+    run.logs.mkdir(parents=True, exist_ok=True)
+    status = NodeStatus(run.run_dir, node)
+    with stop_signals_recorded(run.stop):
+        result = None
+        try:
+            result = run.start_all()
+            where = "this machine" if node is None else f"node {node}"
+            out.say(f"started {len(run.started)} process(es) on {where}: "
+                    + ", ".join(f"{s.name} (pid {s.popen.pid})" for s in run.started)
+                    + f"; logs in {run.logs}", "dim")
+            status.write(run.started, "running", epoch=run.epoch)
+            while result is None:
+                result = run.watch()
+                if run.recover(result):
+                    status.write(run.started, "running", epoch=run.epoch)
+                    result = None
+        finally:
+            run.done.set()
+            out.end_status()
+            _stop(run.started, request.grace_period_s, run.stop, request.run_id,
+                  everything=True)
+            for s in run.started:
+                s.popen.wait()
+            out.pump(final=True)
+    if result.exit_code == 0 and peers is not None and node is not None and run.started and \
+            run.trainers:
+        peers.mark_done(node)
+    if result.root_cause is not None:
+        run.explain(result)
+        run.final_reason(result)
+        failed = result.failed
+        out.root_cause(result.reason, failed.log if failed is not None else None, result.tail,
+                       result.tail_kind)
     else:
-        out.say(f"{result.reason} after {time.monotonic() - begun:.0f} s; run folder {run_dir}",
-                "bold green" if result.exit_code == 0 else "bold yellow")
-    status.write(started, "finished" if result.exit_code == 0 else "failed", result)
+        out.say(f"{result.reason} after {time.monotonic() - run.begun:.0f} s; run folder "
+                f"{run.run_dir}", "bold green" if result.exit_code == 0 else "bold yellow")
+    status.write(run.started, "finished" if result.exit_code == 0 else "failed", result,
+                 epoch=run.epoch)
     return result
 
 
@@ -287,10 +485,12 @@ class NodeStatus:
         self.path = run_dir / "status" / f"{'all' if node is None else f'node{node}'}.json"
 
     def write(self, started: list[Started], state: str,
-              result: Optional[RunResult] = None) -> None:
+              result: Optional[RunResult] = None, epoch: int = 0) -> None:
         data = {"state": state, "pid": os.getpid(), "updated": time.time(),
+                "trainer_restarts": epoch,
                 "processes": [{"name": s.name, "role": s.proc.spec.role, "pid": s.popen.pid,
-                               "exit": s.popen.returncode, "log": str(s.log)}
+                               "exit": s.popen.returncode, "log": str(s.log),
+                               "restart": s.restart, "started": s.start_wall}
                               for s in started]}
         if result is not None:
             data.update(exit_code=result.exit_code, reason=result.reason,

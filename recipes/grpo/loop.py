@@ -37,13 +37,13 @@ import torch
 import torch.distributed as dist
 
 from launcher.objective import write_metrics
-from launcher.runtime import RuntimePlan
+from launcher.runtime import RuntimePlan, health_ok
 from recipes.grpo import resume, serving
 from recipes.grpo.layout import LayoutMismatch
 from recipes.grpo.options import GRPOOptions
 from recipes.grpo.phases import RolloutPhases
 from recipes.grpo.reward import group_advantages, make_prompts, number_reward
-from recipes.grpo.rollout_client import RolloutServer, Sample, sample_all
+from recipes.grpo.rollout_client import RolloutError, RolloutServer, Sample, sample_all
 from recipes.grpo.weights import prune_versions, sample_from_folder, write_weights
 
 
@@ -196,8 +196,7 @@ def rollout(s: Session, step: int) -> tuple[list[Sample], list[float], list[floa
         prompts = make_prompts(o.prompts_per_step, o.seed, step)
         seed = (o.seed * 1000 + step) * 1000
         if s.servers:
-            samples = sample_all(s.servers, prompts, o.samples_per_prompt, o.max_new_tokens,
-                                 o.temperature, seed)
+            samples = sample_with_retries(s, step, prompts, seed)
         else:
             samples = [Sample(i, prompts[i], text, ids, completion, None, "local")
                        for i, ids, completion, text in sample_from_folder(
@@ -207,6 +206,26 @@ def rollout(s: Session, step: int) -> tuple[list[Sample], list[float], list[floa
         payload = [(samples, rewards, group_advantages(rewards, o.samples_per_prompt))]
     dist.broadcast_object_list(payload, src=0)
     return payload[0]
+
+
+def sample_with_retries(s: Session, step: int, prompts: list[str], seed: int,
+                        attempts: int = 3) -> list[Sample]:
+    """Rank 0's sampling; a server that dies during it (the launcher restarts it alone,
+    launcher.max_restarts) is waited for and brought to the current weights, and the step's
+    batch is sampled again, the same seeds giving the same draw."""
+    o = s.opts
+    for attempt in range(1, attempts + 1):
+        try:
+            return sample_all(s.servers, prompts, o.samples_per_prompt, o.max_new_tokens,
+                              o.temperature, seed)
+        except RolloutError as exc:
+            down = [sv.addr for sv in s.servers if not health_ok(sv.addr)]
+            if not down or attempt == attempts:
+                raise
+            log(0, f"grpo: step {step}'s rollout failed ({exc}); server(s) {', '.join(down)} "
+                   "down: waiting for them, then sampling again")
+            serving.refresh(s, step, lambda text: log(0, text))
+    raise AssertionError("unreachable")
 
 
 def my_samples(s: Session, n: int) -> list[int]:
@@ -298,10 +317,17 @@ def push_weights(s: Session, state: dict[str, torch.Tensor], version: str
                                s.weights_root, version, s.hf_shapes)
     dist.barrier()  # the folder is complete before any server is asked to read it
     for instance in s.my_instances:
-        s.servers[instance].reload(str(folder), version)
+        server = s.servers[instance]
+        try:
+            server.reload(str(folder), version)
+        except RolloutError:
+            if health_ok(server.addr):
+                raise
+            log(s.rank, f"grpo: rollout server {server.addr} is down during the push of "
+                        f"{version}: it gets the weights before the next rollout")
     dist.barrier()
-    confirmed = serving.confirm(s, folder, version, s.servers) if s.rank == 0 and s.servers \
-        else 0
+    confirmed = serving.confirm(s, folder, version, s.servers, lambda text: log(0, text)) \
+        if s.rank == 0 and s.servers else 0
     if s.rank == 0:
         prune_versions(s.weights_root, s.opts.keep_versions, folder)
     s.policy_dir, s.version = str(folder), version

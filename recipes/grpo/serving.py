@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from launcher.runtime import health_ok, wait_for_servers
-from recipes.grpo.rollout_client import RolloutServer
+from recipes.grpo.rollout_client import RolloutError, RolloutServer
 from recipes.grpo.weights import greedy_from_folder, strip_eos
 
 if TYPE_CHECKING:
@@ -30,10 +30,31 @@ def stale(served: Optional[str], current: Optional[str]) -> bool:
     return served not in START_LABELS if current is None else served != current
 
 
-def confirm(s: "Session", folder: Path, version: str, servers: Sequence[RolloutServer]) -> int:
+def restarted(server: RolloutServer, version: str, say: Callable[[str], None]) -> bool:
+    """True when `server` went down or came back fresh (serving its start model) since it was
+    given `version`: it is not checked now; refresh() brings it up to date before the next
+    rollout. A reload that failed on a live server keeps its old label, so it is still caught."""
+    if version in START_LABELS:
+        return False
+    try:
+        served = server.weight_version()
+    except RolloutError:
+        served = None if health_ok(server.addr) else "down"
+    if served == "down" or (served in START_LABELS and served is not None):
+        say(f"grpo: rollout server {server.addr} restarted during the push of {version} "
+            f"({'down' if served == 'down' else 'serving its start model'}): it gets the "
+            "weights before the next rollout")
+        return True
+    return False
+
+
+def confirm(s: "Session", folder: Path, version: str, servers: Sequence[RolloutServer],
+            say: Callable[[str], None] = print) -> int:
     """Each server's greedy tokens == a plain HF model's on `folder`, and their log-probs agree
     within verify_logprob_tol (equal tokens alone can hide a partly loaded model); raise on any
-    difference. How many were checked (0 with verify_reload off)."""
+    difference. How many were checked (0 with verify_reload off). A server that restarted in
+    the meantime is left to refresh()."""
+    servers = [server for server in servers if not restarted(server, version, say)]
     if not s.opts.verify_reload:
         return 0
     eos = s.tokenizer.eos_token_id
@@ -76,6 +97,6 @@ def refresh(s: "Session", step: int, say: Callable[[str], None]) -> list[str]:
         say(f"grpo: rollout server {server.addr} serves weight version {served!r}, not "
             f"{version}: pushing {s.policy_dir} to it again")
         server.reload(s.policy_dir, version)
-        confirm(s, Path(s.policy_dir), version, [server])
+        confirm(s, Path(s.policy_dir), version, [server], say)
         fixed.append(server.addr)
     return fixed
