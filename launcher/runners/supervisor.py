@@ -84,7 +84,7 @@ class StopRequest:
 
 
 @contextmanager
-def _stop_signals_recorded(stop: StopRequest) -> Iterator[None]:
+def stop_signals_recorded(stop: StopRequest) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -229,7 +229,7 @@ def supervise(request: LaunchRequest, procs: Sequence[Materialized], *, node: Op
     done = threading.Event()
     begun = time.monotonic()
     status = NodeStatus(run_dir, node)
-    with _stop_signals_recorded(stop):
+    with stop_signals_recorded(stop):
         result = None
         try:
             for proc in procs:
