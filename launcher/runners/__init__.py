@@ -24,6 +24,7 @@ from launcher.runs import RunRecord
 RUNNERS = {
     "local": "launcher.runners.local",
     "slurm": "launcher.runners.slurm",
+    "ray": "launcher.runners.ray",
 }
 
 
