@@ -483,6 +483,26 @@ def test_the_dry_run_prints_what_the_ray_runner_executes(tmp_path, env, tag):
     nothing_left(tag, tmp_path, env, run_id)
 
 
+def test_the_launcher_process_of_a_ray_run_imports_no_engine(tmp_path, env):
+    """areal-launch launcher=ray, as one process: it imports ray, never torch, vllm, sglang
+    (its processes do, on the nodes)."""
+    trainer = tmp_path / "hello.py"
+    trainer.write_text("print('hello from the trainer')\n")
+    code = f"""
+import sys
+from launcher.launch import prepare, start
+code = start(prepare(["launcher=ray", "cluster.device=cpu", "rollout=none", "actor.backend=fsdp:d1",
+                      "cluster.num_nodes=1", "cluster.gpus_per_node=1", "trainer.entry={trainer}",
+                      "hydra.run.dir={tmp_path / 'run'}"]))
+print("exit", code, "ray" in sys.modules, sorted(m for m in ("torch", "vllm", "sglang")
+                                               if m in sys.modules), file=sys.stderr)
+"""
+    out = subprocess.run([PY, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT,
+                         timeout=200)
+    assert "exit 0 True []" in out.stderr, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "actor-node0 | hello from the trainer" in out.stdout
+
+
 def test_a_sweep_on_ray_runs_its_points_in_turn(tmp_path, env):
     trainer = tmp_path / "rank.py"
     trainer.write_text("import json, os, time\nstart = time.time(); time.sleep(1)\n"

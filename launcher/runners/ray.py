@@ -275,14 +275,12 @@ def job_client(address: str) -> Any:
 
 
 def actor_env() -> dict[str, str]:
-    """What node actors (and a detached driver) need of this process's environment: this
-    launcher on PYTHONPATH, the same code on every node of a shared install."""
-    import launcher
-
-    root = str(Path(launcher.__file__).resolve().parent.parent)
-    paths = [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
-                      if p and p != root]
-    return {"PYTHONPATH": os.pathsep.join(paths)}
+    """What node actors (and a detached driver) need of this process's environment: its
+    PYTHONPATH, when it has one (a checkout run in place; absolute, for workers elsewhere). An
+    installed areal-launch needs nothing, and an actor without a runtime_env starts ~0.7 s
+    sooner (Ray starts no worker of its own for it)."""
+    paths = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return {"PYTHONPATH": os.pathsep.join(paths)} if paths else {}
 
 
 # ----------------------------------------------------------------------------- Ray jobs
@@ -348,7 +346,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         say(f"run {request.run_id}: the driver of Ray job {job.name}; run folder "
             f"{request.run_dir}")
         connect("auto")  # RAY_ADDRESS: Ray sets it for a job's entrypoint
-        return drive(request, job, say, actor_env())
+        return drive(request, job, say, {})  # the actors inherit the job's runtime_env
     except (LaunchError, OSError, ValueError, KeyError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2

@@ -26,14 +26,16 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from launcher.errors import LaunchError
 from launcher.plan import ENV_GPUS
-from launcher.request import LaunchRequest
-from launcher.runners.rayjob import STRATEGY, RayJob
-from launcher.runners.supervisor import StopRequest, stop_signals_recorded
 from launcher.runs import write_private
+
+if TYPE_CHECKING:  # the driver's; a node actor loads only what it runs (it starts sooner)
+    from launcher.request import LaunchRequest
+    from launcher.runners.rayjob import RayJob
+    from launcher.runners.supervisor import StopRequest
 
 ENV_NOSET = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"  # Ray's, for job entrypoints only
 TICK_S = 0.1  # how often the driver looks at signals while it waits on Ray
@@ -147,6 +149,9 @@ def drive(request: LaunchRequest, job: RayJob, say: Callable[[str], None],
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+    from launcher.runners.rayjob import STRATEGY
+    from launcher.runners.supervisor import StopRequest, stop_signals_recorded
+
     begun = time.monotonic()
     stop = StopRequest()
     pg = placement_group(list(job.bundles), strategy=STRATEGY, name=job.name)
@@ -154,17 +159,17 @@ def drive(request: LaunchRequest, job: RayJob, say: Callable[[str], None],
     verdict = Verdict(1)
     try:
         with stop_signals_recorded(stop):
+            remote = ray.remote(NodeActor)  # the actors start as soon as their bundles are placed
+            actors = [remote.options(  # wait() blocks in one thread while stop() runs
+                max_concurrency=4, num_cpus=job.cpus(k), num_gpus=job.gpus(k),
+                runtime_env={"env_vars": actor_env} if actor_env else None,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    pg, placement_group_bundle_index=k)).remote(k)
+                for k in range(len(job.bundles))]
             if not _wait_for([pg.ready()], stop, job.placement_timeout_s):
                 if stop.signum is None:
                     raise LaunchError(_pending(job, ray.available_resources()))
                 return _stopped(stop)
-            remote = ray.remote(NodeActor)
-            actors = [remote.options(  # wait() blocks in one thread while stop() runs
-                max_concurrency=4, num_cpus=job.cpus(k), num_gpus=job.gpus(k),
-                runtime_env={"env_vars": actor_env},
-                scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    pg, placement_group_bundle_index=k)).remote(k)
-                for k in range(len(job.bundles))]
             hosts = _get([a.where.remote() for a in actors], stop)
             if hosts is None:
                 return _stopped(stop)
@@ -219,6 +224,9 @@ def _get(refs: list, stop: StopRequest) -> Optional[list]:
 
 
 def _pending(job: RayJob, free: dict[str, float]) -> str:
+    """What the placement timeout says: the bundles still pending, what is free now."""
+    from launcher.runners.rayjob import STRATEGY
+
     bundles = "; ".join(f"plan node {k}: {json.dumps(b, sort_keys=True)}"
                         for k, b in enumerate(job.bundles))
     now = ", ".join(f"{free.get(r, 0):g} {r}" for r in ("GPU", "CPU"))
