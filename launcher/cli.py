@@ -1,4 +1,4 @@
-"""`areal-launch`: plan, launch (local or Slurm), sweep, and manage Slurm jobs.
+"""`areal-launch`: plan, launch (local, Slurm or Ray), sweep, and manage runs.
 
     areal-launch [OVERRIDES...]            resolve, validate, start everything, supervise
     areal-launch -m OVERRIDES...           a Hydra sweep: every point resolved before any starts
@@ -19,7 +19,7 @@ EXIT_USAGE = 2
 SUBCOMMANDS = ("plan", "status", "cancel", "logs")
 
 HELP = """\
-Usage: areal-launch [OVERRIDES...]                 launch (this machine, or Slurm with launcher=slurm)
+Usage: areal-launch [OVERRIDES...]                 launch (this machine; launcher=slurm or launcher=ray)
        areal-launch -m KEY=A,B [OVERRIDES...]     sweep: every point validated first, then run/submitted
        areal-launch plan [OVERRIDES...] [--json] [--svg FILE]   show where every process will run
        areal-launch status|cancel|logs RUN        a run: by the id printed at its start, or its folder
@@ -35,6 +35,7 @@ e expert; world = d*t*p*c):
   cluster.component_placement.actor=0-7           GPU sets: all, a-b, a, lists ('0-2,5,7' quoted)
   rollout.offload=true, actor.offload.weight=true  needed when engines share GPUs
   launcher=slurm launcher.partition=gpu launcher.dry_run=true
+  launcher=ray launcher.address=HOST:PORT launcher.detach=true
   model_path=DIR trainer.entry=recipes/grpo/train.py recipe.steps=5
   +launcher.env.NAME=value                        environment for every process (free-form key)
   experiment=gpu1x8_collocated_sglang_fsdp        presets: also gpu2x8_disaggregated_sglang_fsdp,
