@@ -425,6 +425,34 @@ def test_status_logs_and_cancel_of_a_detached_run_ask_rays_job_api(tmp_path, env
     assert follow.returncode == 0 and "serving" in follow.stdout
 
 
+def test_logs_follow_streams_a_detached_run_until_it_ends(tmp_path, env, tag):
+    count = "for i in 1 2 3; do echo line $i; sleep 0.5; done"
+    driver = start([shell("actor-0", "trainer", 0, count, tag), shell("actor-1", "trainer", 1,
+                                                                     "true", tag)],
+                   tmp_path / "run", env, "--detach")
+    code, out = finish(driver, 60)
+    assert code == 0, out
+    job = job_id(out)
+    follow = cli("logs", job, "--follow", "--engine", "actor", env=env)
+    lines = [re.sub(r"^\(node0 pid=\d+[^)]*\) ", "", ln) for ln in follow.stdout.splitlines()
+             if "line" in ln]
+    assert lines == ["actor-0 | line 1", "actor-0 | line 2", "actor-0 | line 3"], follow.stdout
+    assert "SUCCEEDED" in cli("status", job, env=env).stdout  # --follow returned at the end
+
+
+def test_a_job_ray_does_not_know_is_said_so(tmp_path, env):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    subprocess.run([PY, "-c", "import sys; from launcher.runs import RunRecord, write_record; "
+                    "write_record(RunRecord('ray', 'r', sys.argv[1], job_id='areal-gone', "
+                    "address=sys.argv[2]))", str(run_dir), env["RAY_API_SERVER_ADDRESS"]],
+                   env=env, check=True)
+    out = cli("status", "areal-gone", env=env)
+    assert out.returncode == 1 and out.stdout.startswith("job areal-gone: not known to the Ray "
+                                                         "cluster at http"), out.stdout + out.stderr
+    assert "not known" in refused(cli("cancel", "areal-gone", env=env))
+
+
 def test_a_detached_driver_that_dies_leaves_nothing_on_any_node(tmp_path, env, tag):
     job = detached_job(tmp_path, env, tag)
     pid = ask_ray(env, "import os; from ray.job_submission import JobSubmissionClient; "

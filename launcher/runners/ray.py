@@ -301,22 +301,39 @@ _PREFIX = re.compile(r"\((?P<actor>[^()\s]+) pid=\d+(?:, ip=[^)]*)?\) (?P<name>[
 
 def _job_logs(record: RunRecord, follow: bool, engine: Optional[str]) -> Iterator[str]:
     """The job's output (every node's lines, as the driver printed them); with `engine`, the
-    lines of that engine's processes only. With `follow`, until the job has finished."""
+    lines of that engine's processes only. With `follow`, as they come until the job ends."""
     client = job_client(str(record.address))
     keep = _engine_filter(Path(record.run_dir), engine)
-    shown = 0
-    while True:
-        done = str(client.get_job_status(str(record.job_id))) in FINISHED or not follow
-        text = client.get_job_logs(str(record.job_id))
-        if not done:
-            text = text[:text.rfind("\n") + 1]  # whole lines only while it is still writing
-        for line in text[shown:].splitlines():
-            if keep(line):
-                yield line
-        shown = len(text)
-        if done:
-            return
-        time.sleep(0.5)
+    job = str(record.job_id)
+    lines = _tailed(client, job) if follow else iter(client.get_job_logs(job).splitlines())
+    return (line for line in lines if keep(line))
+
+
+def _tailed(client: Any, job: str) -> Iterator[str]:
+    """Lines of the job's log through Ray's log stream (a websocket), until the job has ended."""
+    import asyncio
+    import queue
+    import threading
+
+    chunks: queue.Queue = queue.Queue()
+
+    def pump() -> None:
+        async def tail() -> None:
+            async for chunk in client.tail_job_logs(job):
+                chunks.put(chunk)
+        try:
+            asyncio.run(tail())
+        except Exception as exc:  # noqa: BLE001 - said once, at the end of the lines
+            chunks.put(f"\nareal-launch: the log stream ended: {first_line(exc)}\n")
+        finally:
+            chunks.put(None)
+    threading.Thread(target=pump, daemon=True).start()
+    partial = ""
+    while (chunk := chunks.get()) is not None:
+        *whole, partial = (partial + chunk).split("\n")
+        yield from whole
+    if partial:
+        yield partial
 
 
 def _engine_filter(run_dir: Path, engine: Optional[str]) -> Callable[[str], bool]:
