@@ -22,7 +22,6 @@ import signal
 import subprocess
 import threading
 import time
-import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,6 +117,8 @@ def _start(proc: Materialized, logs: Path) -> Started:
 
 def _probe(server: Started, begun: float, done: threading.Event) -> None:
     """Poll the server's health URL until it answers 200 (proxies bypassed: it is ours)."""
+    import urllib.request  # here: the node's start does not wait for it
+
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     assert server.proc.health_url is not None
     while not done.is_set():
