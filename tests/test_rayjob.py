@@ -158,6 +158,17 @@ def test_a_dry_run_without_a_cluster_prints_and_says_the_fit_was_not_checked(tmp
     assert not (tmp_path / "r").exists()
 
 
+def test_without_ray_installed_launcher_ray_is_one_error_line(tmp_path):
+    """A FAKE `ray` package that fails to import stands for a machine without Ray (this one
+    has it installed)."""
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "__init__.py").write_text("raise ImportError('No module named ray')\n")
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p)
+    out = run(*CPU_RUN, "launcher.address=auto", env={"PYTHONPATH": path, "RAY_ADDRESS": ""})
+    line = one_error_line(out)
+    assert "launcher=ray needs Ray here" in line and "pip install -e '.[ray]'" in line
+
+
 @pytest.mark.parametrize("override, says", [
     ("launcher.placement_timeout_s=0", "launcher.placement_timeout_s=0"),
     ("launcher.cpus_per_node=0", "launcher.cpus_per_node=0"),

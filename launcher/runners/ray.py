@@ -226,7 +226,11 @@ def probe(address: str) -> None:
 
 def _import_ray() -> Any:
     os.environ.update(DRIVER_ENV)  # read when ray is imported and when it connects
-    import ray
+    try:
+        import ray
+    except ImportError as exc:
+        raise LaunchError(f"launcher=ray needs Ray here ({exc}): pip install -e '.[ray]' "
+                          "(ray[default]==2.60.0, the version the cluster runs)") from None
 
     logging.getLogger("ray").setLevel(logging.WARNING)  # after import: ray sets its own
     return ray
