@@ -240,7 +240,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="bench-ray-") as tmp:
             work = Path(tmp)
             trivial = work / "trivial.py"
-            trivial.write_text("print('hello', flush=True)\n")
+            # it lingers a second so the /proc scan sees it; its kernel start time is what counts
+            trivial.write_text("import time\nprint('hello', flush=True)\ntime.sleep(1)\n")
             ours: list[float] = []
             detached: list[float] = []
             submit: list[float] = []
