@@ -14,7 +14,6 @@ This module imports ray only inside the functions of launcher=ray, never at impo
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 import shlex
@@ -32,7 +31,6 @@ from launcher.request import LaunchRequest
 from launcher.runners import LauncherBase, local
 from launcher.runners.logs import engine_processes
 from launcher.runners.ports import DEFAULT_BASE_PORT, counted_ports
-from launcher.runners.raydriver import first_line
 from launcher.runners.rayjob import (JOB_FILE, RayJob, RayNode, dry_run_text, entrypoint,
                                      fit_problem, ray_job)
 from launcher.runners.sbatch import REQUEST_FILE
@@ -224,7 +222,18 @@ def probe(address: str) -> None:
                           "one (ray start --head) or set launcher.address=HOST:PORT") from None
 
 
+def first_line(exc: BaseException) -> str:
+    """An error in one line; a Ray task's error as the exception it wraps."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, BaseException):
+        return f"{type(cause).__name__}: {first_line(cause)}"
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
 def _import_ray() -> Any:
+    import logging
+
     os.environ.update(DRIVER_ENV)  # read when ray is imported and when it connects
     try:
         import ray
@@ -268,6 +277,8 @@ def state_api_nodes(address: str) -> list[RayNode]:
 def job_client(address: str) -> Any:
     probe(address)
     _import_ray()
+    import logging
+
     from ray.job_submission import JobSubmissionClient
 
     logging.getLogger("ray.dashboard.modules.dashboard_sdk").setLevel(logging.WARNING)

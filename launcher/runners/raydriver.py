@@ -149,6 +149,7 @@ def drive(request: LaunchRequest, job: RayJob, say: Callable[[str], None],
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+    from launcher.runners.ray import first_line
     from launcher.runners.rayjob import STRATEGY
     from launcher.runners.supervisor import StopRequest, stop_signals_recorded
 
@@ -193,15 +194,6 @@ def drive(request: LaunchRequest, job: RayJob, say: Callable[[str], None],
 
 def _stopped(stop: StopRequest) -> int:
     return 128 + (stop.signum or 0)
-
-
-def first_line(exc: BaseException) -> str:
-    """An error in one line; a Ray task's error as the exception it wraps."""
-    cause = getattr(exc, "cause", None)
-    if isinstance(cause, BaseException):
-        return f"{type(cause).__name__}: {first_line(cause)}"
-    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
-    return lines[0] if lines else type(exc).__name__
 
 
 def _wait_for(refs: list, stop: StopRequest, timeout_s: Optional[float]) -> bool:
