@@ -88,10 +88,11 @@ def test_a_plan_that_fits_distinct_nodes_is_accepted_whatever_the_node_order():
 
 def test_more_plan_nodes_than_ray_nodes_is_refused_naming_both_counts_and_a_fix():
     job = job_of([proc(f"a{k}", "trainer", k, (0,)) for k in range(3)], num_nodes=3)
-    problem = fit_problem(job, NODES, "127.0.0.2:6379")
+    problem = fit_problem(job, NODES, "launcher.address=127.0.0.2:6379")
     assert problem is not None
     assert "needs 3 Ray nodes" in problem and "has 2 alive" in problem
     assert "cluster.num_nodes=2" in problem and "127.0.0.3: 4 GPU, 2 CPU" in problem
+    assert "(launcher.address=127.0.0.2:6379)" in problem
 
 
 def test_a_plan_node_bigger_than_any_ray_node_is_refused():
@@ -109,6 +110,21 @@ def test_two_big_plan_nodes_cannot_share_the_one_big_ray_node():
 
 def test_cpus_count_too():
     assert fit_problem(job_of([proc("a", "trainer", 0, (0,))], cpus=4), NODES, "auto")
+    few_cpus = [RayNode("10.0.0.1", 8, 1), RayNode("10.0.0.2", 8, 4), RayNode("10.0.0.3", 8, 4)]
+    two = job_of([proc("a", "trainer", 0, (0,)), proc("b", "trainer", 1, (0,))], cpus=2)
+    assert fit_problem(two, few_cpus, "auto") is None  # the two nodes with the CPUs
+    three = job_of([proc(f"a{k}", "trainer", k, (0,)) for k in range(3)], cpus=2, num_nodes=3)
+    assert "do not fit on distinct nodes" in str(fit_problem(three, few_cpus, "auto"))
+
+
+def test_the_fit_check_is_quick_for_a_thousand_nodes():
+    job = job_of([proc(f"a{k}", "trainer", k, tuple(range(8))) for k in range(1024)],
+                 num_nodes=1024)
+    nodes = [RayNode(f"10.0.{k // 256}.{k % 256}", 8, 4) for k in range(1024)]
+    begun = time.monotonic()
+    assert fit_problem(job, nodes, "auto") is None
+    assert fit_problem(job, nodes[:-1] + [RayNode("10.9.9.9", 4, 4)], "auto") is not None
+    assert time.monotonic() - begun < 1.0
 
 
 # ----------------------------------------------------------------------------- node env

@@ -102,7 +102,7 @@ class Runner:
             if self.config.dry_run:  # printing needs no cluster; the fit is said to be unchecked
                 return [f"{exc}; the dry run did not check that the plan fits a Ray cluster"]
             raise
-        problem = fit_problem(self.job(request), nodes, self.config.address)
+        problem = fit_problem(self.job(request), nodes, f"launcher.address={self.config.address}")
         if problem:
             raise LaunchError(problem)
         return []

@@ -125,21 +125,23 @@ def dry_run_text(job: RayJob, request: LaunchRequest, address: str,
 
 # ----------------------------------------------------------------------------- fit
 def fit_problem(job: RayJob, nodes: Sequence[RayNode], where: str) -> Optional[str]:
-    """Why the bundles cannot go on distinct nodes of `nodes` (None: they can), with a fix."""
+    """Why the bundles cannot go on distinct nodes of `nodes` (None: they can), with a fix.
+    `where` names the cluster in the message (launcher.address=...)."""
     have = "; ".join(f"{n.ip}: {n.gpus:g} GPU, {n.cpus:g} CPU" for n in nodes) or "none"
     want = len(job.bundles)
     if want > len(nodes):
-        return (f"the plan needs {want} Ray nodes (one per plan node) but the Ray cluster at "
-                f"{where} has {len(nodes)} alive ({have}): add Ray nodes, or plan for "
+        return (f"the plan needs {want} Ray nodes (one per plan node) but the Ray cluster "
+                f"({where}) has {len(nodes)} alive ({have}): add Ray nodes, or plan for "
                 f"{len(nodes)} (cluster.num_nodes={len(nodes)})")
     for k, b in enumerate(job.bundles):
         if not any(_fits(b, n) for n in nodes):
             return (f"plan node {k} needs {_text(b)} on one Ray node but no node of the Ray "
-                    f"cluster at {where} has that many ({have}): set cluster.gpus_per_node to "
+                    f"cluster ({where}) has that many ({have}): set cluster.gpus_per_node to "
                     f"at most {max(n.gpus for n in nodes):g}, or lower launcher.cpus_per_node")
-    if _matching(job.bundles, nodes) is None:
+    if not _fit_apart(job.bundles, nodes):
         return (f"the plan's {want} nodes ({'; '.join(map(_text, job.bundles))}) do not fit on "
-                f"distinct nodes of the Ray cluster at {where} ({have}): use fewer GPUs per node")
+                f"distinct nodes of the Ray cluster ({where}; {have}): add Ray nodes with that "
+                "many GPUs, or use fewer GPUs per node")
     return None
 
 
@@ -151,19 +153,10 @@ def _text(bundle: dict[str, float]) -> str:
     return ", ".join(f"{v:g} {k}" for k, v in sorted(bundle.items(), reverse=True))
 
 
-def _matching(bundles: Sequence[dict[str, float]], nodes: Sequence[RayNode]
-              ) -> Optional[list[int]]:
-    """Bundle -> node, each node used once (augmenting paths); None if there is none."""
-    owner: dict[int, int] = {}
-
-    def place(b: int, seen: set[int]) -> bool:
-        for n, node in enumerate(nodes):
-            if n not in seen and _fits(bundles[b], node):
-                seen.add(n)
-                if n not in owner or place(owner[n], seen):
-                    owner[n] = b
-                    return True
-        return False
-    if not all(place(b, set()) for b in range(len(bundles))):
-        return None
-    return [n for b in range(len(bundles)) for n, o in owner.items() if o == b]
+def _fit_apart(bundles: Sequence[dict[str, float]], nodes: Sequence[RayNode]) -> bool:
+    """Whether each bundle gets a node of its own. Every bundle asks the same CPUs, so only
+    GPUs vary: the k-th largest bundle must fit the k-th largest node that has the CPUs."""
+    cpus = max((b.get("CPU", 0) for b in bundles), default=0)
+    room = sorted((n.gpus for n in nodes if n.cpus >= cpus), reverse=True)
+    need = sorted((b.get("GPU", 0) for b in bundles), reverse=True)
+    return len(need) <= len(room) and all(g <= r for g, r in zip(need, room))
