@@ -1,6 +1,6 @@
 # areal-launch: two commands on a fresh machine.
 #   make demo   the default real run on CPU (vLLM CPU server + FSDP2 trainers on gloo)
-#   make test   installs everything the tests need (Python packages, Slurm), then runs them
+#   make test   installs everything the tests need (Python packages, Slurm, Ray), then runs them
 SHELL := /bin/bash
 PY ?= python3
 VENV := .venv
@@ -28,7 +28,12 @@ $(STAMP)-cpu: pyproject.toml | $(BIN)/python
 	touch $@
 install-cpu: $(STAMP)-cpu
 
-install-test: install-cpu
+# Ray for launcher=ray and its tests (a real 2-node cluster on loopback, scripts/ray/).
+$(STAMP)-ray: pyproject.toml | $(BIN)/python
+	$(PIP) install $(FIND) -e '.[ray]'
+	touch $@
+
+install-test: install-cpu $(STAMP)-ray
 
 tiny-model: install-cpu
 	$(BIN)/python -m launcher.tiny_model

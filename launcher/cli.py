@@ -1,4 +1,4 @@
-"""`areal-launch`: plan, launch (local or Slurm), sweep, and manage runs.
+"""`areal-launch`: plan, launch (local, Slurm or Ray), sweep, and manage runs.
 
     areal-launch [HYDRA FLAGS] [OVERRIDES...]   a Hydra app (launcher.app): launch, -m sweep,
                                                 --cfg, --info, -cd DIR, --shell-completion, ...

@@ -7,6 +7,7 @@ every runner share one reader. Built by `launcher.build.build_plan`; nothing her
 """
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from dataclasses import dataclass, field
@@ -54,7 +55,15 @@ def bind_placeholder(node: int) -> str:
 
 
 def bind_address(host: str) -> str:
-    return host if host in LOOPBACK else "0.0.0.0"
+    return host if is_loopback(host) else "0.0.0.0"
+
+
+def is_loopback(host: str) -> bool:
+    """localhost, ::1, or any of 127.0.0.0/8 (several nodes on one machine use 127.0.0.2, ..)."""
+    try:
+        return host in LOOPBACK or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def fill_hosts(text: str, hosts: Sequence[str]) -> str:

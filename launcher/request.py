@@ -13,15 +13,14 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
-from launcher import backends
-from launcher.backends.context import LaunchContext
-from launcher.backends.servers import served_model_name
-from launcher.backends.torchrun import trainer_processes
 from launcher.errors import LaunchError
 from launcher.plan import (ENV_GPUS, ENV_HOSTS, ENV_RUN_MARKER, INDENT_UP_TO, Plan, ProcessSpec,
                            fill_hosts, mask_env, nodes_named)
+
+if TYPE_CHECKING:
+    from launcher.backends.context import LaunchContext
 
 REQUEST_SCHEMA = 1
 
@@ -30,7 +29,12 @@ def build_processes(planned: Any, entry: str, entry_args: Sequence[str],
                     ctx: LaunchContext) -> Plan:
     """The plan with every process it needs and the backends' warnings added.
 
-    `planned` is a launcher.build.Planned (the plan and its typed engines)."""
+    `planned` is a launcher.build.Planned (the plan and its typed engines). The backends
+    are imported here, not by the module: a node's supervisor reads requests, never builds them."""
+    from launcher import backends
+    from launcher.backends.servers import served_model_name
+    from launcher.backends.torchrun import trainer_processes
+
     plan: Plan = planned.plan
     servers: list[ProcessSpec] = []
     addrs: list[str] = []

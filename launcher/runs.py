@@ -34,6 +34,7 @@ class RunRecord:
     job_id: Optional[str] = None  # the id a scheduler gave it (Slurm, Ray jobs); None locally
     pid: Optional[int] = None  # the launcher process (local runs)
     pid_start: Optional[int] = None  # its start time (clock ticks after boot): pid reuse check
+    address: Optional[str] = None  # where the scheduler answers about job_id (Ray's Job API)
 
 
 def free_run_dir(wanted: Path) -> Path:
@@ -67,8 +68,9 @@ def make_run_dir(wanted: Path) -> Path:
 
 
 def write_private(path: Path, text: str) -> Path:
-    """Write `text` to `path` atomically, readable by its owner only (it may hold secrets)."""
-    part = path.with_name(f".{path.name}.part")
+    """Write `text` to `path` atomically, readable by its owner only (it may hold secrets).
+    Each writer has a part file of its own: processes that share a folder may write at once."""
+    part = path.with_name(f".{path.name}.{os.getpid()}.part")
     fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         os.fchmod(f.fileno(), 0o600)

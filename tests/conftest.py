@@ -1,6 +1,7 @@
 """Shared fixtures. Each block is self-contained; add new ones as their own block."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -48,6 +49,43 @@ def slurm_cluster():
     yield nodes
     if started:
         subprocess.run(["bash", str(SLURM_SCRIPTS / "stop-slurm.sh")], timeout=120)
+
+
+# ----------------------------------------------------------------------------- ray cluster
+RAY_SCRIPTS = Path(__file__).resolve().parent.parent / "scripts" / "ray"
+ENV_RAY_CLUSTER = "AREAL_RAY_CLUSTER"  # set by scripts/run-tests.sh: the cluster's state folder
+
+
+def _ray_env(state_dir: str) -> dict[str, str]:
+    """RAY_ADDRESS, RAY_API_SERVER_ADDRESS, RAY_TMPDIR of a cluster, from its DIR/env."""
+    text = (Path(state_dir) / "env").read_text()
+    return dict(line.split(" ", 1)[1].split("=", 1) for line in text.splitlines()
+                if line.startswith("export "))
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A real Ray cluster, 2 nodes x 8 fake GPUs on loopback (127.0.0.2, 127.0.0.3): the
+    environment a driver needs (tests run drivers with {**os.environ, **ray_cluster}).
+
+    Uses the one scripts/run-tests.sh started ($AREAL_RAY_CLUSTER); else starts one with
+    scripts/ray/start-ray-cluster.sh and stops it afterwards, by PID (never `ray stop`).
+    """
+    if importlib.util.find_spec("ray") is None:
+        pytest.skip("ray is not installed: make install-test (pip install -e '.[ray]')")
+    given = os.environ.get(ENV_RAY_CLUSTER)
+    if given:
+        yield _ray_env(given)
+        return
+    out = subprocess.run(["bash", str(RAY_SCRIPTS / "start-ray-cluster.sh")],
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "RAY_BIN": str(Path(sys.executable).parent / "ray")})
+    assert out.returncode == 0, out.stderr
+    state_dir = out.stdout.split("state in ", 1)[1].split()[0]
+    try:
+        yield _ray_env(state_dir)
+    finally:
+        subprocess.run(["bash", str(RAY_SCRIPTS / "stop-ray-cluster.sh"), state_dir], timeout=120)
 
 
 @pytest.fixture(scope="session")

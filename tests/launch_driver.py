@@ -1,9 +1,10 @@
-"""A launcher process for tests and benchmarks: a hand-built request run by the local runner.
+"""A launcher process for tests and benchmarks: a hand-built request run by a runner.
 
-Signals and SIGKILL must reach a real launcher process, not pytest, and the runner forks its
-keeper and supervisor from it. Usage:
+Signals and SIGKILL must reach a real launcher process, not pytest, and the local runner forks
+its keeper and supervisor from it (the Ray runner's driver is this process, attached). Usage:
     launch_driver.py SPECS_JSON RUN_DIR [--ports N] [--base-port P] [--grace S]
                      [--health-timeout S] [--device cuda|cpu] [--num-nodes N]
+                     [--runner local|ray] [--detach] [--placement-timeout S]
 SPECS_JSON holds a list of ProcessSpec dicts; "{port0}", "{port1}", ... in argv, env values and
 health_url become ports taken from a PortReserver, printed first as "ports: a b ...".
 Exits with the run's exit code; the run's status/all.json says how it ended.
@@ -18,7 +19,8 @@ from launcher.runners import local
 from launcher.runners.ports import PortReserver
 from launcher.runs import make_run_dir
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# the repository, not tests/ (whose requests.py would hide the `requests` package Ray uses)
+sys.path[0] = str(Path(__file__).resolve().parent.parent)
 from tests.requests import request_for, write_plan  # noqa: E402
 
 
@@ -44,6 +46,9 @@ def main() -> int:
     ap.add_argument("--health-timeout", type=float, default=600.0)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--num-nodes", type=int, default=1)
+    ap.add_argument("--runner", choices=("local", "ray"), default="local")
+    ap.add_argument("--detach", action="store_true")
+    ap.add_argument("--placement-timeout", type=float, default=60.0)
     args = ap.parse_args()
     with PortReserver(base_port=args.base_port) as reserver:
         ports = [reserver.take() for _ in range(args.ports)]
@@ -54,7 +59,14 @@ def main() -> int:
         request = request_for(run_dir, specs, num_nodes=args.num_nodes, device=args.device,
                               grace=args.grace, health=args.health_timeout)
         write_plan(request)
-        return local.Runner(local.Config(grace_period_s=args.grace)).run(request)
+        if args.runner == "local":
+            return local.Runner(local.Config(grace_period_s=args.grace)).run(request)
+        from launcher.runners import ray
+
+        runner = ray.Runner(ray.Config(grace_period_s=args.grace, detach=args.detach,
+                                       placement_timeout_s=args.placement_timeout))
+        runner.check(request)  # as a launch does: the plan must fit the cluster
+        return runner.run(request)
 
 
 if __name__ == "__main__":

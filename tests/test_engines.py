@@ -444,3 +444,14 @@ def test_options_of_an_engine_that_is_off_are_an_error():
 def test_resolved_backends_win_over_the_config_fields():
     cfg = config(rollout__sglang__mem_fraction_static=0.8)  # rollout.backend still vllm:d1
     check_unused_options(cfg, {"rollout": "sglang:d4t2", "actor": "fsdp:d8"})
+
+
+def test_servers_listen_on_their_node_address_only_when_it_is_loopback():
+    """Nodes on one machine (127.0.0.2, 127.0.0.3: the Ray test cluster) stay on loopback; a
+    real node's server listens on every interface, so other nodes reach it by any name."""
+    from launcher.plan import bind_placeholder, fill_hosts
+
+    assert fill_hosts(bind_placeholder(1), ["127.0.0.2", "127.0.0.3"]) == "127.0.0.3"
+    assert fill_hosts(bind_placeholder(0), ["::1"]) == "::1"
+    assert fill_hosts(bind_placeholder(0), ["node1"]) == "0.0.0.0"
+    assert fill_hosts(bind_placeholder(0), ["10.0.0.2"]) == "0.0.0.0"

@@ -14,18 +14,21 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from importlib import import_module
 from types import ModuleType
-from typing import Any, Callable, Dict, Iterator, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Protocol
 
 from launcher.errors import ConfigError, LaunchError
 from launcher.limits import MAX_PORT, MIN_PORT, seconds_problem
-from launcher.request import LaunchRequest
-from launcher.runs import RunRecord
+
+if TYPE_CHECKING:  # for annotations only: a node's runner code (a Ray actor) loads faster
+    from launcher.request import LaunchRequest
+    from launcher.runs import RunRecord
 
 CHECK_MEMORY = ("error", "warn", "off")
 MAX_RESTARTS = 1000  # a bound: a typo of many digits is an error, not a loop
 RUNNERS = {
     "local": "launcher.runners.local",
     "slurm": "launcher.runners.slurm",
+    "ray": "launcher.runners.ray",
 }
 
 

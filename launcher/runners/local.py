@@ -107,8 +107,8 @@ class Runner:
 
     def status(self, record: RunRecord) -> tuple[str, int]:
         alive = is_alive(record.pid, record.pid_start)
-        lines = [f"run {record.run_id}: {'RUNNING' if alive else 'ENDED'} (local, pid "
-                 f"{record.pid})"]
+        lines = [f"run {record.run_id}: {'RUNNING' if alive else 'ENDED'} ({record.runner}, "
+                 f"pid {record.pid})"]
         for path in sorted(Path(record.run_dir, "status").glob("*.json")):
             try:
                 data = json.loads(path.read_text())
@@ -148,10 +148,12 @@ def run_console() -> RunConsole:
 
 
 def start_time(pid: int) -> Optional[int]:
-    """When pid started (clock ticks after boot): with the pid, names one process for good."""
+    """When pid started (clock ticks after boot): with the pid, names one process for good.
+    None once it has ended, even while its parent has not reaped it yet (a zombie)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            return int(f.read().rsplit(b")", 1)[1].split()[19])
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return None if fields[0] in (b"Z", b"X") else int(fields[19])
     except (OSError, IndexError, ValueError):
         return None
 

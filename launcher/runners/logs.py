@@ -20,18 +20,27 @@ def log_files(run_dir: Path, engine: Optional[str] = None, must_match: bool = Tr
 
     None matching `engine` is an error unless `must_match` is false (a pending job has no logs).
     """
-    serves = _components(run_dir)
     logs_dir = run_dir / "logs"
-    names = sorted(set(serves) | {p.stem for p in logs_dir.glob("*.log")})
+    names = sorted(set(_components(run_dir)) | {p.stem for p in logs_dir.glob("*.log")})
     if engine is None:
         return list(extra) + [(n, logs_dir / f"{n}.log") for n in names]
+    chosen = engine_processes(run_dir, engine, names, must_match)
+    return [(n, logs_dir / f"{n}.log") for n in chosen]
+
+
+def engine_processes(run_dir: Path, engine: str, names: Sequence[str] = (),
+                     must_match: bool = True) -> list[str]:
+    """The processes among `names` (default: the plan's) that serve `engine` (from the run's
+    plan.json, else by name prefix); none is an error unless `must_match` is false."""
+    serves = _components(run_dir)
+    names = names or sorted(serves)
     chosen = [n for n in names if engine in serves.get(n, ())
               or n == engine or n.startswith(engine + "-")]
     if not chosen and must_match:
         have = sorted({c for comps in serves.values() for c in comps}) or names
         raise LaunchError(f"{run_dir}: no process serves engine {engine!r}; "
                           f"choose one of: {', '.join(have) or 'none yet'}")
-    return [(n, logs_dir / f"{n}.log") for n in chosen]
+    return chosen
 
 
 def follow_logs(run_dir: Path, engine: Optional[str], active: Callable[[], bool],

@@ -27,7 +27,6 @@ import signal
 import subprocess
 import threading
 import time
-import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,6 +130,8 @@ def _start(proc: Materialized, logs: Path, restart: int) -> Started:
 
 def _probe(server: Started, done: threading.Event) -> None:
     """Poll the server's health URL until it answers 200 (proxies bypassed: it is ours)."""
+    import urllib.request  # here: the node's start does not wait for it
+
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     assert server.proc.health_url is not None
     while not done.is_set() and server.popen.poll() is None:

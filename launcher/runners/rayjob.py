@@ -1,0 +1,162 @@
+"""What the Ray runner executes for one run, as data and as text: pure, like sbatch.py.
+
+One STRICT_SPREAD placement group with one bundle per plan node (the GPUs that node's processes
+use and the node actor's CPUs), one node actor per bundle, and in each actor one command: the
+node's supervisor (`python -m launcher.runners.node`), which runs that node's processes from the
+run's request.json. Which Ray node gets bundle k is Ray's choice, so the hosts (`--hosts`) are
+filled in once every actor has said where it landed. `dry_run_text` prints it all; the runner
+performs exactly this (launcher/runners/ray.py). `fit_problem` says, from the nodes Ray reports,
+why the plan cannot be placed at all.
+
+A cpu plan's GPU slots are virtual: its bundles ask Ray for CPUs only (a CPU-only Ray cluster
+runs it), and STRICT_SPREAD still gives every plan node a Ray node of its own.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from launcher.request import LaunchRequest
+from launcher.runners.sbatch import NODE_MODULE, REQUEST_FILE
+
+STRATEGY = "STRICT_SPREAD"
+JOB_FILE = "ray-job.json"  # the RayJob, beside request.json in the run folder
+
+
+@dataclass(frozen=True)
+class RayNode:
+    """A Ray node as the cluster reports it (alive nodes only)."""
+
+    ip: str
+    gpus: float
+    cpus: float
+
+
+@dataclass(frozen=True)
+class RayJob:
+    """The run on Ray: bundle k (and node actor k) runs plan node k."""
+
+    run_id: str
+    request_path: str  # where each node's supervisor reads the request (written by its actor)
+    python: str  # the interpreter on the Ray nodes
+    cwd: str  # where node supervisors (so the processes) start, if it exists there
+    bundles: tuple[dict[str, float], ...]
+    placement_timeout_s: float  # how long the placement group may stay pending
+
+    def to_dict(self) -> dict:
+        return {"run_id": self.run_id, "request_path": self.request_path,
+                "python": self.python, "cwd": self.cwd, "bundles": list(self.bundles),
+                "placement_timeout_s": self.placement_timeout_s}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RayJob":
+        return cls(str(d["run_id"]), str(d["request_path"]), str(d["python"]), str(d["cwd"]),
+                   tuple({str(k): float(v) for k, v in b.items()} for b in d["bundles"]),
+                   float(d["placement_timeout_s"]))
+
+    @property
+    def name(self) -> str:
+        """The placement group's name (and the detached job's submission id)."""
+        return f"areal-{self.run_id}"
+
+    def node_argv(self, node: int, hosts: Sequence[str]) -> list[str]:
+        """What node actor `node` runs: the node's supervisor, every plan node's address given."""
+        return [self.python, "-m", NODE_MODULE, self.request_path, "--node", str(node),
+                "--hosts", ",".join(hosts)]
+
+    def gpus(self, node: int) -> int:
+        return int(self.bundles[node].get("GPU", 0))
+
+    def cpus(self, node: int) -> float:
+        return self.bundles[node]["CPU"]
+
+
+def gpus_on_node(request: LaunchRequest, node: int) -> int:
+    """GPUs plan node `node` asks Ray for: up to the highest position its processes use (the
+    positions index the GPUs Ray gives the node's actor). 0 on cpu: the slots are virtual."""
+    if request.device != "cuda":
+        return 0
+    return max((g + 1 for p in request.on_node(node) for g in p.gpus), default=0)
+
+
+def ray_job(request: LaunchRequest, python: str, cpus_per_node: float, cwd: str,
+            placement_timeout_s: float) -> RayJob:
+    bundles = []
+    for node in range(request.nodes_needed()):
+        bundle = {"CPU": float(cpus_per_node)}
+        if gpus_on_node(request, node):
+            bundle["GPU"] = float(gpus_on_node(request, node))
+        bundles.append(bundle)
+    return RayJob(request.run_id, f"{request.run_dir}/{REQUEST_FILE}", python, cwd,
+                  tuple(bundles), placement_timeout_s)
+
+
+def placeholder_hosts(job: RayJob) -> list[str]:
+    """What the dry run shows for the hosts, known only once placed."""
+    return [f"HOST{k}" for k in range(len(job.bundles))]
+
+
+def entrypoint(job: RayJob) -> list[str]:
+    """The detached run's Ray job: this runner's driver, on the request and the RayJob shipped
+    in the job's working_dir (the run folder)."""
+    return [job.python, "-m", "launcher.runners.ray", REQUEST_FILE, JOB_FILE]
+
+
+def dry_run_text(job: RayJob, request: LaunchRequest, address: str,
+                 job_entry: Optional[list[str]]) -> str:
+    """Exactly what the runner executes, secrets masked."""
+    lines = [f"# Ray cluster: launcher.address={address}; driver: "
+             + ("a Ray job, submission id " + job.name if job_entry else "this command")]
+    if job_entry:
+        lines += ["# job: entrypoint, working_dir = the run folder (request.json travels with it)",
+                  shlex.join(job_entry)]
+    lines.append(f"# placement group {job.name}: {STRATEGY}, bundle k = plan node k, placed "
+                 f"within {job.placement_timeout_s:g} s")
+    lines += [f"bundle {k}: {json.dumps(b, sort_keys=True)}" for k, b in enumerate(job.bundles)]
+    lines.append(f"# node actor k (bundle k) runs in {shlex.quote(job.cwd)}; HOSTk = the address"
+                 " of the Ray node bundle k lands on")
+    hosts = placeholder_hosts(job)
+    lines += [f"node {k}: {shlex.join(job.node_argv(k, hosts))}" for k in range(len(job.bundles))]
+    lines.append(f"# {job.request_path} (secrets masked):")
+    return "\n".join(lines) + "\n" + request.to_json(mask_secrets=True) + "\n"
+
+
+# ----------------------------------------------------------------------------- fit
+def fit_problem(job: RayJob, nodes: Sequence[RayNode], where: str) -> Optional[str]:
+    """Why the bundles cannot go on distinct nodes of `nodes` (None: they can), with a fix.
+    `where` names the cluster in the message (launcher.address=...)."""
+    have = "; ".join(f"{n.ip}: {n.gpus:g} GPU, {n.cpus:g} CPU" for n in nodes) or "none"
+    want = len(job.bundles)
+    if want > len(nodes):
+        return (f"the plan needs {want} Ray nodes (one per plan node) but the Ray cluster "
+                f"({where}) has {len(nodes)} alive ({have}): add Ray nodes, or plan for "
+                f"{len(nodes)} (cluster.num_nodes={len(nodes)})")
+    for k, b in enumerate(job.bundles):
+        if not any(_fits(b, n) for n in nodes):
+            return (f"plan node {k} needs {_text(b)} on one Ray node but no node of the Ray "
+                    f"cluster ({where}) has that many ({have}): set cluster.gpus_per_node to "
+                    f"at most {max(n.gpus for n in nodes):g}, or lower launcher.cpus_per_node")
+    if not _fit_apart(job.bundles, nodes):
+        return (f"the plan's {want} nodes ({'; '.join(map(_text, job.bundles))}) do not fit on "
+                f"distinct nodes of the Ray cluster ({where}; {have}): add Ray nodes with that "
+                "many GPUs, or use fewer GPUs per node")
+    return None
+
+
+def _fits(bundle: dict[str, float], node: RayNode) -> bool:
+    return bundle.get("GPU", 0) <= node.gpus and bundle.get("CPU", 0) <= node.cpus
+
+
+def _text(bundle: dict[str, float]) -> str:
+    return ", ".join(f"{v:g} {k}" for k, v in sorted(bundle.items(), reverse=True))
+
+
+def _fit_apart(bundles: Sequence[dict[str, float]], nodes: Sequence[RayNode]) -> bool:
+    """Whether each bundle gets a node of its own. Every bundle asks the same CPUs, so only
+    GPUs vary: the k-th largest bundle must fit the k-th largest node that has the CPUs."""
+    cpus = max((b.get("CPU", 0) for b in bundles), default=0)
+    room = sorted((n.gpus for n in nodes if n.cpus >= cpus), reverse=True)
+    need = sorted((b.get("GPU", 0) for b in bundles), reverse=True)
+    return len(need) <= len(room) and all(g <= r for g, r in zip(need, room))
