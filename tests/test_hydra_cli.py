@@ -84,6 +84,7 @@ def test_only_one_command_at_a_time_as_hydra_says():
     assert "only one of" in one_error_line(run("--cfg", "job", "--info"))
 
 
+@pytest.mark.torch  # the preflight wants torch where the trainers run
 def test_run_flag_is_one_run_even_when_the_config_says_multirun(tmp_path):
     out = run("--run", "hydra.mode=MULTIRUN", "rollout=none", "launcher.dry_run=true",
               f"hydra.sweep.dir={tmp_path}/sweep")
@@ -107,6 +108,7 @@ actor:
 """
 
 
+@pytest.mark.torch  # the preflight wants torch where the trainers run
 def test_config_dir_adds_a_users_preset_with_a_comma_key(tmp_path):
     (tmp_path / "experiment").mkdir()
     (tmp_path / "experiment" / "shared.yaml").write_text(PRESET)
@@ -164,6 +166,7 @@ def test_mistakes_are_one_line_exit_2(args, needle, tmp_path):
 
 
 # ----------------------------------------------------------------------------- hydra.* overrides
+@pytest.mark.torch  # the preflight wants torch where the trainers run
 def test_hydra_run_dir_is_the_run_folder_and_holds_hydras_record(tmp_path):
     """Hydra: the run's output folder is hydra.run.dir, with .hydra/{config,hydra,overrides}.yaml
     (hydra.output_subdir); ours also holds the plan. hydra.output_subdir=null: no record."""

@@ -6,13 +6,14 @@ a real cluster is tests/test_slurm.py.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from launcher.errors import LaunchError
+from launcher.errors import ConfigError, LaunchError
 from launcher.plan import ProcessSpec
 from launcher.runners import slurm
 from launcher.runners.sbatch import render_sbatch, shell_word
@@ -117,6 +118,38 @@ def test_options_become_sbatch_lines_only_when_set():
     bare = " ".join(directives(render([server()])))
     for flag in ("--partition", "--account", "--qos", "--time", "--cpus-per-gpu", "--mem"):
         assert flag not in bare
+
+
+def test_requeue_asks_slurm_for_a_warning_and_a_requeue_and_appends_to_the_job_log(tmp_path):
+    opts = slurm.Config(requeue=True, requeue_signal_s=120, time_limit="1:00:00")
+    script = render([trainer(node=0)], opts, num_nodes=1)
+    d = directives(script)
+    assert {"--requeue", "--signal=B:USR1@120", "--open-mode=append"} <= set(d)
+    assert "--no-requeue" not in d
+    assert "trap requeue_job USR1" in script and 'scontrol requeue "$SLURM_JOB_ID"' in script
+    path = tmp_path / "job.sbatch"
+    path.write_text(script)
+    assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
+    plain = directives(render([trainer(node=0)], num_nodes=1))
+    assert "--no-requeue" in plain and not any(x.startswith("--signal") for x in plain)
+
+
+@pytest.mark.parametrize("kw, needle", [
+    (dict(requeue=True, time_limit="5", requeue_signal_s=300),
+     "launcher.requeue_signal_s=300 is not below launcher.time_limit=5 (300 s)"),
+    (dict(requeue=True, requeue_signal_s=10), "launcher.requeue_signal_s=10: choose 30 to 65535"),
+    (dict(requeue_signal_s=10**12), "choose 30 to 65535"),
+])
+def test_a_warning_that_cannot_come_before_the_limit_is_refused(kw, needle):
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        slurm.Config(**kw)
+
+
+@pytest.mark.parametrize("text, seconds", [
+    ("30", 1800), ("5:30", 330), ("1:00:00", 3600), ("2-0", 172800), ("1-2:3", 93780),
+    ("1-02:03:04", 93784), ("UNLIMITED", None), ("infinite", None)])
+def test_time_limits_are_read_as_slurm_reads_them(text, seconds):
+    assert slurm.time_limit_s(text) == seconds
 
 
 # ----------------------------------------------------------------------------- containers

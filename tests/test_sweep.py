@@ -75,6 +75,7 @@ def point_dirs(sweep: Path) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- points
+@pytest.mark.torch  # the preflight wants torch where the trainers run
 def test_points_are_hydras_cartesian_product_in_hydras_order(tmp_path):
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -110,6 +111,7 @@ def test_an_interval_with_the_basic_sweeper_is_a_one_line_error(tmp_path):
 
 
 # ----------------------------------------------------------------------------- local
+@pytest.mark.torch  # the preflight wants torch where the trainers run
 def test_local_sweep_runs_points_one_after_another_each_in_its_own_run_folder(tmp_path):
     out = run(sweep_args(tmp_path, "actor.backend=fsdp:d1,fsdp:d2"), tmp_path)
     assert out.returncode == 0, out.stderr
@@ -131,6 +133,7 @@ def test_local_sweep_runs_points_one_after_another_each_in_its_own_run_folder(tm
                     ["1", "actor.backend=fsdp:d2", "exit 0", str(sweep / "1")]]
 
 
+@pytest.mark.torch  # the preflight wants torch where the trainers run
 def test_a_failing_point_does_not_stop_its_batch_and_sets_the_exit_code(tmp_path):
     failing = tmp_path / "fails_alone.py"
     failing.write_text("import os, sys\nsys.exit(3 if os.environ['WORLD_SIZE'] == '1' else 0)\n")
@@ -142,6 +145,7 @@ def test_a_failing_point_does_not_stop_its_batch_and_sets_the_exit_code(tmp_path
                                     ["1", "actor.backend=fsdp:d2", "exit 0"]]
 
 
+@pytest.mark.torch  # the preflight wants torch where the trainers run
 def test_hydra_mode_multirun_sweeps_without_dash_m(tmp_path):
     args = sweep_args(tmp_path, "launcher.dry_run=true", "actor.backend=fsdp:d1,fsdp:d2")
     args.remove("-m")
@@ -150,6 +154,7 @@ def test_hydra_mode_multirun_sweeps_without_dash_m(tmp_path):
     assert [r[1] for r in summary(out.stderr)[1]] == ["actor.backend=fsdp:d1", "actor.backend=fsdp:d2"]
 
 
+@pytest.mark.torch  # the preflight wants torch where the trainers run
 @pytest.mark.parametrize("bad, named", [
     (["actor.backend=fsdp:d1,fsdp:d0"], "sweep point 1 (actor.backend=fsdp:d0)"),
     # caught only when the point's processes are built (engine flags), not when it is planned
@@ -170,6 +175,7 @@ def test_a_bad_point_stops_the_sweep_before_anything_starts(tmp_path, launcher, 
     assert not (tmp_path / "cache").exists()  # no job recorded
 
 
+@pytest.mark.torch  # the preflight wants torch where the trainers run
 def test_interrupting_a_local_sweep_stops_it_and_the_rest_is_not_started(tmp_path):
     args = sweep_args(tmp_path, "actor.backend=fsdp:d1,fsdp:d2", "launcher.grace_period_s=2",
                       sleep_s=120)
@@ -286,6 +292,7 @@ def test_areal_slurm_runs_every_point_on_the_slurm_runner(tmp_path):
     assert point_dirs(tmp_path / "sweep") == []
 
 
+@pytest.mark.torch  # the preflight wants torch where the trainers run
 def test_hydras_own_launcher_runs_the_points_too(tmp_path):
     """hydra/launcher=basic calls our task function in the folder Hydra made for each point
     (no rehearsal of the batch first); the run folders and the table are the same."""

@@ -51,6 +51,7 @@ class RestartRecord:
     time: float
     epoch: int = 0  # for TRAINERS: the trainers' restart count after this one
     tail: list[str] = field(default_factory=list)
+    requeue: int = 0  # for REQUEUE: the Slurm restart count it led to (the batch script's)
 
     @property
     def counted(self) -> bool:

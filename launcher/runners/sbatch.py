@@ -18,11 +18,14 @@ from __future__ import annotations
 import shlex
 from typing import Any, Optional, Sequence
 
+from launcher import checkpoints
 from launcher.errors import LaunchError
 from launcher.request import LaunchRequest
+from launcher.runners import restarts
 
 NODE_MODULE = "launcher.runners.node"
 REQUEST_FILE = "request.json"
+REQUEUE_MARGIN_S = 20  # of the signal's lead, kept for `scontrol requeue` and the stop
 
 
 def gpus_per_node(request: LaunchRequest) -> int:
@@ -94,7 +97,11 @@ def _sbatch_lines(opts: Any, request: LaunchRequest, n_nodes: int, gpus: int,
     # sbatch expands %j and friends in the path: a literal % is written %%
     out.append(f"#SBATCH --output="
                f"{d('run_dir', request.run_dir.replace('%', '%%') + '/slurm-%j.out')}")
-    out.append("#SBATCH --no-requeue")
+    if _opt(opts, "requeue"):  # USR1 before the time limit: checkpoint, then requeue (below)
+        out += ["#SBATCH --requeue", f"#SBATCH --signal=B:USR1@{int(opts.requeue_signal_s)}",
+                "#SBATCH --open-mode=append"]
+    else:
+        out.append("#SBATCH --no-requeue")
     for key, flag in (("partition", "partition"), ("account", "account"), ("qos", "qos"),
                       ("time_limit", "time"), ("cpus_per_gpu", "cpus-per-gpu"),
                       ("mem_per_gpu", "mem-per-gpu")):
@@ -142,6 +149,11 @@ def _body(request: LaunchRequest, opts: Any, python: str, n_nodes: int, gpus: in
     if setup:  # then the supervisor replaces the shell
         script = "set -e\n" + "\n".join(setup) + '\nexec "$@"'
         command = ["bash", "-c", shlex.quote(script), "areal-node", *command]
+    step = [" ".join(srun) + " \\", "  " + " ".join(command)]
+    if _opt(opts, "requeue"):
+        step = _requeue_lines(opts, step)
+    else:
+        step.append("rc=$?")
     return [
         "",
         "set -uo pipefail",
@@ -151,13 +163,62 @@ def _body(request: LaunchRequest, opts: Any, python: str, n_nodes: int, gpus: in
         "export AREAL_HOSTS",
         'echo "areal-launch: job $SLURM_JOB_ID on $AREAL_HOSTS"',
         'mkdir -p "$RUN_DIR/logs"',
-        " ".join(srun) + " \\",
-        "  " + " ".join(command),
-        "rc=$?",
+        *step,
         'if [ "$rc" = 0 ]; then echo "areal-launch: job finished: ok"; else',
         '  echo "areal-launch: job failed: a node\'s supervisor exited with $rc (its root cause '
         'is above)"; fi',
         'exit "$rc"',
+    ]
+
+
+def _requeue_lines(opts: Any, step: list[str]) -> list[str]:
+    """launcher.requeue: Slurm signals the batch shell (USR1) requeue_signal_s before the time
+    limit; it asks the trainers for a checkpoint through the run folder (checkpoints.py's
+    control files), waits for it (at most the signal's lead less a margin for the requeue),
+    records the requeue (restarts.py's record format) and requeues the job. The job starts
+    again in the same run folder and the trainers resume from their newest checkpoint. A
+    start after any requeue (preemption, node failure, by hand) is recorded too."""
+    wait_s = max(5, int(opts.requeue_signal_s) - REQUEUE_MARGIN_S)
+    control = f'"$RUN_DIR/{checkpoints.CONTROL}"'
+    records = f'"$RUN_DIR/{restarts.FOLDER}"'
+    return [
+        "record_requeue() {  # COUNT REASON: restart record n (once per Slurm restart count)",
+        f'  grep -qs "\\"requeue\\": $1}}" {records}/*.json && return 0',
+        f"  mkdir -p {records}",
+        f"  local n=$(( $(find {records} -maxdepth 1 -name '[0-9]*.json' | wc -l) + 1 ))",
+        f"  until ( set -C; printf '{{\"n\": %d, \"kind\": \"{restarts.REQUEUE}\", "
+        "\"name\": \"job %s\", \"reason\": \"%s\", \"uptime_s\": %d, \"time\": %d, "
+        f"\"requeue\": %d}}\\n' \"$n\" \"$SLURM_JOB_ID\" \"$2\" \"$SECONDS\" "
+        f"\"$(date +%s)\" \"$1\" > {records}/$n.json ) 2>/dev/null; do n=$((n + 1)); done",
+        "}",
+        'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then',
+        '  record_requeue "$SLURM_RESTART_COUNT" "Slurm started the job again (a requeue: '
+        'preemption, node failure or by hand)"; fi',
+        "requeue_job() {",
+        "  trap - USR1",
+        '  local id="slurm-$SLURM_JOB_ID-${SLURM_RESTART_COUNT:-0}"',
+        '  echo "areal-launch: the time limit is near: asking the trainers for a checkpoint, '
+        'then requeueing job $SLURM_JOB_ID"',
+        f"  mkdir -p {control}",
+        f'  printf "%s\\n" "$id" > {control}/.{checkpoints.REQUEST}.part && '
+        f"mv {control}/.{checkpoints.REQUEST}.part {control}/{checkpoints.REQUEST}",
+        f"  for _ in $(seq {wait_s}); do",
+        f'    if [ "$(cat {control}/{checkpoints.DONE} 2>/dev/null)" = "$id" ]; then',
+        '      echo "areal-launch: the trainers saved their checkpoint"; break; fi',
+        "    sleep 1",
+        "  done",
+        '  record_requeue "$(( ${SLURM_RESTART_COUNT:-0} + 1 ))" "the time limit was near: '
+        'checkpointed and requeued"',
+        '  scontrol requeue "$SLURM_JOB_ID"',
+        "}",
+        "trap requeue_job USR1",
+        "# the step runs in the background so that the shell takes USR1 while it waits",
+        *step[:-1], step[-1] + " &",
+        "step=$!",
+        "while :; do",
+        '  wait "$step"; rc=$?',
+        '  [ "$rc" -gt 128 ] && kill -0 "$step" 2>/dev/null || break  # a trap, not the end',
+        "done",
     ]
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, List, Optional
 
-from launcher.errors import LaunchError
+from launcher.errors import ConfigError, LaunchError
 from launcher.request import LaunchRequest
 from launcher.runners import LauncherBase
 from launcher.runners.logs import follow_logs
@@ -28,6 +28,7 @@ from launcher.runners.sbatch import REQUEST_FILE, cpu_warning, render_sbatch
 from launcher.runs import RunRecord, write_private, write_record
 
 SCRIPT_NAME = "job.sbatch"
+MIN_REQUEUE_SIGNAL_S, MAX_REQUEUE_SIGNAL_S = 30, 65535  # Slurm's --signal takes up to 65535
 # states in which a job may still write to its logs
 ACTIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED",
                            "REQUEUED", "REQUEUE_HOLD", "RESIZING", "SIGNALING", "STAGE_OUT"})
@@ -52,6 +53,43 @@ class Config(LauncherBase):
     srun_extra: List[str] = field(default_factory=list)  # more options for the srun step
     setup: List[str] = field(default_factory=list)  # shell commands before each node's tasks
     job_name: Optional[str] = None  # None: <experiment_name>-<trial_name>
+    # before the time limit, ask the trainers for a checkpoint and requeue the job; it starts
+    # again in the same run folder and resumes (DESIGN §11). Slurm signals requeue_signal_s
+    # before the limit (--signal=B:USR1@N; its timer ticks about every 30 s)
+    requeue: bool = False
+    requeue_signal_s: int = 300
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not MIN_REQUEUE_SIGNAL_S <= self.requeue_signal_s <= MAX_REQUEUE_SIGNAL_S:
+            raise ConfigError(f"launcher.requeue_signal_s={self.requeue_signal_s}: choose "
+                              f"{MIN_REQUEUE_SIGNAL_S} to {MAX_REQUEUE_SIGNAL_S} seconds "
+                              "(Slurm's lead before the time limit)")
+        limit = time_limit_s(self.time_limit) if self.time_limit is not None else None
+        if self.requeue and limit is not None and self.requeue_signal_s >= limit:
+            raise ConfigError(f"launcher.requeue_signal_s={self.requeue_signal_s} is not below "
+                              f"launcher.time_limit={self.time_limit} ({limit} s): the job "
+                              "would be requeued as it starts; lower requeue_signal_s")
+
+
+_TIME = re.compile(r"(?:(\d{1,6})-)?(\d{1,9})(?::(\d{1,9}))?(?::(\d{1,9}))?\Z")
+
+
+def time_limit_s(text: str) -> Optional[int]:
+    """Seconds of a Slurm --time value (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S); None for what
+    Slurm would read as no limit ("infinite", "UNLIMITED") or cannot be read here."""
+    m = _TIME.match(str(text).strip())
+    if m is None:
+        return None
+    days, a, b, c = (int(g) if g is not None else None for g in m.groups())
+    assert a is not None
+    if days is not None:  # D-H[:M[:S]]
+        return days * 86400 + a * 3600 + (b or 0) * 60 + (c or 0)
+    if c is not None:  # H:M:S
+        return a * 3600 + (b or 0) * 60 + c
+    if b is not None:  # M:S
+        return a * 60 + b
+    return a * 60  # M
 
 
 class Runner:
