@@ -73,6 +73,7 @@ class LaunchRequest:
     paths: tuple[str, ...] = ()  # folders the processes read (model, trainer entry): mounts
     max_restarts: int = 0  # restarts per run (failed trainer jobs, or a server alone)
     hang_timeout_s: Optional[float] = None  # no trainer progress this long: a failure
+    console: str = "auto"  # launcher.console: which processes' lines the console shows
 
     @property
     def nodes(self) -> list[int]:
@@ -104,6 +105,7 @@ class LaunchRequest:
                 "grace_period_s": self.grace_period_s,
                 "health_timeout_s": self.health_timeout_s, "paths": list(self.paths),
                 "max_restarts": self.max_restarts, "hang_timeout_s": self.hang_timeout_s,
+                "console": self.console,
                 "processes": procs}
 
     def to_json(self, mask_secrets: bool = False) -> str:
@@ -124,7 +126,8 @@ class LaunchRequest:
                    paths=tuple(str(p) for p in d.get("paths", ())),
                    max_restarts=int(d.get("max_restarts", 0)),
                    hang_timeout_s=(None if d.get("hang_timeout_s") is None
-                                   else float(d["hang_timeout_s"])))
+                                   else float(d["hang_timeout_s"])),
+                   console=str(d.get("console", "auto")))
 
 
 # ----------------------------------------------------------------------------- on a node

@@ -5,6 +5,7 @@ its keeper and supervisor from it (the Ray runner's driver is this process, atta
     launch_driver.py SPECS_JSON RUN_DIR [--ports N] [--base-port P] [--grace S]
                      [--health-timeout S] [--device cuda|cpu] [--num-nodes N]
                      [--runner local|ray] [--detach] [--placement-timeout S]
+                     [--console auto|all]
 SPECS_JSON holds a list of ProcessSpec dicts; "{port0}", "{port1}", ... in argv, env values and
 health_url become ports taken from a PortReserver, printed first as "ports: a b ...".
 Exits with the run's exit code; the run's status/all.json says how it ended.
@@ -49,6 +50,7 @@ def main() -> int:
     ap.add_argument("--runner", choices=("local", "ray"), default="local")
     ap.add_argument("--detach", action="store_true")
     ap.add_argument("--placement-timeout", type=float, default=60.0)
+    ap.add_argument("--console", choices=("auto", "all"), default="auto")
     args = ap.parse_args()
     with PortReserver(base_port=args.base_port) as reserver:
         ports = [reserver.take() for _ in range(args.ports)]
@@ -57,7 +59,8 @@ def main() -> int:
                  for d in json.loads(Path(args.specs).read_text())]
         run_dir = make_run_dir(Path(args.run_dir))
         request = request_for(run_dir, specs, num_nodes=args.num_nodes, device=args.device,
-                              grace=args.grace, health=args.health_timeout)
+                              grace=args.grace, health=args.health_timeout,
+                              console=args.console)
         write_plan(request)
         if args.runner == "local":
             return local.Runner(local.Config(grace_period_s=args.grace)).run(request)

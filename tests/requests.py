@@ -13,10 +13,12 @@ from launcher.runs import write_private
 
 def request_for(run_dir: Path, procs: Sequence[ProcessSpec], *, num_nodes: int = 2,
                 gpus_per_node: int = 8, device: str = "cuda", grace: float = 3.0,
-                health: float = 600.0, job_name: str = "areal-test") -> LaunchRequest:
+                health: float = 600.0, job_name: str = "areal-test",
+                console: str = "auto") -> LaunchRequest:
     return LaunchRequest(run_id=uuid.uuid4().hex, run_dir=str(run_dir), job_name=job_name,
                          device=device, num_nodes=num_nodes, gpus_per_node=gpus_per_node,
-                         processes=tuple(procs), grace_period_s=grace, health_timeout_s=health)
+                         processes=tuple(procs), grace_period_s=grace, health_timeout_s=health,
+                         console=console)
 
 
 def write_plan(request: LaunchRequest) -> None:

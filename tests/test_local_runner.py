@@ -10,6 +10,7 @@ vLLM's engine core does (setproctitle).
 """
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -107,27 +108,10 @@ def vllm_server(model: str, tag: str) -> ProcessSpec:
 @pytest.mark.vllm
 @pytest.mark.torch
 @pytest.mark.timeout(600)
-def test_torchrun_trainer_reaches_real_vllm_server_and_run_exits_0(tmp_path, tag, tiny_model):
-    run_dir = tmp_path / "run"
-    code, status, output = run([vllm_server(tiny_model, tag),
-                                torchrun(tag, run_dir, AREAL_LLM_SERVER_ADDRS="127.0.0.1:{port0}")],
-                               run_dir, "--ports", "2", "--health-timeout", "500", timeout=550)
-    assert code == 0, output
-    assert status["reason"] == "every trainer exited 0"
-    port = output.splitlines()[0].split()[1]
-    trainer_log = (run_dir / "logs" / "actor.log").read_text()
-    for rank in (0, 1):
-        assert f"rank {rank} reached http://127.0.0.1:{port}: models ['tiny']" in trainer_log
-    assert "GET /v1/models" in (run_dir / "logs" / "rollout-0.log").read_text()
-    assert "actor     | rank 0" in output
-    assert survivors(tag, tmp_path) == []
-
-
-@pytest.mark.vllm
-@pytest.mark.torch
-@pytest.mark.timeout(600)
 def test_real_vllm_server_killed_mid_run_stops_everything_and_is_named(tmp_path, tag,
                                                                        tiny_model):
+    """torchrun ranks reach a real vLLM server, hold; the server is SIGKILLed: the run fails,
+    names it, and nothing is left. (The run to exit 0 is tests/test_demo_e2e.py.)"""
     run_dir = tmp_path / "run"
     launcher = start([vllm_server(tiny_model, tag),
                       torchrun(tag, run_dir, HOLD_S="600",
@@ -146,6 +130,10 @@ def test_real_vllm_server_killed_mid_run_stops_everything_and_is_named(tmp_path,
     status = ended(run_dir)
     # api server + its engine core, torchrun + 2 workers were all up when the server died
     assert before >= 5, output
+    port = output.splitlines()[0].split()[1]
+    for rank in (0, 1):
+        assert f"rank {rank} reached http://127.0.0.1:{port}: models ['tiny']" in log.read_text()
+    assert "GET /v1/models" in (run_dir / "logs" / "rollout-0.log").read_text()
     assert launcher.returncode == 1
     assert status["root_cause"] == "rollout-0"
     assert status["reason"] == "rollout-0 killed by SIGKILL before the trainers finished"
@@ -229,8 +217,27 @@ def test_every_trainer_exiting_0_stops_the_servers_and_exits_0(tmp_path, tag):
     assert (code, status["reason"]) == (0, "every trainer exited 0")
     assert (run_dir / "logs" / "actor.log").read_text() == "got 200\nsecret is s3 run True\n"
     assert '"GET / HTTP/1.1" 200' in (run_dir / "logs" / "rollout-0.log").read_text()
-    assert "actor     | got 200" in output and "rollout-0 | " in output
+    # launcher.console=auto: the trainer's lines; the server's stay in its log; a summary
+    assert "actor     | got 200" in output and "rollout-0 | " not in output
+    summary = [ln.rstrip() for ln in output[output.index("process  "):].splitlines()]
+    assert re.match(r"process\s+exit\s+duration\s+log$", summary[0]), output
+    assert re.match(rf"rollout-0\s+stopped\s+[\d.]+ s\s+{run_dir}/logs/rollout-0.log$",
+                    summary[1]), output
+    assert re.match(rf"actor\s+0\s+[\d.]+ s\s+{run_dir}/logs/actor.log$", summary[2]), output
+    assert "\x1b[" not in output  # not a terminal: no control codes
     assert survivors(tag, tmp_path) == []
+
+
+def test_console_all_shows_every_processs_lines_prefixed(tmp_path, tag):
+    code, _, output = run([http_server(tag), python_trainer(
+        "import time, urllib.request as u\n"
+        "for _ in range(100):\n"
+        "    try:\n"
+        "        print('got', u.urlopen('http://127.0.0.1:{port0}/').status); break\n"
+        "    except OSError: time.sleep(0.1)\n", tag)], tmp_path / "run", "--ports", "1",
+        "--grace", "5", "--console", "all")
+    assert code == 0, output
+    assert "actor     | got 200" in output and "rollout-0 | " in output
 
 
 def test_a_nodes_supervisor_starts_only_that_nodes_processes(tmp_path, tag):

@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # for annotations only: a node's runner code (a Ray actor) lo
     from launcher.runs import RunRecord
 
 CHECK_MEMORY = ("error", "warn", "off")
+CONSOLE = ("auto", "all")
 MAX_RESTARTS = 1000  # a bound: a typo of many digits is an error, not a loop
 RUNNERS = {
     "local": "launcher.runners.local",
@@ -52,8 +53,13 @@ class LauncherBase:
     # no trainer progress (runtime heartbeats) this long: stacks in the log, the stopped ranks
     # named, then a failure (restarted within max_restarts); null: no watchdog
     hang_timeout_s: Optional[float] = None
+    # auto: the trainers' lines and each process's state (live on a terminal), servers' logs
+    # in their files only; all: every process's lines, prefixed
+    console: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.console not in CONSOLE:
+            raise ConfigError(f"launcher.console={self.console!r}: choose {', '.join(CONSOLE)}")
         if self.check_memory not in CHECK_MEMORY:
             raise ConfigError(f"launcher.check_memory={self.check_memory!r}: choose "
                               f"{', '.join(CHECK_MEMORY)}")

@@ -1,21 +1,24 @@
-"""What the person at the terminal sees while a local run is up.
+"""What the person at the terminal sees while a run is up.
 
 Processes write straight into their log files (so logs are whole even if the launcher dies, and
-a slow terminal never blocks a server). The console follows those files and prints every line
-prefixed with the process name, one colour per process; while servers come up, a live line
-says which are healthy and how long it has been.
+a slow terminal never blocks a server). The console follows the files of the processes it is
+told to (launcher.console=auto: the trainers; all: every process) and prints their lines
+prefixed with the process name, one colour per process. On a terminal a live table below them
+says what each process is doing (starting, healthy, running, exited); not on a terminal (CI,
+`| tee`, a Slurm job's log) there are only plain lines. A process the launcher is stopping is
+no longer echoed (its shutdown chatter stays in its log). A summary table ends the run.
 """
 from __future__ import annotations
 
 import os
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from rich.console import Console
 from rich.live import Live
+from rich.table import Table
 from rich.text import Text
 
 COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "bright_red", "bright_cyan",
@@ -31,6 +34,7 @@ class FollowedLog:
     style: str
     offset: int = 0
     partial: bytes = b""
+    muted: bool = False  # read on, show nothing: the launcher is stopping this process
 
     def read_lines(self, final: bool = False) -> list[str]:
         try:
@@ -79,14 +83,27 @@ class RunConsole:
             print("areal-launch: stdout was closed; the run goes on, its output is in the log "
                   f"files{where}", file=sys.stderr, flush=True)
 
-    def follow(self, name: str, path: Path) -> None:
-        self.logs.append(FollowedLog(name, path, COLOURS[len(self.logs) % len(COLOURS)]))
+    def follow(self, name: str, path: Path, offset: int = 0) -> None:
+        """Echo what `name` writes to `path` from `offset` on (a requeued job's supervisor
+        follows logs that earlier starts wrote to: those lines were shown then)."""
+        self.logs.append(FollowedLog(name, path, COLOURS[len(self.logs) % len(COLOURS)],
+                                     offset))
         self.width = max(self.width, len(name))
+
+    def mute(self, names: set[str], muted: bool = True) -> None:
+        """Stop (or resume) echoing these processes; what they wrote so far is printed first."""
+        if muted:
+            self.pump()
+        for log in self.logs:
+            if log.name in names:
+                log.muted = muted
 
     def pump(self, final: bool = False) -> None:
         """Print every line the processes wrote since the last call."""
         for log in self.logs:
             for line in log.read_lines(final):
+                if log.muted:
+                    continue
                 text = Text.assemble((f"{log.name:<{self.width}} | ", log.style), line)
                 self._safely(lambda: self.console.print(text, soft_wrap=True, highlight=False))
 
@@ -94,23 +111,34 @@ class RunConsole:
         self._safely(lambda: self.console.print(Text(text, style=style), soft_wrap=True,
                                                 highlight=False))
 
-    def show_servers(self, started: float, healthy: dict[str, Optional[float]],
-                     deadline_s: float) -> None:
-        """Live status while servers come up (terminals only; logs get `say` lines instead)."""
-        if not self.console.is_terminal or self.closed:
+    @property
+    def live(self) -> bool:
+        """Whether show() draws anything: a terminal that is still there."""
+        return self.console.is_terminal and not self.closed
+
+    def show(self, rows: list[tuple[str, str, str]]) -> None:
+        """The live table of (process, state, style) below the log lines (terminals only;
+        elsewhere the state changes are `say` lines)."""
+        if not self.live:
             return
-        parts = [Text(f"waiting for servers ({time.monotonic() - started:.0f} s of "
-                      f"{deadline_s:.0f} s): ")]
-        for name, at in healthy.items():
-            parts.append(Text(f"{name} healthy ", "green") if at is not None
-                         else Text(f"{name} starting ", "yellow"))
-        status = Text.assemble(*parts)
+        table = Table.grid(padding=(0, 2))
+        for name, state, style in rows:
+            table.add_row(Text(name, "bold"), Text(state, style))
         if self._live is None:
-            self._live = Live(status, console=self.console, transient=True,
+            self._live = Live(table, console=self.console, transient=True,
                               refresh_per_second=4)
-            self._live.start()
+            self._safely(self._live.start)
         else:
-            self._live.update(status)
+            self._live.update(table)
+
+    def summary(self, rows: list[tuple[str, str, str, str]]) -> None:
+        """The end of a run: process, exit, duration, log, one row each."""
+        table = Table("process", "exit", "duration", box=None, pad_edge=False,
+                      header_style="bold")
+        table.add_column("log", overflow="fold")  # a path is never cut short
+        for row in rows:
+            table.add_row(*row)
+        self._safely(lambda: self.console.print(table, soft_wrap=True, highlight=False))
 
     def end_status(self) -> None:
         if self._live is not None:
@@ -133,6 +161,12 @@ class RunConsole:
             for line in tail:
                 self._safely(lambda: self.console.print(Text("  " + line), soft_wrap=True,
                                                         highlight=False))
+
+
+def plain_console() -> RunConsole:
+    """Prefixed lines, no control codes: a scheduler's log file or a pipe, not a terminal."""
+    return RunConsole(Console(force_terminal=False, no_color=True, highlight=False,
+                              width=10_000, soft_wrap=True))
 
 
 def tail(path: Path, lines: int = 20) -> list[str]:

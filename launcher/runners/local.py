@@ -27,7 +27,7 @@ from launcher.errors import LaunchError
 from launcher.plan import mask_env
 from launcher.request import LaunchRequest, Materialized, visible_gpus
 from launcher.runners import LauncherBase
-from launcher.runners.console import RunConsole
+from launcher.runners.console import RunConsole, plain_console
 from launcher.runners.logs import follow_logs
 from launcher.runners.report import progress_lines
 from launcher.runs import RunRecord, write_record
@@ -144,7 +144,7 @@ def run_console() -> RunConsole:
     """The console of a local run: rich on the terminal, plain prefixed lines otherwise."""
     from rich.console import Console
 
-    return RunConsole(Console(highlight=False))
+    return RunConsole(Console(highlight=False)) if sys.stdout.isatty() else plain_console()
 
 
 def start_time(pid: int) -> Optional[int]:

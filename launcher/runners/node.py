@@ -26,7 +26,7 @@ from launcher.plan import ENV_HOSTS
 from launcher.preflight import problems
 from launcher.request import LaunchRequest, visible_gpus
 from launcher.runners import keeper
-from launcher.runners.console import RunConsole
+from launcher.runners.console import RunConsole, plain_console
 from launcher.runners.supervisor import DONE_DIR, Peers, materialize_node, supervise
 
 
@@ -50,14 +50,6 @@ def run_node(request: LaunchRequest, node: int, hosts: Sequence[str], peers: boo
         return supervise(request, procs, node=node, out=console, peers=watch).exit_code
     return keeper.run_tree(supervisor, f"areal-{request.run_id}-node{node}",
                            request.grace_period_s)
-
-
-def plain_console() -> RunConsole:
-    """Prefixed lines, no control codes: a scheduler's log file, not a terminal."""
-    from rich.console import Console
-
-    return RunConsole(Console(force_terminal=False, no_color=True, highlight=False,
-                              width=10_000, soft_wrap=True))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

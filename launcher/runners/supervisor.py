@@ -41,6 +41,7 @@ from launcher.runners.watchdog import Watchdog
 
 TICK_S = 0.05  # how often exits are checked: bounds the delay from a failure to the stop
 PROBE_EVERY_S = 0.5
+SHOW_EVERY_S = 0.25
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 DONE_DIR = "done"  # run_dir/done/node<k>: that node's trainers all exited 0
 
@@ -69,6 +70,33 @@ class Started:
     restart: int = 0  # AREAL_RESTART it was given
     healthy_at: Optional[float] = None  # seconds after start; set by the health prober
     announced: bool = False
+    ended_at: Optional[float] = None  # time.monotonic() when its exit was seen
+    stopped: bool = False  # the launcher stopped it (the end of the run, or a restart)
+
+    def poll(self) -> Optional[int]:
+        code = self.popen.poll()
+        if code is not None and self.ended_at is None:
+            self.ended_at = time.monotonic()
+        return code
+
+    def state(self, health_timeout_s: float) -> tuple[str, str]:
+        """What the live table says of it, and in which style."""
+        code = self.popen.returncode
+        if code is not None:
+            return ("stopped" if self.stopped else f"exited {code}",
+                    "dim" if self.stopped or code == 0 else "bold red")
+        if self.is_server and self.healthy_at is None:
+            return (f"starting: waiting for health ({time.monotonic() - self.started_at:.0f} s "
+                    f"of {health_timeout_s:.0f} s)", "yellow")
+        return ("healthy" if self.is_server else "running", "green")
+
+    def summary(self) -> tuple[str, str, str, str]:
+        """Its row in the table that ends the run: name, exit, duration, log."""
+        code = self.popen.returncode
+        exit_text = ("stopped" if self.stopped else "-" if code is None
+                     else exit_reason("", code).strip().replace("exited with code ", ""))
+        took = (self.ended_at or time.monotonic()) - self.started_at
+        return self.name, exit_text, f"{took:.1f} s", str(self.log)
 
     @property
     def name(self) -> str:
@@ -233,6 +261,7 @@ class NodeRun:
         self.watchdog = (Watchdog(self.run_dir, request.hang_timeout_s, self._local_pids,
                                   self.epoch) if request.hang_timeout_s else None)
         self._next_peek = 0.0
+        self._next_show = 0.0
 
     # ------------------------------------------------------------------ starting
     def start(self, proc: Materialized) -> Started:
@@ -246,13 +275,26 @@ class NodeRun:
         return s
 
     def start_all(self) -> Optional[RunResult]:
+        self.out.width = max(self.out.width, *(len(p.name) for p in self.procs))
         for proc in self.procs:
+            log = self.logs / f"{proc.name}.log"  # appended to by every start of the run
+            offset = log.stat().st_size if log.exists() else 0
             try:
                 self.started.append(self.start(proc))
             except OSError as e:
                 return RunResult(1, proc.name, f"{proc.name} could not start: {e}")
-            self.out.follow(proc.name, self.started[-1].log)
+            if self.request.console == "all" or not proc.spec.is_server:
+                self.out.follow(proc.name, self.started[-1].log, offset)
         return None
+
+    def show(self) -> None:
+        """The live table (terminals), at most every SHOW_EVERY_S."""
+        now = time.monotonic()
+        if not self.out.live or now < self._next_show:
+            return
+        self._next_show = now + SHOW_EVERY_S
+        self.out.show([(s.name, *s.state(self.request.health_timeout_s))
+                       for s in self.started])
 
     def _local_pids(self) -> set[int]:
         return set(keeper.descendants(os.getpid()))
@@ -275,7 +317,7 @@ class NodeRun:
                 name = signal.Signals(self.stop.signum).name
                 return RunResult(128 + self.stop.signum, None, f"got {name}; run stopped")
             for s in self.servers + self.trainers:  # servers first: their death fails trainers
-                code = s.popen.poll()
+                code = s.poll()
                 if code is None or s.name in self.finished:
                     continue
                 if s.is_server or code != 0:
@@ -289,7 +331,6 @@ class NodeRun:
                 return RunResult(0, None, "every trainer exited 0")
             if not trainers and self.peers is not None and self.peers.all_done():
                 return RunResult(0, None, "the trainers finished on their nodes")
-            waiting = {}
             for s in self.servers:
                 if s.healthy_at is not None and not s.announced:
                     s.announced = True
@@ -298,11 +339,7 @@ class NodeRun:
                         time.monotonic() - s.started_at > request.health_timeout_s:
                     return RunResult(1, s.name, f"{s.name} not healthy after "
                                                 f"{request.health_timeout_s:g} s", failed=s)
-                waiting[s.name] = s.healthy_at
-            if any(at is None for at in waiting.values()):
-                out.show_servers(self.begun, waiting, request.health_timeout_s)
-            else:
-                out.end_status()
+            self.show()
             followed = self._peer_restart()
             if followed is not None:
                 return followed
@@ -398,6 +435,10 @@ class NodeRun:
             time.sleep(TICK_S)
 
     def _replace(self, old: Sequence[Started], wait: float) -> None:
+        names = {s.name for s in old}
+        self.out.mute(names)
+        for s in old:
+            s.stopped = s.popen.poll() is None
         _stop(old, self.request.grace_period_s, self.stop, self.request.run_id,
               everything=False)
         self._pause(wait)
@@ -405,6 +446,7 @@ class NodeRun:
             return
         for s in old:
             self.started[self.started.index(s)] = self.start(s.proc)
+        self.out.mute(names, muted=False)
 
     def restart_trainers(self, epoch: int, wait: float) -> None:
         self.epoch = epoch
@@ -457,14 +499,20 @@ def supervise(request: LaunchRequest, procs: Sequence[Materialized], *, node: Op
         finally:
             run.done.set()
             out.end_status()
+            out.mute({s.name for s in run.started})
+            for s in run.started:
+                s.stopped = s.poll() is None
             _stop(run.started, request.grace_period_s, run.stop, request.run_id,
                   everything=True)
             for s in run.started:
                 s.popen.wait()
+                s.poll()
             out.pump(final=True)
     if result.exit_code == 0 and peers is not None and node is not None and run.started and \
             run.trainers:
         peers.mark_done(node)
+    if run.started:
+        out.summary([s.summary() for s in run.started])
     if result.root_cause is not None:
         run.explain(result)
         run.final_reason(result)
