@@ -21,7 +21,7 @@ import socket
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
@@ -122,6 +122,9 @@ class Runner:
                             entrypoint(job) if self.config.detach else None)
 
     def run(self, request: LaunchRequest) -> int:
+        # the nodes' output, through Ray, is the only log `logs` can read from here (the run
+        # folder need not be shared): every process's lines go into it, servers' too
+        request = replace(request, console="all")
         job = self.job(request)
         run_dir = Path(request.run_dir)
         write_private(run_dir / REQUEST_FILE, request.to_json())  # what the driver reads

@@ -11,6 +11,7 @@ naming it.
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
@@ -84,19 +85,34 @@ def refresh(s: "Session", step: int, say: Callable[[str], None]) -> list[str]:
     fixed = []
     timeout_s = s.rt.health_timeout_s()
     for server in s.servers:
-        if not health_ok(server.addr):
-            s.rt.heartbeat(step, "wait_server")
-            say(f"grpo: rollout server {server.addr} is down: waiting up to {timeout_s:.0f}s "
-                "for its /health")
-            wait_for_servers([server.addr], timeout_s)
-            s.rt.heartbeat(step, "rollout")
-        served = server.weight_version()
-        if not stale(served, s.version):
-            continue
-        version = s.version or "default"
-        say(f"grpo: rollout server {server.addr} serves weight version {served!r}, not "
-            f"{version}: pushing {s.policy_dir} to it again")
-        server.reload(s.policy_dir, version)
-        confirm(s, Path(s.policy_dir), version, [server], say)
-        fixed.append(server.addr)
+        deadline = time.monotonic() + timeout_s
+        while True:  # a server that dies while it is asked is waited for again, not fatal
+            try:
+                if _refresh_one(s, server, step, timeout_s, say):
+                    fixed.append(server.addr)
+                break
+            except RolloutError as exc:
+                if health_ok(server.addr) or time.monotonic() > deadline:
+                    raise  # up and still failing, or never back: the run's problem
+                say(f"grpo: rollout server {server.addr} went down while asked ({exc})")
     return fixed
+
+
+def _refresh_one(s: "Session", server: RolloutServer, step: int, timeout_s: float,
+                 say: Callable[[str], None]) -> bool:
+    """refresh() for one server; True when it had to be given the weights again."""
+    if not health_ok(server.addr):
+        s.rt.heartbeat(step, "wait_server")
+        say(f"grpo: rollout server {server.addr} is down: waiting up to {timeout_s:.0f}s "
+            "for its /health")
+        wait_for_servers([server.addr], timeout_s)
+        s.rt.heartbeat(step, "rollout")
+    served = server.weight_version()
+    if not stale(served, s.version):
+        return False
+    version = s.version or "default"
+    say(f"grpo: rollout server {server.addr} serves weight version {served!r}, not "
+        f"{version}: pushing {s.policy_dir} to it again")
+    server.reload(s.policy_dir, version)
+    confirm(s, Path(s.policy_dir), version, [server], say)
+    return True
