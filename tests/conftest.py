@@ -11,6 +11,18 @@ from pathlib import Path
 import pytest
 
 
+# ----------------------------------------------------------------------------- xdist groups
+def pytest_itemcollected(item):
+    """For `make test` (pytest -n 2 --dist loadgroup): the tests on the Slurm and the Ray test
+    clusters run one after another on one worker (they share the clusters' nodes, and the
+    ports runs count up from 30000 on them); the rest spread over both workers. (Marked as each
+    test is collected: xdist reads the groups before other collection hooks run.)"""
+    names = set(getattr(item, "fixturenames", ()))
+    if {"ray_cluster", "slurm_cluster"} & names or \
+            item.get_closest_marker("ray") or item.get_closest_marker("slurm"):
+        item.add_marker(pytest.mark.xdist_group("clusters"))
+
+
 # ----------------------------------------------------------------------------- slurm cluster
 SLURM_SCRIPTS = Path(__file__).resolve().parent.parent / "scripts" / "slurm"
 
@@ -53,7 +65,7 @@ def slurm_cluster():
 
 # ----------------------------------------------------------------------------- ray cluster
 RAY_SCRIPTS = Path(__file__).resolve().parent.parent / "scripts" / "ray"
-ENV_RAY_CLUSTER = "AREAL_RAY_CLUSTER"  # set by scripts/run-tests.sh: the cluster's state folder
+ENV_RAY_CLUSTER = "AREAL_RAY_CLUSTER"  # a running cluster's state folder, to reuse it
 
 
 def _ray_env(state_dir: str) -> dict[str, str]:
@@ -63,12 +75,12 @@ def _ray_env(state_dir: str) -> dict[str, str]:
                 if line.startswith("export "))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_cluster():
     """A real Ray cluster, 2 nodes x 8 fake GPUs on loopback (127.0.0.2, 127.0.0.3): the
     environment a driver needs (tests run drivers with {**os.environ, **ray_cluster}).
 
-    Uses the one scripts/run-tests.sh started ($AREAL_RAY_CLUSTER); else starts one with
+    Uses a running one ($AREAL_RAY_CLUSTER: its state folder); else starts one with
     scripts/ray/start-ray-cluster.sh and stops it afterwards, by PID (never `ray stop`).
     """
     if importlib.util.find_spec("ray") is None:

@@ -115,7 +115,7 @@ def env_line(path: Path) -> dict:
 
 
 REPORT = ("echo NODE=$SLURMD_NODENAME CVD=$CUDA_VISIBLE_DEVICES TASK_GPUS=$SLURM_STEP_GPUS"
-          " SESSION=$(ps -o sid= $$)")
+          " SESSION=$(ps -o sid= $$ | tr -d ' ')")
 
 
 # ----------------------------------------------------------------------------- (a)

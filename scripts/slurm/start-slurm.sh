@@ -98,6 +98,7 @@ new_conf=$(cat <<CONF
 ClusterName=arealtest
 SlurmctldHost=$HOST(127.0.0.1)
 AuthType=auth/munge
+AuthInfo=cred_expire=10
 CredType=cred/munge
 SlurmUser=root
 SlurmdUser=root
