@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 
 import pytest
 
@@ -96,13 +95,3 @@ def test_a_model_too_large_for_the_cluster_gets_no_suggestion():
 def test_suggest_without_gpu_memory_says_which_key_to_set():
     with pytest.raises(LaunchError, match="cluster.gpu_memory_gib"):
         suggest(shape("Qwen3-8B"), ClusterSpec(1, 8), None)
-
-
-def test_suggest_for_8_nodes_of_8_gpus_answers_within_one_second():
-    worst = 0.0
-    for name in ("Qwen3-8B", "Qwen3-30B-A3B", "Qwen2.5-72B"):
-        estimate.cache_clear()  # a cold start, as in a fresh CLI process
-        start = time.perf_counter()
-        suggest(shape(name), ClusterSpec(8, 8), H100)
-        worst = max(worst, time.perf_counter() - start)
-    assert worst < 1.0

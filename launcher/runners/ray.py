@@ -65,6 +65,13 @@ class Config(LauncherBase):
             raise ConfigError("launcher.address is empty: use auto or HOST:PORT")
 
 
+def for_nodes(request: LaunchRequest) -> LaunchRequest:
+    """The request the nodes get (and the dry run shows): the nodes' output, through Ray, is the
+    only log `logs` can read from here (the run folder need not be shared), so every process's
+    lines go into it, the servers' too."""
+    return replace(request, console="all")
+
+
 class Runner:
     name = "ray"
 
@@ -117,14 +124,13 @@ class Runner:
                         n["Resources"].get("CPU", 0.0)) for n in ray.nodes() if n["Alive"]]
 
     def dryrun(self, request: LaunchRequest) -> str:
+        request = for_nodes(request)
         job = self.job(request)
         return dry_run_text(job, request, self.config.address,
                             entrypoint(job) if self.config.detach else None)
 
     def run(self, request: LaunchRequest) -> int:
-        # the nodes' output, through Ray, is the only log `logs` can read from here (the run
-        # folder need not be shared): every process's lines go into it, servers' too
-        request = replace(request, console="all")
+        request = for_nodes(request)
         job = self.job(request)
         run_dir = Path(request.run_dir)
         write_private(run_dir / REQUEST_FILE, request.to_json())  # what the driver reads
