@@ -302,7 +302,7 @@ def test_options_out_of_range_are_clear_errors_in_milliseconds():
         InferenceOptions(context_length=10**30)
     with pytest.raises(ConfigError, match="optimizer='lion'"):
         TrainOptions(optimizer="lion")
-    assert time.perf_counter() - start < 0.05
+    assert time.perf_counter() - start < 0.5  # room for a loaded machine; unbounded took minutes
 
 
 def test_options_must_match_the_kind_of_engine():

@@ -123,7 +123,7 @@ def test_a_huge_size_is_refused_in_milliseconds():
     start = time.perf_counter()
     with pytest.raises(ModelShapeError, match="num_hidden_layers=1000000000000000000000000000000"):
         shape_from_config(cfg)
-    assert time.perf_counter() - start < 0.05
+    assert time.perf_counter() - start < 0.5  # room for a loaded machine; unbounded took minutes
 
 
 def test_an_unknown_dtype_names_the_text():
