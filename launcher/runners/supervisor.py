@@ -83,7 +83,8 @@ class Started:
         """What the live table says of it, and in which style."""
         code = self.popen.returncode
         if code is not None:
-            return ("stopped" if self.stopped else f"exited {code}",
+            return ("stopped" if self.stopped else f"killed by {signal_name(code)}" if code < 0
+                    else f"exited {code}",
                     "dim" if self.stopped or code == 0 else "bold red")
         if self.is_server and self.healthy_at is None:
             return (f"starting: waiting for health ({time.monotonic() - self.started_at:.0f} s "
@@ -94,7 +95,7 @@ class Started:
         """Its row in the table that ends the run: name, exit, duration, log."""
         code = self.popen.returncode
         exit_text = ("stopped" if self.stopped else "-" if code is None
-                     else exit_reason("", code).strip().replace("exited with code ", ""))
+                     else signal_name(code) if code < 0 else str(code))
         took = (self.ended_at or time.monotonic()) - self.started_at
         return self.name, exit_text, f"{took:.1f} s", str(self.log)
 
@@ -173,12 +174,17 @@ def _probe(server: Started, done: threading.Event) -> None:
         done.wait(PROBE_EVERY_S)
 
 
+def signal_name(code: int) -> str:
+    """A negative exit code (killed by a signal) as the signal's name."""
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
 def exit_reason(name: str, code: int) -> str:
     if code < 0:
-        try:
-            return f"{name} killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"{name} killed by signal {-code}"
+        return f"{name} killed by {signal_name(code)}"
     return f"{name} exited with code {code}"
 
 
