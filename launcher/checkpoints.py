@@ -7,7 +7,8 @@ so a `step_<k>` folder that exists is complete and the newest one is the one to 
 
 Request: the launcher (Slurm requeue before the time limit, a graceful stop) writes
 `<run folder>/control/checkpoint` holding a request id; trainers honour it at their next step
-boundary (all ranks together), save, and write `control/checkpoint.done` with the same id.
+boundary (all ranks together), save, and write `control/checkpoint.done` with the same id,
+followed by ` final` when that was their last step (so a requeue is not asked for a finished run).
 
 Stdlib only: the launcher (status, requeue) and the trainers both import it.
 """
@@ -27,6 +28,7 @@ META = "meta.json"  # inside every complete checkpoint
 CONTROL = "control"  # under the run folder: what the launcher asks of the trainers
 REQUEST = "checkpoint"  # control/checkpoint: a request id
 DONE = "checkpoint.done"  # control/checkpoint.done: the id of the request last honoured
+FINAL = "final"  # after the id in DONE: that checkpoint was the trainers' last step
 _NAME = re.compile(r"step_(\d+)\Z")
 _STAGING = re.compile(r"\.tmp-step_(\d+)-(\d+)\Z")
 
@@ -170,18 +172,24 @@ def request_checkpoint(run_dir: PathLike) -> str:
     return request_id
 
 
+def _done_id(run_dir: PathLike) -> Optional[str]:
+    words = (_read(done_path(run_dir)) or "").split()
+    return words[0] if words else None
+
+
 def checkpoint_done(run_dir: PathLike, request_id: str) -> bool:
     """True once the trainers saved a checkpoint for request `request_id`."""
-    return _read(done_path(run_dir)) == request_id
+    return _done_id(run_dir) == request_id
 
 
 def pending_request(run_dir: PathLike) -> Optional[str]:
     """The id of a request not honoured yet, or None (read by one trainer rank, which shares
     the answer with the others so that they all save at the same step)."""
     wanted = _read(request_path(run_dir))
-    return wanted if wanted and wanted != _read(done_path(run_dir)) else None
+    return wanted if wanted and wanted != _done_id(run_dir) else None
 
 
-def mark_done(run_dir: PathLike, request_id: str) -> None:
-    """Record that request `request_id` was honoured (after the checkpoint is complete)."""
-    _write(done_path(run_dir), request_id + "\n")
+def mark_done(run_dir: PathLike, request_id: str, final: bool = False) -> None:
+    """Record that request `request_id` was honoured (after the checkpoint is complete);
+    `final`: at the trainers' last step."""
+    _write(done_path(run_dir), request_id + (f" {FINAL}" if final else "") + "\n")

@@ -259,11 +259,12 @@ class RuntimePlan:
         run_dir = self.run_dir()
         return checkpoints.pending_request(run_dir) if run_dir else None
 
-    def checkpoint_request_done(self, request_id: str) -> None:
-        """Tell the launcher the checkpoint it asked for (`request_id`) is complete."""
+    def checkpoint_request_done(self, request_id: str, final: bool = False) -> None:
+        """Tell the launcher the checkpoint it asked for (`request_id`) is complete; `final`:
+        it was the last step (a job near its time limit then ends instead of requeueing)."""
         run_dir = self.run_dir()
         if run_dir:
-            checkpoints.mark_done(run_dir, request_id)
+            checkpoints.mark_done(run_dir, request_id, final)
 
     def enable_stack_dumps(self) -> str:
         """SIGUSR2 (launcher.progress.STACK_SIGNAL) dumps every thread's Python stack to

@@ -15,12 +15,20 @@ import pytest
 def pytest_itemcollected(item):
     """For `make test` (pytest -n 2 --dist loadgroup): the tests on the Slurm and the Ray test
     clusters run one after another on one worker (they share the clusters' nodes, and the
-    ports runs count up from 30000 on them); the rest spread over both workers. (Marked as each
+    ports runs count up from 30000 on them). The tests of a module that shares a module-scoped
+    fixture (one real run or server, checked by several tests) stay on one worker, or each
+    worker would start that run again. The rest spread over both workers. (Marked as each
     test is collected: xdist reads the groups before other collection hooks run.)"""
     names = set(getattr(item, "fixturenames", ()))
     if {"ray_cluster", "slurm_cluster"} & names or \
             item.get_closest_marker("ray") or item.get_closest_marker("slurm"):
         item.add_marker(pytest.mark.xdist_group("clusters"))
+        return
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in (info.name2fixturedefs.values() if info else ()):
+        if defs and defs[-1].scope == "module":
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+            return
 
 
 # ----------------------------------------------------------------------------- slurm cluster

@@ -73,6 +73,9 @@ def test_a_checkpoint_request_is_pending_until_a_trainer_marks_it_done(tmp_path)
     second = ck.request_checkpoint(tmp_path)  # a new request after one was honoured
     assert second != first and ck.pending_request(tmp_path) == second
     assert not ck.checkpoint_done(tmp_path, second)
+    ck.mark_done(tmp_path, second, final=True)  # at the last step: the batch shell reads the word
+    assert ck.checkpoint_done(tmp_path, second) and ck.pending_request(tmp_path) is None
+    assert (tmp_path / "control" / "checkpoint.done").read_text().split() == [second, "final"]
     assert sorted(p.name for p in (tmp_path / "control").iterdir()) == \
         ["checkpoint", "checkpoint.done"]  # no temporary files left behind
 

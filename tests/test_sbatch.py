@@ -134,6 +134,74 @@ def test_requeue_asks_slurm_for_a_warning_and_a_requeue_and_appends_to_the_job_l
     assert "--no-requeue" in plain and not any(x.startswith("--signal") for x in plain)
 
 
+# Stand-ins for srun and scontrol (named as such): they let the test send USR1 at the moment
+# each case needs, which the real cluster's 30-s timer cannot be made to hit (tests/
+# test_slurm_requeue.py runs the real thing). The srun stand-in plays the trainers: it waits
+# for the checkpoint request, answers as $MODE says and exits or waits to be cancelled.
+FAKE_SRUN = """#!/bin/bash
+echo $$ > "$FAKE/srun.pid"; touch "$FAKE/started"
+until [ -s "$CONTROL/checkpoint" ]; do sleep 0.1; done
+id=$(cat "$CONTROL/checkpoint")
+case "$MODE" in
+  final) echo "$id final" > "$CONTROL/checkpoint.done"; sleep 0.5; exit 0 ;;
+  saved) echo "$id" > "$CONTROL/checkpoint.done"; exec sleep 60 ;;
+  ended) exit 0 ;;
+esac
+"""
+FAKE_SCONTROL = """#!/bin/bash
+echo "$*" >> "$FAKE/scontrol.log"
+case "$1" in
+  show) echo node1 ;;
+  requeue) kill "$(cat "$FAKE/srun.pid")" ;;  # as Slurm cancels the step of a requeued job
+esac
+"""
+
+
+@pytest.mark.parametrize("mode, said, requeued, rc", [
+    ("saved", "the trainers saved their checkpoint\n", True, 143),
+    ("final", "the trainers saved their checkpoint at their last step: the job ends, no "
+              "requeue", False, 0),
+    ("ended", "the run ended before the time limit: no requeue", False, 0),
+])
+def test_the_warning_requeues_only_a_run_that_has_steps_left(tmp_path, mode, said, requeued, rc):
+    """USR1 while the step runs: the batch shell asks for a checkpoint and requeues after it,
+    unless the trainers say that checkpoint was their last step or the run ends meanwhile
+    (then the job finishes with the step's exit code, and nothing is started again)."""
+    import os
+    import signal
+    import time
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for name, text in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL)):
+        (fake / name).write_text(text)
+        (fake / name).chmod(0o755)
+    run_dir = tmp_path / "run"
+    opts = slurm.Config(requeue=True, requeue_signal_s=60, time_limit="10")
+    script = tmp_path / "job.sbatch"
+    script.write_text(render([trainer(node=0)], opts, run_dir=str(run_dir), num_nodes=1))
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "FAKE": str(fake), "MODE": mode,
+           "CONTROL": str(run_dir / "control"), "SLURM_JOB_ID": "7",
+           "SLURM_JOB_NODELIST": "node1", "SLURM_RESTART_COUNT": "0"}
+    job = subprocess.Popen(["bash", str(script)], env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not (fake / "started").exists():
+            assert time.monotonic() < deadline and job.poll() is None
+            time.sleep(0.05)
+        job.send_signal(signal.SIGUSR1)  # as Slurm warns the batch shell
+        out, _ = job.communicate(timeout=30)
+    finally:
+        job.kill()
+    assert said in out, out
+    calls = (fake / "scontrol.log").read_text()
+    assert ("requeue 7" in calls) == requeued, calls
+    assert [json.loads(p.read_text())["kind"] for p in (run_dir / "restarts").glob("*.json")] \
+        == (["requeue"] if requeued else []), out
+    assert job.returncode == rc, out
+
+
 @pytest.mark.parametrize("kw, needle", [
     (dict(requeue=True, time_limit="5", requeue_signal_s=300),
      "launcher.requeue_signal_s=300 is not below launcher.time_limit=5 (300 s)"),

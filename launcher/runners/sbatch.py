@@ -176,8 +176,10 @@ def _requeue_lines(opts: Any, step: list[str]) -> list[str]:
     limit; it asks the trainers for a checkpoint through the run folder (checkpoints.py's
     control files), waits for it (at most the signal's lead less a margin for the requeue),
     records the requeue (restarts.py's record format) and requeues the job. The job starts
-    again in the same run folder and the trainers resume from their newest checkpoint. A
-    start after any requeue (preemption, node failure, by hand) is recorded too."""
+    again in the same run folder and the trainers resume from their newest checkpoint. A run
+    that ends meanwhile, or whose trainers say that checkpoint was their last step, is not
+    requeued: it finishes. A start after any requeue (preemption, node failure, by hand) is
+    recorded too."""
     wait_s = max(5, int(opts.requeue_signal_s) - REQUEUE_MARGIN_S)
     control = f'"$RUN_DIR/{checkpoints.CONTROL}"'
     records = f'"$RUN_DIR/{restarts.FOLDER}"'
@@ -195,16 +197,22 @@ def _requeue_lines(opts: Any, step: list[str]) -> list[str]:
         '  record_requeue "$SLURM_RESTART_COUNT" "Slurm started the job again (a requeue: '
         'preemption, node failure or by hand)"; fi',
         "requeue_job() {",
-        "  trap - USR1",
+        "  trap - USR1; trapped=1",
         '  local id="slurm-$SLURM_JOB_ID-${SLURM_RESTART_COUNT:-0}"',
         '  echo "areal-launch: the time limit is near: asking the trainers for a checkpoint, '
         'then requeueing job $SLURM_JOB_ID"',
         f"  mkdir -p {control}",
         f'  printf "%s\\n" "$id" > {control}/.{checkpoints.REQUEST}.part && '
         f"mv {control}/.{checkpoints.REQUEST}.part {control}/{checkpoints.REQUEST}",
-        f"  for _ in $(seq {wait_s}); do",
-        f'    if [ "$(cat {control}/{checkpoints.DONE} 2>/dev/null)" = "$id" ]; then',
+        f"  local got last; for _ in $(seq {wait_s}); do",
+        f"    got=; last=; {{ read -r got last < {control}/{checkpoints.DONE}; }} 2>/dev/null",
+        '    if [ "$got" = "$id" ] && [ "$last" = ' f'{checkpoints.FINAL} ]; then',
+        '      echo "areal-launch: the trainers saved their checkpoint at their last step: the '
+        'job ends, no requeue"; return; fi',
+        '    if [ "$got" = "$id" ]; then',
         '      echo "areal-launch: the trainers saved their checkpoint"; break; fi',
+        '    if ! kill -0 "$step" 2>/dev/null; then',
+        '      echo "areal-launch: the run ended before the time limit: no requeue"; return; fi',
         "    sleep 1",
         "  done",
         '  record_requeue "$(( ${SLURM_RESTART_COUNT:-0} + 1 ))" "the time limit was near: '
@@ -215,10 +223,8 @@ def _requeue_lines(opts: Any, step: list[str]) -> list[str]:
         "# the step runs in the background so that the shell takes USR1 while it waits",
         *step[:-1], step[-1] + " &",
         "step=$!",
-        "while :; do",
-        '  wait "$step"; rc=$?',
-        '  [ "$rc" -gt 128 ] && kill -0 "$step" 2>/dev/null || break  # a trap, not the end',
-        "done",
+        "# USR1 ends a wait early (rc 138): wait again, for the step's own exit code",
+        'while :; do trapped=; wait "$step"; rc=$?; [ -n "$trapped" ] || break; done',
     ]
 
 

@@ -150,7 +150,7 @@ def at_step_end(s: "Session", engine: Checkpointable, step: int,
             _UNSAVED.append(step)
         else:
             if request and s.rank == 0:
-                s.rt.checkpoint_request_done(request)
+                s.rt.checkpoint_request_done(request, final=step == s.opts.steps)
             say(f"grpo: checkpoint {shown(s.rt, folder)} saved ({reason}, "
                 f"{time.monotonic() - start:.1f}s)")
     test_failure(s.rt, s.rank, step)
