@@ -3,8 +3,9 @@
 # (two slurmd with 8 fake GPUs each on loopback) and stops it afterwards, by PID; the Ray tests
 # start their own two-node Ray cluster (tests/conftest.py `ray_cluster`) and stop it when done.
 # Two pytest workers (pytest-xdist, --dist loadgroup): the tests on the Slurm and Ray clusters
-# run one after another on one of them, the rest spread over both (tests/conftest.py). The core-only venv is exercised by
-# tests/test_preflight.py; `make test-fast` runs every engine-free test in it.
+# run one after another on one of them, as do the tests of a module that share one run (a
+# module-scoped fixture); the rest spread over both (tests/conftest.py). The core-only venv is
+# exercised by tests/test_preflight.py; `make test-fast` runs every engine-free test in it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
