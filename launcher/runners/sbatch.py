@@ -206,7 +206,7 @@ def _requeue_lines(opts: Any, step: list[str]) -> list[str]:
         f"mv {control}/.{checkpoints.REQUEST}.part {control}/{checkpoints.REQUEST}",
         f"  local got last; for _ in $(seq {wait_s}); do",
         f"    got=; last=; {{ read -r got last < {control}/{checkpoints.DONE}; }} 2>/dev/null",
-        '    if [ "$got" = "$id" ] && [ "$last" = ' f'{checkpoints.FINAL} ]; then',
+        f'    if [ "$got" = "$id" ] && [ "$last" = {checkpoints.FINAL} ]; then',
         '      echo "areal-launch: the trainers saved their checkpoint at their last step: the '
         'job ends, no requeue"; return; fi',
         '    if [ "$got" = "$id" ]; then',
