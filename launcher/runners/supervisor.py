@@ -440,19 +440,23 @@ class NodeRun:
             self.out.pump()
             time.sleep(TICK_S)
 
+    def stop_group(self, group: Sequence[Started], everything: bool) -> None:
+        """Stop `group` (everything: every process below us too). Muted first, so their
+        shutdown chatter stays in their logs; those still running are marked as stopped by
+        the launcher, which the tables say instead of an exit code."""
+        self.out.mute({s.name for s in group})
+        for s in group:
+            s.stopped = s.poll() is None
+        _stop(group, self.request.grace_period_s, self.stop, self.request.run_id, everything)
+
     def _replace(self, old: Sequence[Started], wait: float) -> None:
-        names = {s.name for s in old}
-        self.out.mute(names)
-        for s in old:
-            s.stopped = s.popen.poll() is None
-        _stop(old, self.request.grace_period_s, self.stop, self.request.run_id,
-              everything=False)
+        self.stop_group(old, everything=False)
         self._pause(wait)
         if self.stop.signum is not None:
             return
         for s in old:
             self.started[self.started.index(s)] = self.start(s.proc)
-        self.out.mute(names, muted=False)
+        self.out.mute({s.name for s in old}, muted=False)
 
     def restart_trainers(self, epoch: int, wait: float) -> None:
         self.epoch = epoch
@@ -505,11 +509,7 @@ def supervise(request: LaunchRequest, procs: Sequence[Materialized], *, node: Op
         finally:
             run.done.set()
             out.end_status()
-            out.mute({s.name for s in run.started})
-            for s in run.started:
-                s.stopped = s.poll() is None
-            _stop(run.started, request.grace_period_s, run.stop, request.run_id,
-                  everything=True)
+            run.stop_group(run.started, everything=True)
             for s in run.started:
                 s.popen.wait()
                 s.poll()
