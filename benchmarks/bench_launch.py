@@ -25,7 +25,7 @@ import time
 import uuid
 from pathlib import Path
 
-from launcher.runners.ports import PortReserver
+from launcher.node.ports import PortReserver
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable

@@ -20,10 +20,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_plan import plan, reference_loop, timed  # noqa: E402  (this folder)
 
-from launcher.cluster import ClusterSpec  # noqa: E402
-from launcher.memory import (EngineInput, InferenceOptions, Offload, TrainOptions,  # noqa: E402
-                             estimate, memory_report)
-from launcher.suggest import suggest  # noqa: E402
+from launcher.memory.estimate import EngineInput, InferenceOptions, Offload, TrainOptions, estimate  # noqa: E402
+from launcher.memory.fix import memory_report  # noqa: E402
+from launcher.memory.suggest import suggest  # noqa: E402
+from launcher.spec.cluster import ClusterSpec  # noqa: E402
 from tests.model_configs import shape  # noqa: E402
 
 H100 = 79.11

@@ -18,9 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from launcher import backends  # noqa: E402
-from launcher.alloc import AllocationError, parse_backend  # noqa: E402
-from launcher.legacy import parse_allocation_mode  # noqa: E402
+from launcher.planning.legacy import parse_allocation_mode  # noqa: E402
+from launcher.spec import registry  # noqa: E402
+from launcher.spec.alloc import AllocationError, parse_backend  # noqa: E402
 
 # Our own Earley grammar for the same language (parse only: no validation, so it is flattered).
 EARLEY_GRAMMAR = r"""
@@ -37,7 +37,7 @@ INVALID = ["fsdp:d4p2", "d4t2", "sglang.d4t2", "sglang:d4+fsdp:d8", "FSDP:d8", "
            "fsdp:d04", "megatron:attn:d8|ffn:e3t2", "megatron:d2e3", "", "fsdp:d4d2", "sglan:d4"]
 
 
-BACKEND_DIMS = {name: backends.dims(name) or "" for name in backends.names()}
+BACKEND_DIMS = {name: registry.backend_dims(name) or "" for name in registry.backend_names()}
 
 
 def specs(count: int, rnd: random.Random) -> list[str]:

@@ -17,13 +17,13 @@ import time
 
 from rich.console import Console
 
-from launcher.alloc import parse_backend
-from launcher.launch import counted_request, prepare
-from launcher.cluster import ClusterSpec
-from launcher.placement import place
-from launcher.plan import Plan
-from launcher.ranks import component_plan, weight_sync
-from launcher.render import render_gpu_map, render_svg
+from launcher.cli.launch import counted_request, prepare
+from launcher.cli.render import render_gpu_map, render_svg
+from launcher.planning.placement import place
+from launcher.planning.ranks import component_plan, weight_sync
+from launcher.spec.alloc import parse_backend
+from launcher.spec.cluster import ClusterSpec
+from launcher.spec.plan import Plan
 
 
 def specs(nodes: int) -> dict[str, str]:

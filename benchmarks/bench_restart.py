@@ -7,7 +7,7 @@ CLI with recipe.steps=6 and launcher.max_restarts=1. From that one run:
     again costs before any step: the server's start, the trainers' start, the first step);
   - one crash: a trainer rank SIGKILLed once its step-3 checkpoint exists, to the next step
     completed (the trainers restart and resume; the server keeps serving).
-Both end at a step's completion, read from the trainers' progress records (launcher.progress);
+Both end at a step's completion, read from the trainers' progress records (launcher.worker.progress);
 the step's own duration is in both. --repeat N runs it N times and reports each.
 
 Usage: python benchmarks/bench_restart.py [--repeat N]
@@ -25,7 +25,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from launcher import checkpoints, progress  # noqa: E402
+from launcher.worker import (
+    checkpoints,  # noqa: E402
+    progress,
+)
 
 EXE = str(Path(sys.executable).parent / "areal-launch")
 LIMIT_S = 900

@@ -3,7 +3,7 @@ fsdp:d2 against fsdp:d1t2, in one run (docs/benchmarks.md).
 
 Both layouts train the tiny Llama on the same global batch (`--batch` sequences of `--tokens`
 tokens: d2 gives each rank half, d1t2 gives both ranks all of it and splits every layer), built
-exactly as recipes/grpo/train.py builds it: the plan's mesh (launcher.runtime), DTensor tensor
+exactly as recipes/grpo/train.py builds it: the plan's mesh (launcher.worker.runtime), DTensor tensor
 parallel over tp, FSDP2 over dp. A step is forward, GRPO loss, backward, gradient clipping and
 AdamW; the full-state gather a weight push starts with is timed too. Layouts alternate, so the
 machine's load weighs on both alike; medians over `--repeat` torchrun runs of `--steps` steps
@@ -38,8 +38,8 @@ def plan_file(spec: str, folder: Path) -> Path:
     """The real plan for `spec` (trainer only, cpu), written where the workers read it."""
     from omegaconf import OmegaConf
 
-    from launcher.build import build_plan
-    from launcher.config import LaunchConfig
+    from launcher.config.schema import LaunchConfig
+    from launcher.planning.build import build_plan
 
     cfg = OmegaConf.structured(LaunchConfig)
     for key, value in {"cluster.device": "cpu", "rollout.backend": None,
@@ -55,12 +55,13 @@ def worker(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(ROOT))
     import torch
     import torch.distributed as dist
-
-    from launcher.runtime import load_plan
-    from launcher.tiny_model import default_path
-    from recipes.grpo import loop, mesh as meshes
-    from recipes.grpo.weights import gather_full_state, token_logprobs
     from transformers import AutoModelForCausalLM
+
+    from launcher.worker.runtime import load_plan
+    from launcher.worker.tiny_model import default_path
+    from recipes.grpo import loop
+    from recipes.grpo import mesh as meshes
+    from recipes.grpo.weights import gather_full_state, token_logprobs
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")

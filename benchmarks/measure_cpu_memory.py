@@ -1,8 +1,8 @@
-"""Measure the host memory of the default CPU run: the source of launcher/capacity.py's constants.
+"""Measure the host memory of the default CPU run: the source of launcher/memory/capacity.py's constants.
 
 Runs `areal-launch recipe.steps=N` (vLLM CPU server + 2 FSDP2 ranks on gloo), samples the
 resident set (VmRSS) of every process it starts, and prints each process's peak with its role,
-so the per-process overheads in launcher/capacity.py can be checked again on another machine.
+so the per-process overheads in launcher/memory/capacity.py can be checked again on another machine.
 Not run by `make bench` (it starts a real vLLM server: about a minute on 2 cores).
     .venv/bin/python benchmarks/measure_cpu_memory.py [--steps 2]
 """

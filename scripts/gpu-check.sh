@@ -29,7 +29,7 @@ if compgen -G ".whl/*.whl" >/dev/null; then
 fi
 export PYTHONPATH="$PWD:$WORK/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export AREAL_TINY_MODEL=$WORK/tiny
-LAUNCH=(python3 -m launcher.cli)
+LAUNCH=(python3 -m launcher.cli.main)
 FAILED=0
 
 say() { echo "gpu-check: $*" | tee -a "$REPORT"; }
@@ -44,7 +44,7 @@ launch() {  # LOG OVERRIDES...: a real launch, its console kept in $OUT
 say "$(nvidia-smi -L | tr '\n' ' ')"
 say "$(python3 -c 'import sys, torch; print("python", sys.version.split()[0], "torch",
       torch.__version__, "cuda", torch.version.cuda)')"
-python3 -m launcher.tiny_model >/dev/null || { say "FAIL tiny model build"; exit 99; }
+python3 -m launcher.worker.tiny_model >/dev/null || { say "FAIL tiny model build"; exit 99; }
 
 # 1. the mask
 count=$(nvidia-smi -L | grep -c '^GPU')

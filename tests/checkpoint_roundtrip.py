@@ -23,8 +23,9 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from launcher.runtime import load_plan  # noqa: E402
-from recipes.grpo import mesh as meshes, resume  # noqa: E402
+from launcher.worker.runtime import load_plan  # noqa: E402
+from recipes.grpo import mesh as meshes  # noqa: E402
+from recipes.grpo import resume
 from recipes.grpo.offload import HostOffload  # noqa: E402
 from recipes.grpo.train import FSDPEngine, load_model  # noqa: E402
 

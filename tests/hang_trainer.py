@@ -1,5 +1,5 @@
 """A trainer entry point for the hang watchdog's tests (and the stack-dump test): every rank
-heartbeats its steps through the runtime (launcher.runtime heartbeat: progress/<rank>.json,
+heartbeats its steps through the runtime (launcher.worker.runtime heartbeat: progress/<rank>.json,
 SIGUSR2 dumps its stacks into its log) and all-reduces once per step on gloo.
 
     areal-launch rollout=none trainer.entry=tests/hang_trainer.py +launcher.env.HANG_AT_STEP=3
@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from launcher.runtime import load_plan  # noqa: E402
+from launcher.worker.runtime import load_plan  # noqa: E402
 
 
 def hang_inside_step(step: int) -> None:

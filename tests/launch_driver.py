@@ -15,10 +15,10 @@ import json
 import sys
 from pathlib import Path
 
-from launcher.plan import ProcessSpec
+from launcher.node.ports import PortReserver
+from launcher.node.runs import make_run_dir
 from launcher.runners import local
-from launcher.runners.ports import PortReserver
-from launcher.runs import make_run_dir
+from launcher.spec.plan import ProcessSpec
 
 # the repository, not tests/ (whose requests.py would hide the `requests` package Ray uses)
 sys.path[0] = str(Path(__file__).resolve().parent.parent)

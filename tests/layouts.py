@@ -11,11 +11,11 @@ from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
-from launcher.alloc import ModelAllocation
-from launcher.cluster import ClusterSpec
-from launcher.placement import place
-from launcher.plan import Plan
-from launcher.ranks import component_plan, weight_sync
+from launcher.planning.placement import place
+from launcher.planning.ranks import component_plan, weight_sync
+from launcher.spec.alloc import ModelAllocation
+from launcher.spec.cluster import ClusterSpec
+from launcher.spec.plan import Plan
 
 TRAINERS = ("actor", "critic", "ref", "teacher")
 
@@ -115,7 +115,7 @@ def layouts(draw, max_nodes: int = 4) -> Layout:
 
 
 def plan_of(layout: Layout, offload: dict[str, bool] | None = None) -> Plan:
-    """Place, map ranks and weight sync, as launcher.build does."""
+    """Place, map ranks and weight sync, as launcher.planning.build does."""
     placed = place(layout.allocs, layout.cluster, layout.placement, offload)
     components = {name: component_plan(name, alloc, placed.gpus[name], layout.cluster)
                   for name, alloc in layout.allocs.items()}

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from typing import Iterable, Optional, Union
 
-from launcher.alloc import parse_backend
-from launcher.memory import EngineInput, InferenceOptions, TrainOptions
-from launcher.model_shape import ModelShape
-from launcher.plan import ComponentPlan
+from launcher.memory.estimate import EngineInput, InferenceOptions, TrainOptions
+from launcher.memory.model_shape import ModelShape
+from launcher.spec.alloc import parse_backend
+from launcher.spec.plan import ComponentPlan
 
 
 def component(name: str, spec: str, gpus: Iterable[int],
@@ -22,11 +22,11 @@ def engine(name: str, spec: str, gpus: Iterable[int], shape: Optional[ModelShape
 
 def apply_override(engines: list[EngineInput], text: str) -> list[EngineInput]:
     """The engines after the overrides of a fix (`actor.mb_spec.max_tokens_per_mb=8192 ...`),
-    mapped back through launcher.memory_fix.KNOBS (the lead maps them to config keys)."""
+    mapped back through launcher.memory.fix.KNOBS (the lead maps them to config keys)."""
     import dataclasses
 
-    from launcher.memory_fix import KNOBS, _swap
-    from launcher.memory_train import Offload
+    from launcher.memory.fix import KNOBS, _swap
+    from launcher.memory.train import Offload
 
     out = list(engines)
     for item in text.split():

@@ -157,6 +157,6 @@ TABLE = ("Llama-3-8B", "Llama-3-70B", "Qwen2.5-7B", "Qwen2.5-72B", "Qwen3-8B", "
 
 def shape(name: str):
     """The ModelShape of a table model."""
-    from launcher.model_shape import shape_from_config
+    from launcher.memory.model_shape import shape_from_config
 
     return shape_from_config(MODELS[name]["config"], where=MODELS[name]["source"])

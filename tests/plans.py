@@ -5,8 +5,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from launcher.build import build_plan
-from launcher.config import LaunchConfig
+from launcher.config.schema import LaunchConfig
+from launcher.planning.build import build_plan
 from launcher.runners import local
 
 FIXED = {"rollout.backend": "vllm:d1", "actor.backend": "fsdp:d2"}  # not sized for a machine

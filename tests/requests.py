@@ -5,10 +5,10 @@ import uuid
 from pathlib import Path
 from typing import Sequence
 
-from launcher.cluster import ClusterSpec
-from launcher.plan import Plan, ProcessSpec
-from launcher.request import LaunchRequest
-from launcher.runs import write_private
+from launcher.node.runs import write_private
+from launcher.spec.cluster import ClusterSpec
+from launcher.spec.plan import Plan, ProcessSpec
+from launcher.spec.request import LaunchRequest
 
 
 def request_for(run_dir: Path, procs: Sequence[ProcessSpec], *, num_nodes: int = 2,

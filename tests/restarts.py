@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Optional
 
-from launcher.plan import ENV_RESTART, fill_hosts
+from launcher.spec.plan import ENV_RESTART, fill_hosts
 
 ROOT = Path(__file__).resolve().parent.parent
 

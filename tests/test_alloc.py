@@ -1,4 +1,4 @@
-"""Backend strings (launcher/alloc.py): one test per rule of DESIGN §3."""
+"""Backend strings (launcher/spec/alloc.py): one test per rule of docs/architecture.md §3."""
 from __future__ import annotations
 
 import re
@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from launcher import backends
-from launcher.alloc import AllocationError, ModelAllocation, parse_backend
+from launcher.spec import registry
+from launcher.spec.alloc import AllocationError, ModelAllocation, parse_backend
 
-BACKEND_DIMS = {name: backends.dims(name) for name in backends.names()}
+BACKEND_DIMS = {name: registry.backend_dims(name) for name in registry.backend_names()}
 
 
 def error_of(spec: str) -> str:

@@ -7,9 +7,9 @@ import types
 
 import pytest
 
-from launcher import capacity
-from launcher.capacity import (gpu_memory_from_name, host_memory_gib, resolve_capacity)
-from launcher.errors import ConfigError
+from launcher.memory import capacity
+from launcher.memory.capacity import gpu_memory_from_name, host_memory_gib, resolve_capacity
+from launcher.spec.errors import ConfigError
 
 GIB = 1 << 30
 
@@ -84,6 +84,6 @@ def test_a_configured_size_that_is_no_gpu_memory_is_a_clear_error(value):
 
 
 def test_resolving_capacity_never_imports_torch():
-    code = ("import sys, launcher.capacity as c; c.resolve_capacity('cuda'); "
+    code = ("import sys, launcher.memory.capacity as c; c.resolve_capacity('cuda'); "
             "c.resolve_capacity('cpu'); assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -1,4 +1,4 @@
-"""launcher/checkpoints.py: the run folder's checkpoints (newest complete one wins) and the
+"""launcher/worker/checkpoints.py: the run folder's checkpoints (newest complete one wins) and the
 launcher's request for one. Stdlib only, like the launcher side that reads them."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from launcher import checkpoints as ck
+from launcher.worker import checkpoints as ck
 
 
 def save(root, step, restart=0, files=("shard",)):
@@ -81,7 +81,7 @@ def test_a_checkpoint_request_is_pending_until_a_trainer_marks_it_done(tmp_path)
 
 
 def test_the_module_is_stdlib_only():
-    code = ("import sys, launcher.checkpoints, launcher.progress, launcher.runtime; "
+    code = ("import sys, launcher.worker.checkpoints, launcher.worker.progress, launcher.worker.runtime; "
             "print(sorted(m for m in ('torch', 'numpy', 'vllm', 'yaml') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={**os.environ})

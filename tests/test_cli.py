@@ -124,7 +124,7 @@ def test_per_engine_placement_override_without_plus():
 
 
 def test_launcher_process_never_imports_heavy_engines():
-    code = ("import sys; from launcher.cli import main\n"
+    code = ("import sys; from launcher.cli.main import main\n"
             "try:\n    main(['plan', '--json', 'cluster=gpu8', 'rollout.backend=sglang:d2t2', 'ref=inherit'])\n"
             "except SystemExit: pass\n"
             "heavy = [m for m in ('torch', 'vllm', 'sglang', 'megatron', 'transformers') if m in sys.modules]\n"
@@ -153,7 +153,7 @@ def test_config_files_are_found_from_an_installed_package(tmp_path):
     assert (target / "launcher" / "conf" / "experiment" / "gpu2x8_megatron.yaml").is_file()
     assert (target / "hydra_plugins" / "areal_launch" / "areal_launcher.py").is_file()
     env = {**os.environ, "PYTHONPATH": str(target), "CUDA_VISIBLE_DEVICES": ""}
-    out = subprocess.run([sys.executable, "-m", "launcher.cli", "plan", "--json", "ref=inherit",
+    out = subprocess.run([sys.executable, "-m", "launcher.cli.main", "plan", "--json", "ref=inherit",
                           "experiment=gpu2x8_megatron"], capture_output=True, text=True, env=env,
                          cwd=tmp_path, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher.plan import ProcessSpec
+from launcher.node.runs import read_record
 from launcher.runners import slurm
-from launcher.runs import read_record
+from launcher.spec.plan import ProcessSpec
 from tests.requests import request_for, write_plan
 
 EXE = str(Path(sys.executable).parent / "areal-launch")
@@ -91,7 +91,7 @@ def test_a_recorded_job_slurm_has_forgotten_exits_1(tmp_path, slurm_cluster):
     run_dir.mkdir()
     env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
     subprocess.run([sys.executable, "-c",
-                    "import sys; from launcher.runs import RunRecord, write_record; "
+                    "import sys; from launcher.node.runs import RunRecord, write_record; "
                     "write_record(RunRecord('slurm', 'r', sys.argv[1], job_id='987654321'))",
                     str(run_dir)], env=env, check=True)
     out = cli("status", "987654321", cache=cache)
@@ -110,7 +110,7 @@ def test_a_slurm_that_does_not_answer_is_not_said_to_have_forgotten_the_job(tmp_
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     subprocess.run([sys.executable, "-c",
-                    "import sys; from launcher.runs import RunRecord, write_record; "
+                    "import sys; from launcher.node.runs import RunRecord, write_record; "
                     "write_record(RunRecord('slurm', 'r', sys.argv[1], job_id='4242'))",
                     str(run_dir)], env={**os.environ, "XDG_CACHE_HOME": str(cache)}, check=True)
     line = one_error_line(cli("status", "4242", cache=cache, SLURM_CONF=str(bad)))

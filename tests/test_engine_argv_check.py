@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from launcher.backends.checks import check_argvs, plan_items
 from launcher.backends.context import LaunchContext
-from launcher.build import build_plan
-from launcher.checks import check_argvs, plan_items
-from launcher.plan import Plan
-from launcher.request import build_processes
+from launcher.backends.processes import build_processes
+from launcher.planning.build import build_plan
+from launcher.spec.plan import Plan
 from tests.plans import config
 
 ROOT = Path(__file__).resolve().parents[1]

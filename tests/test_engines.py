@@ -8,15 +8,17 @@ from typing import Callable
 
 import pytest
 
-from launcher import request, resolve
-from launcher.alloc import ModelAllocation
+from launcher.backends import processes
 from launcher.backends.context import LaunchContext
-from launcher.build import Planned, model_path
-from launcher.cluster import ClusterSpec
-from launcher.config import LaunchConfig
-from launcher.errors import ConfigError, LaunchError
-from launcher.plan import ComponentPlan, Instance, Plan, ProcessSpec, Rank
-from launcher.resolve import check_unused_options
+from launcher.config.schema import LaunchConfig
+from launcher.planning import resolve
+from launcher.planning.build import Planned, model_path
+from launcher.planning.resolve import check_unused_options
+from launcher.spec import request
+from launcher.spec.alloc import ModelAllocation
+from launcher.spec.cluster import ClusterSpec
+from launcher.spec.errors import ConfigError, LaunchError
+from launcher.spec.plan import ComponentPlan, Instance, Plan, ProcessSpec, Rank
 from tests import plans
 
 
@@ -70,7 +72,7 @@ def plan_with_processes(plan: Plan, spec: LaunchConfig, c: Context) -> Plan:
     inherited = {n: comp.inherited_from for n, comp in plan.components.items()
                  if comp.inherited_from}
     engines = resolve.engines(spec, allocs, inherited, model_path(spec))
-    return request.build_processes(Planned(plan, engines, spec), spec.trainer.entry,
+    return processes.build_processes(Planned(plan, engines, spec), spec.trainer.entry,
                                    spec.trainer.args, c.ctx)
 
 
@@ -449,7 +451,7 @@ def test_resolved_backends_win_over_the_config_fields():
 def test_servers_listen_on_their_node_address_only_when_it_is_loopback():
     """Nodes on one machine (127.0.0.2, 127.0.0.3: the Ray test cluster) stay on loopback; a
     real node's server listens on every interface, so other nodes reach it by any name."""
-    from launcher.plan import bind_placeholder, fill_hosts
+    from launcher.spec.plan import bind_placeholder, fill_hosts
 
     assert fill_hosts(bind_placeholder(1), ["127.0.0.2", "127.0.0.3"]) == "127.0.0.3"
     assert fill_hosts(bind_placeholder(0), ["::1"]) == "::1"

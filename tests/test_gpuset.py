@@ -1,10 +1,11 @@
 """The GPU-set language of cluster.component_placement: parse and print."""
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
-from launcher.cluster import ClusterSpec
-from launcher.errors import LaunchError, PlacementError
-from launcher.gpuset import format_gpu_set, parse_gpu_set
+from launcher.spec.cluster import ClusterSpec
+from launcher.spec.errors import LaunchError, PlacementError
+from launcher.spec.gpuset import format_gpu_set, parse_gpu_set
 
 TWO_BY_EIGHT = ClusterSpec(2, 8)
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # recipes/ is not installed
-from launcher.errors import ConfigError  # noqa: E402
-from launcher.runtime import plan_from_dict  # noqa: E402
+from launcher.spec.errors import ConfigError  # noqa: E402
+from launcher.worker.runtime import plan_from_dict  # noqa: E402
 from recipes.grpo.options import load_options  # noqa: E402
 
 

@@ -5,9 +5,8 @@ import json
 import os
 import stat
 
-from launcher.hostinfo import count_local_gpus
+from launcher.node.hostinfo import count_local_gpus
 from tests.areal_launch import run
-
 
 
 def test_cuda_visible_devices_is_counted_first():

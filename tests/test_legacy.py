@@ -1,12 +1,12 @@
-"""The deprecated allocation_mode string (launcher/legacy.py)."""
+"""The deprecated allocation_mode string (launcher/planning/legacy.py)."""
 from __future__ import annotations
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from launcher.alloc import AllocationError, parse_backend
-from launcher.legacy import LegacyComponent, parse_allocation_mode
+from launcher.planning.legacy import LegacyComponent, parse_allocation_mode
+from launcher.spec.alloc import AllocationError, parse_backend
 
 
 def parts(text: str) -> list[tuple[str, str, int]]:

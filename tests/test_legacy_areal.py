@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.errors import LaunchError
-from launcher.launch import prepare
+from launcher.cli.launch import prepare
+from launcher.spec.errors import LaunchError
 
 HYBRID = "megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)"
 # AReaL's input -> the engines it runs (every other engine is off)

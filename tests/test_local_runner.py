@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from launcher.plan import ENV_RUN_MARKER, ProcessSpec
-from launcher.request import materialize
-from launcher.runners import keeper
+from launcher.node import keeper
+from launcher.node.ports import PortReserver
+from launcher.node.runs import write_private
 from launcher.runners.local import dry_run_text
-from launcher.runners.ports import PortReserver
-from launcher.runs import write_private
+from launcher.spec.plan import ENV_RUN_MARKER, ProcessSpec
+from launcher.spec.request import materialize
 from tests.processes import survivors, wait_until
 
 TESTS = Path(__file__).resolve().parent
@@ -249,7 +249,7 @@ def test_a_nodes_supervisor_starts_only_that_nodes_processes(tmp_path, tag):
     run_dir.mkdir()
     request = request_for(run_dir, [here, there], num_nodes=2, device="cpu")
     write_private(run_dir / "request.json", request.to_json())
-    out = subprocess.run([PY, "-m", "launcher.runners.node", str(run_dir / "request.json"),
+    out = subprocess.run([PY, "-m", "launcher.node.agent", str(run_dir / "request.json"),
                           "--node", "0", "--hosts", "127.0.0.1,127.0.0.1"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.request import LaunchRequest
 from launcher.runners import local, slurm
+from launcher.spec.request import LaunchRequest
 from tests.areal_launch import one_error_line, run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -136,7 +136,7 @@ def without_run_id(text: str, run_id: str) -> str:
 def test_what_a_local_dry_run_prints_is_what_the_launch_runs(tmp_path):
     entry = tmp_path / "train.py"
     entry.write_text(TRAINER)
-    from launcher.runners.ports import PortReserver
+    from launcher.node.ports import PortReserver
     with PortReserver() as r:
         base = r.take() + 100
     args = ("rollout=none", "actor.backend=fsdp:d2", f"trainer.entry={entry}",

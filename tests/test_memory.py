@@ -1,4 +1,4 @@
-"""Per-GPU memory: one test per promise of launcher.memory (reference/memory.md, DESIGN §10)."""
+"""Per-GPU memory: one test per promise of launcher.memory.estimate (reference/memory.md, docs/architecture.md §10)."""
 from __future__ import annotations
 
 import json
@@ -6,15 +6,20 @@ import time
 
 import pytest
 
-from launcher.alloc import parse_backend
-from launcher.cluster import ClusterSpec
-from launcher.errors import ConfigError, LaunchError
-from launcher.memory import (EngineInput, InferenceOptions, Offload, TrainOptions, margin_gib,
-                             memory_report)
-from launcher.memory_infer import (estimate_inference, kv_bytes_per_token,
-                                   sglang_auto_mem_fraction)
-from launcher.memory_parts import GIB, INFER_OVERHEAD_GIB
-from launcher.memory_train import estimate_training, model_state_bytes
+from launcher.memory.estimate import (
+    EngineInput,
+    InferenceOptions,
+    Offload,
+    TrainOptions,
+    margin_gib,
+)
+from launcher.memory.fix import memory_report
+from launcher.memory.infer import estimate_inference, kv_bytes_per_token, sglang_auto_mem_fraction
+from launcher.memory.parts import GIB, INFER_OVERHEAD_GIB
+from launcher.memory.train import estimate_training, model_state_bytes
+from launcher.spec.alloc import parse_backend
+from launcher.spec.cluster import ClusterSpec
+from launcher.spec.errors import ConfigError, LaunchError
 from tests.memory_plans import apply_override, component, engine
 from tests.model_configs import shape
 

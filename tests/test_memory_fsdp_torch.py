@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher.alloc import parse_backend
-from launcher.memory_train import TrainOptions, model_state_bytes
-from launcher.model_shape import read_model_shape
+from launcher.memory.model_shape import read_model_shape
+from launcher.memory.train import TrainOptions, model_state_bytes
+from launcher.spec.alloc import parse_backend
 from tests.test_recipe_e2e import free_port, stop
 
 pytestmark = pytest.mark.torch

@@ -18,8 +18,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from launcher.alloc import parse_backend
-from launcher.memory_train import TrainOptions, model_state_bytes
+from launcher.memory.train import TrainOptions, model_state_bytes
+from launcher.spec.alloc import parse_backend
 from tests.model_configs import TABLE, shape
 
 DEEPSPEED_BYTES = (2, 4, 12)  # 16-bit weights, fp32 grads, fp32 master + Adam moments

@@ -2,7 +2,7 @@
 
 Each case keeps only what can be read back from its source: model, GPU type (hence memory),
 parallel sizes and memory knobs, translated into our backends and options. What had to be
-assumed is written beside the case. GPU memory is what the card reports (launcher.capacity).
+assumed is written beside the case. GPU memory is what the card reports (launcher.memory.capacity).
 """
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from typing import Callable
 
 import pytest
 
-from launcher.capacity import gpu_memory_from_name
-from launcher.cluster import ClusterSpec
-from launcher.memory import EngineInput, InferenceOptions, Offload, TrainOptions, memory_report
+from launcher.memory.capacity import gpu_memory_from_name
+from launcher.memory.estimate import EngineInput, InferenceOptions, Offload, TrainOptions
+from launcher.memory.fix import memory_report
+from launcher.spec.cluster import ClusterSpec
 from tests.memory_plans import engine
 from tests.model_configs import shape
 

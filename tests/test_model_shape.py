@@ -7,8 +7,8 @@ from decimal import Decimal
 
 import pytest
 
-from launcher.errors import LaunchError
-from launcher.model_shape import ModelShapeError, read_model_shape, shape_from_config
+from launcher.memory.model_shape import ModelShapeError, read_model_shape, shape_from_config
+from launcher.spec.errors import LaunchError
 from tests.model_configs import MODELS, TABLE, shape
 
 UNITS = {"B": 10**9, "M": 10**6}

@@ -3,14 +3,13 @@ import itertools
 
 import pytest
 from hypothesis import given, settings
-
-from launcher.alloc import ModelAllocation as M
-from launcher.cluster import ClusterSpec
-from launcher.errors import PlacementError
-from launcher.gpuset import format_gpu_set
-from launcher.placement import parse_placement_keys, place, slots_needed
-
 from layouts import layouts
+
+from launcher.planning.placement import parse_placement_keys, place, slots_needed
+from launcher.spec.alloc import ModelAllocation as M
+from launcher.spec.cluster import ClusterSpec
+from launcher.spec.errors import PlacementError
+from launcher.spec.gpuset import format_gpu_set
 
 ONE_BY_EIGHT, TWO_BY_EIGHT = ClusterSpec(1, 8), ClusterSpec(2, 8)
 ACTIVE = ("rollout", "actor", "critic", "ref", "teacher")

@@ -6,12 +6,12 @@ import sys
 
 import pytest
 
-from launcher.errors import LaunchError
-from launcher.runners.ports import PortReserver
+from launcher.node.ports import PortReserver
+from launcher.spec.errors import LaunchError
 
 HOLDER = """
 import sys
-from launcher.runners.ports import PortReserver
+from launcher.node.ports import PortReserver
 r = PortReserver(base_port=int(sys.argv[1]))
 print(*[r.take() for _ in range(int(sys.argv[2]))], flush=True)
 sys.stdin.read()  # hold the ports until the test closes our stdin

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from launcher.plan import ProcessSpec
-from launcher.preflight import declared_requires, problems
-from launcher.request import materialize
+from launcher.node.preflight import declared_requires, problems
+from launcher.spec.plan import ProcessSpec
+from launcher.spec.request import materialize
 from tests.areal_launch import ROOT, one_error_line, run
 
 CORE = ROOT / ".venv-core"  # `make test` builds it: `pip install -e .` and nothing else

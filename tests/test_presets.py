@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.checks import check_argvs, plan_items
-from launcher.launch import counted_request, prepare
+from launcher.backends.checks import check_argvs, plan_items
+from launcher.cli.launch import counted_request, prepare
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = sorted(p.stem for p in (ROOT / "launcher" / "conf" / "experiment").glob("*.yaml"))

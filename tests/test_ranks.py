@@ -4,14 +4,19 @@ from collections import Counter
 
 import pytest
 from hypothesis import assume, given, settings
-
-from launcher.alloc import ModelAllocation as M
-from launcher.cluster import ClusterSpec
-from launcher.errors import PlacementError
-from launcher.ranks import (AXES, component_plan, grid, groups, inference_instances,
-                            training_ranks)
-
 from layouts import build, layouts, plan_of
+
+from launcher.planning.ranks import (
+    AXES,
+    component_plan,
+    grid,
+    groups,
+    inference_instances,
+    training_ranks,
+)
+from launcher.spec.alloc import ModelAllocation as M
+from launcher.spec.cluster import ClusterSpec
+from launcher.spec.errors import PlacementError
 
 ONE_BY_EIGHT, TWO_BY_EIGHT = ClusterSpec(1, 8), ClusterSpec(2, 8)
 

@@ -23,7 +23,7 @@ from typing import Optional
 
 import pytest
 
-from launcher.plan import ProcessSpec, bind_placeholder, host_placeholder
+from launcher.spec.plan import ProcessSpec, bind_placeholder, host_placeholder
 from tests.processes import survivors, wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
@@ -60,7 +60,7 @@ def node_supervisors(folder: Path) -> list[int]:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"launcher.runners.node" in argv and any(str(folder).encode() in a for a in argv):
+        if b"launcher.node.agent" in argv and any(str(folder).encode() in a for a in argv):
             found.append(int(pid))
     return found
 
@@ -309,7 +309,7 @@ def torchrun_on_node1(tag: str, run_dir: Path, port: int, **env: str) -> Process
 
 
 def free_ports(n: int) -> list[int]:
-    from launcher.runners.ports import PortReserver
+    from launcher.node.ports import PortReserver
 
     with PortReserver() as r:
         return [r.take() for _ in range(n)]
@@ -443,7 +443,7 @@ def test_logs_follow_streams_a_detached_run_until_it_ends(tmp_path, env, tag):
 def test_a_job_ray_does_not_know_is_said_so(tmp_path, env):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    subprocess.run([PY, "-c", "import sys; from launcher.runs import RunRecord, write_record; "
+    subprocess.run([PY, "-c", "import sys; from launcher.node.runs import RunRecord, write_record; "
                     "write_record(RunRecord('ray', 'r', sys.argv[1], job_id='areal-gone', "
                     "address=sys.argv[2]))", str(run_dir), env["RAY_API_SERVER_ADDRESS"]],
                    env=env, check=True)
@@ -518,7 +518,7 @@ def test_the_launcher_process_of_a_ray_run_imports_no_engine(tmp_path, env):
     trainer.write_text("print('hello from the trainer')\n")
     code = f"""
 import sys
-from launcher.launch import prepare, start
+from launcher.cli.launch import prepare, start
 code = start(prepare(["launcher=ray", "cluster.device=cpu", "rollout=none", "actor.backend=fsdp:d1",
                       "cluster.num_nodes=1", "cluster.gpus_per_node=1", "trainer.entry={trainer}",
                       "hydra.run.dir={tmp_path / 'run'}"]))

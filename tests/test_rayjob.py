@@ -11,9 +11,8 @@ import time
 
 import pytest
 
-from launcher.plan import ProcessSpec
-from launcher.runners.rayjob import (RayJob, RayNode, dry_run_text, entrypoint, fit_problem,
-                                     ray_job)
+from launcher.runners.rayjob import RayJob, RayNode, dry_run_text, entrypoint, fit_problem, ray_job
+from launcher.spec.plan import ProcessSpec
 from tests.areal_launch import one_error_line, run
 from tests.requests import request_for
 
@@ -53,7 +52,7 @@ def test_a_plan_node_without_processes_still_gets_its_own_ray_node():
 def test_each_node_runs_its_supervisor_on_the_request_with_every_nodes_address():
     job = job_of([proc("actor-0", "trainer", 0, (0,)), proc("actor-1", "trainer", 1, (0,))])
     assert job.node_argv(1, ["10.0.0.7", "10.0.0.9"]) == [
-        PY, "-m", "launcher.runners.node", f"{RUN}/request.json", "--node", "1",
+        PY, "-m", "launcher.node.agent", f"{RUN}/request.json", "--node", "1",
         "--hosts", "10.0.0.7,10.0.0.9"]
     assert job.name == f"areal-{job.run_id}"
     assert RayJob.from_dict(json.loads(json.dumps(job.to_dict()))) == job
@@ -66,7 +65,7 @@ def test_dry_run_text_shows_bundles_node_commands_and_the_request_with_secrets_m
     job = ray_job(request, PY, 1.0, "/work", 60.0)
     text = dry_run_text(job, request, "auto", None)
     assert 'bundle 0: {"CPU": 1.0, "GPU": 2.0}' in text and 'bundle 1: {"CPU": 1.0, "GPU": 1.0}' in text
-    assert (f"node 1: {PY} -m launcher.runners.node {RUN}/request.json --node 1 "
+    assert (f"node 1: {PY} -m launcher.node.agent {RUN}/request.json --node 1 "
             "--hosts HOST0,HOST1") in text
     shown = json.loads(text.split("(secrets masked):\n", 1)[1])
     assert shown["processes"][0]["env"]["HF_TOKEN"] != "hf_secret"
@@ -170,7 +169,7 @@ def test_a_dry_run_without_a_cluster_prints_and_says_the_fit_was_not_checked(tmp
               f"hydra.run.dir={tmp_path}/r")
     assert out.returncode == 0, out.stderr
     assert "did not check that the plan fits a Ray cluster" in out.stderr
-    assert "node 1: " in out.stdout and "launcher.runners.node" in out.stdout
+    assert "node 1: " in out.stdout and "launcher.node.agent" in out.stdout
     assert not (tmp_path / "r").exists()
 
 
@@ -198,7 +197,7 @@ def test_only_launcher_ray_imports_ray_and_no_launch_imports_an_engine(tmp_path)
     to register its config), and torch, vllm, sglang never (launcher=ray: tests/test_ray.py)."""
     code = """
 import sys
-from launcher.launch import prepare, start
+from launcher.cli.launch import prepare, start
 for runner in sys.argv[1:]:
     prep = prepare([f"launcher={runner}", "launcher.dry_run=true", "cluster.device=cpu"])
     start(prep)

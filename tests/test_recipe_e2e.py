@@ -20,7 +20,7 @@ from typing import Optional
 
 import pytest
 
-from launcher.runtime import wait_for_servers
+from launcher.worker.runtime import wait_for_servers
 
 pytestmark = [pytest.mark.vllm, pytest.mark.torch]
 
@@ -99,7 +99,7 @@ def write_plan(run_dir: Path, model: Path, addr: Optional[str], recipe: dict) ->
 
 
 def trainer_env(plan_path: Path, addrs: list[str], component: str = "actor") -> dict:
-    """What a runner hands every trainer (DESIGN §7), on top of this environment."""
+    """What a runner hands every trainer (docs/architecture.md §7), on top of this environment."""
     env = dict(os.environ, AREAL_LAUNCH_PLAN=str(plan_path), AREAL_COMPONENT=component,
                AREAL_LLM_SERVER_ADDRS=",".join(addrs), AREAL_SERVED_MODEL_NAME="policy")
     if not addrs:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.runtime import plan_from_dict
+from launcher.worker.runtime import plan_from_dict
 from tests.areal_launch import run
 
 pytest.importorskip("megatron.core")

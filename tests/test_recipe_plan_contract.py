@@ -25,7 +25,7 @@ def plan_of(*overrides: str) -> dict:
 
 def torchrun(plan: dict, run_dir: Path, entry: str, nproc: int,
              args: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    """The trainers as the launcher starts them (DESIGN §7), on an edited plan."""
+    """The trainers as the launcher starts them (docs/architecture.md §7), on an edited plan."""
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "plan.json").write_text(json.dumps(plan))
     env = dict(os.environ, AREAL_LAUNCH_PLAN=str(run_dir / "plan.json"),

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from launcher import checkpoints, progress
+from launcher.worker import checkpoints, progress
 from tests.areal_launch import EXE, ROOT
 
 pytestmark = pytest.mark.torch

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher import checkpoints
+from launcher.worker import checkpoints
 from tests import plans
 from tests.areal_launch import ROOT, run
 from tests.restarts import restart_trainers

@@ -1,4 +1,4 @@
-"""Servers never serve stale weights after a restart (DESIGN §11), against a real vLLM CPU server.
+"""Servers never serve stale weights after a restart (docs/architecture.md §11), against a real vLLM CPU server.
 
 - Before each rollout, rank 0 asks every server which weights it serves. A server restarted
   alone comes back serving the start model ("default"): it is waited for while down, given the
@@ -20,10 +20,17 @@ from pathlib import Path
 
 import pytest
 
-from launcher import progress
-from launcher.runtime import plan_from_dict, wait_for_servers
-from tests.test_recipe_e2e import (PYTHON, SERVER_START_TIMEOUT_S, free_port, run_trainers,
-                                   stop, trainer_env, write_plan)
+from launcher.worker import progress
+from launcher.worker.runtime import plan_from_dict, wait_for_servers
+from tests.test_recipe_e2e import (
+    PYTHON,
+    SERVER_START_TIMEOUT_S,
+    free_port,
+    run_trainers,
+    stop,
+    trainer_env,
+    write_plan,
+)
 
 pytestmark = [pytest.mark.vllm, pytest.mark.torch]
 

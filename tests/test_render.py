@@ -4,15 +4,14 @@ import re
 import xml.etree.ElementTree as ET
 from collections import Counter
 
+from layouts import build
 from rich.console import Console
 
-from launcher.alloc import ModelAllocation as M
-from launcher.cluster import ClusterSpec
-from launcher.plan import Plan
-from launcher.render import COLOR, MAX_ROWS, render_gpu_map, render_svg, render_table
-from launcher.ranks import component_plan
-
-from layouts import build
+from launcher.cli.render import COLOR, MAX_ROWS, render_gpu_map, render_svg, render_table
+from launcher.planning.ranks import component_plan
+from launcher.spec.alloc import ModelAllocation as M
+from launcher.spec.cluster import ClusterSpec
+from launcher.spec.plan import Plan
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -141,7 +140,7 @@ def test_map_says_how_each_rollout_shard_gets_its_weights():
 
 
 def test_the_moe_table_shows_the_expert_layout_beside_the_attention_one():
-    from launcher.alloc import parse_backend
+    from launcher.spec.alloc import parse_backend
 
     hybrid = parse_backend("megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)")
     plan = Plan(ClusterSpec(4, 8), "disaggregated",

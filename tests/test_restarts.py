@@ -1,4 +1,4 @@
-"""Runs that survive (DESIGN §11), with real torchrun workers on gloo through the real CLI:
+"""Runs that survive (docs/architecture.md §11), with real torchrun workers on gloo through the real CLI:
 a failed trainer job restarts and resumes from its newest checkpoint, restarts are bounded and
 a failure that repeats at once backs off, what a failed start left behind is stopped before the
 next start, a hung rank is named with its stack, and `status` tells it all. The record files
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher.runners import restarts
-from launcher.runners.restarts import Failure
-from launcher.runners.watchdog import main_thread_frames
+from launcher.node import restarts
+from launcher.node.restarts import Failure
+from launcher.node.watchdog import main_thread_frames
 from tests.areal_launch import run
 
 CPU_RUN = ("rollout=none", "cluster.device=cpu")

@@ -1,4 +1,4 @@
-"""Runs that survive, end to end (DESIGN §11): the default run (a real vLLM CPU server, two
+"""Runs that survive, end to end (docs/architecture.md §11): the default run (a real vLLM CPU server, two
 FSDP2 ranks on gloo) through the real CLI, with launcher.max_restarts=2, in one run (one vLLM
 start-up less):
 
@@ -19,7 +19,7 @@ from typing import Callable
 
 import pytest
 
-from launcher import checkpoints, progress
+from launcher.worker import checkpoints, progress
 from tests.areal_launch import EXE, ROOT
 
 pytestmark = [pytest.mark.vllm, pytest.mark.torch]

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from launcher.runs import claim_run_dir, free_run_dir, make_run_dir
+from launcher.node.runs import claim_run_dir, free_run_dir, make_run_dir
 from tests.areal_launch import EXE, ROOT
 
 CHECK = """\

@@ -1,4 +1,4 @@
-"""launcher.runtime's layout answers: a trainer's mesh, Megatron's expert groups and the engine
+"""launcher.worker.runtime's layout answers: a trainer's mesh, Megatron's expert groups and the engine
 options, all read from the plan the launcher builds (no torch)."""
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import copy
 
 import pytest
 
-from launcher.errors import LaunchError
-from launcher.runtime import plan_from_dict
+from launcher.spec.errors import LaunchError
+from launcher.worker.runtime import plan_from_dict
 from tests import plans
 
 

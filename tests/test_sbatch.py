@@ -11,12 +11,13 @@ import shlex
 import subprocess
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from launcher.errors import ConfigError, LaunchError
-from launcher.plan import ProcessSpec
 from launcher.runners import slurm
 from launcher.runners.sbatch import render_sbatch, shell_word
+from launcher.spec.errors import ConfigError, LaunchError
+from launcher.spec.plan import ProcessSpec
 from tests.requests import request_for
 
 RUN = "/runs/exp/trial"
@@ -66,7 +67,7 @@ def test_one_task_per_node_runs_that_nodes_supervisor_on_the_request():
     line = srun_line(script)
     for flag in ("--nodes=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1", "--export=ALL"):
         assert flag in line
-    assert command_words(script) == [PY, "-m", "launcher.runners.node",
+    assert command_words(script) == [PY, "-m", "launcher.node.agent",
                                      f"{RUN}/request.json", "--peers"]
     assert 'AREAL_HOSTS=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | paste -sd, -)' in script
 

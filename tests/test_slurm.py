@@ -17,10 +17,10 @@ from typing import Optional
 
 import pytest
 
-from launcher.errors import LaunchError
-from launcher.plan import ProcessSpec, host_placeholder
+from launcher.node.runs import find_run, read_record
 from launcher.runners import slurm
-from launcher.runs import find_run, read_record
+from launcher.spec.errors import LaunchError
+from launcher.spec.plan import ProcessSpec, host_placeholder
 from tests.requests import request_for, write_plan
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(180)]

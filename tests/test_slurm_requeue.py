@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.runs import find_run
+from launcher.node.runs import find_run
 from tests.processes import survivors, wait_until
 
 pytestmark = [pytest.mark.slurm, pytest.mark.torch, pytest.mark.timeout(600)]

@@ -6,12 +6,12 @@ import math
 
 import pytest
 
-from launcher.cluster import ClusterSpec
-from launcher.errors import LaunchError
-from launcher.launch import prepare
-from launcher.memory_plan import plan_memory
-from launcher.memory import TrainOptions, estimate
-from launcher.suggest import (COLLOCATED_SHARE, KV_USEFUL_TOKENS, SuggestOptions, suggest)
+from launcher.cli.launch import prepare
+from launcher.memory.estimate import TrainOptions, estimate
+from launcher.memory.plan import plan_memory
+from launcher.memory.suggest import COLLOCATED_SHARE, KV_USEFUL_TOKENS, SuggestOptions, suggest
+from launcher.spec.cluster import ClusterSpec
+from launcher.spec.errors import LaunchError
 from tests.model_configs import shape
 
 H100 = 79.11

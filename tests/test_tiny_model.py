@@ -1,4 +1,4 @@
-"""launcher.tiny_model: the demo's model, built locally, complete or absent, reused."""
+"""launcher.worker.tiny_model: the demo's model, built locally, complete or absent, reused."""
 from __future__ import annotations
 
 import json
@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from launcher.tiny_model import MARKER, default_path, ensure, is_built
+from launcher.worker.tiny_model import MARKER, default_path, ensure, is_built
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").is_dir() else sys.executable
 
 
 def build(out: Path, *args: str) -> str:
-    proc = subprocess.run([PYTHON, "-m", "launcher.tiny_model", str(out), *args], cwd=ROOT,
+    proc = subprocess.run([PYTHON, "-m", "launcher.worker.tiny_model", str(out), *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout

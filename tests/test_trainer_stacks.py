@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher import progress
+from launcher.worker import progress
 from tests.areal_launch import EXE, ROOT
 
 pytestmark = pytest.mark.torch

@@ -1,10 +1,10 @@
 """areal-launch's Hydra launcher: `hydra/launcher=areal` (the default of `areal-launch -m`)
 runs each sweep point on the runner its own `launcher=` selects; `areal_<runner>` (areal_local,
-areal_slurm, and one for each runner in launcher.runners.RUNNERS) runs every point on that one.
+areal_slurm, and one for each runner in launcher.runners.launcher.spec.registry.RUNNERS) runs every point on that one.
 
 Hydra hands `launch()` a whole batch of points at once (hydra-submitit-launcher's shape); we
 compose each the way Hydra's BasicLauncher does (the sweep's config plus the point's overrides,
-job number set) and launcher.sweep plans and rehearses the whole batch before the first point
+job number set) and launcher.cli.sweep plans and rehearses the whole batch before the first point
 starts, then runs it. Each JobReturn carries the run's objective for the sweeper. Only this
 module is imported when Hydra scans its plugins; the launcher's own modules load on launch.
 """
@@ -44,7 +44,7 @@ class ArealLauncher(Launcher):
               config: DictConfig) -> None:
         import sys
 
-        from launcher.sweep import follow_sweeper
+        from launcher.cli.sweep import follow_sweeper
 
         self.config, self.hydra_context = config, hydra_context
         warning = follow_sweeper(config.hydra.sweeper)
@@ -53,7 +53,7 @@ class ArealLauncher(Launcher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]],
                initial_job_idx: int) -> Sequence[JobReturn]:
-        from launcher.sweep import Point, labels, run_batch
+        from launcher.cli.sweep import Point, labels, run_batch
 
         assert self.config is not None
         given = [str(o) for o in self.config.hydra.overrides.task]
@@ -64,7 +64,7 @@ class ArealLauncher(Launcher):
     def _compose(self, point: Any) -> DictConfig:
         """The point's config as Hydra's BasicLauncher composes it; with `areal_<runner>`, the
         runner chosen for it unless the point chose another one itself."""
-        from launcher.errors import LaunchError
+        from launcher.spec.errors import LaunchError
 
         assert self.config is not None and self.hydra_context is not None
         overrides = list(point.overrides)
@@ -78,7 +78,7 @@ class ArealLauncher(Launcher):
         return cfg
 
     def _load(self, overrides: List[str], index: int) -> DictConfig:
-        from launcher.compose import explained
+        from launcher.config.compose import explained
 
         assert self.config is not None and self.hydra_context is not None
         loader, master = self.hydra_context.config_loader, self.config
@@ -92,8 +92,8 @@ class ArealLauncher(Launcher):
     def _job_return(outcome: Any) -> JobReturn:
         """COMPLETED with the objective, or FAILED with the run's exit (a sweeper raises it,
         or, like Optuna's, counts a failed trial)."""
-        from launcher.compose import TASK_NAME
-        from launcher.sweep import RunFailed
+        from launcher.cli.sweep import RunFailed
+        from launcher.config.compose import TASK_NAME
 
         ret = JobReturn(overrides=list(outcome.point.overrides), task_name=TASK_NAME,
                         working_dir=str(outcome.run_dir))

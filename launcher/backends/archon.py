@@ -5,14 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from launcher.backends import TRAINING
 from launcher.backends.megatron import REFUSED, parallel_args
+from launcher.spec.registry import TRAIN
 
 if TYPE_CHECKING:
-    from launcher.plan import ComponentPlan
+    from launcher.spec.plan import ComponentPlan
 
 NAME = "archon"
-KIND = TRAINING
+KIND = TRAIN
 DIMS = "dtpce"
 HYBRID = True
 EXAMPLE = "archon:d4t2"

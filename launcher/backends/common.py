@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-from launcher.errors import LaunchError
+from launcher.spec.errors import LaunchError
 
 # engine defaults a user may set in their own shell instead (the launcher's contract may not be)
 ENV_DEFAULT_KEYS = ("OMP_NUM_THREADS", "HF_HUB_OFFLINE", "VLLM_CPU_KVCACHE_SPACE",

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from launcher.errors import LaunchError
+from launcher.spec.errors import LaunchError
 
 PORT_DRAWS = 64  # how many extra ports ports_in_a_row may draw before giving up
 
@@ -15,7 +15,7 @@ class LaunchContext:
 
     next_port: returns a fresh port each call (local runner: reserved and locked; plans and
     Slurm scripts: counts up from a base). Hosts are not here: backends write the placeholder
-    of node k (launcher.plan.host_placeholder) and each node's supervisor fills it in.
+    of node k (launcher.spec.plan.host_placeholder) and each node's supervisor fills it in.
     cpus: the CPU ids one node lets its processes use (local runner: os.sched_getaffinity);
     vLLM's CPU build binds each tp rank to a share of them. Empty: one CPU per GPU slot,
     numbered from 0.

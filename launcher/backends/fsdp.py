@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
-from launcher.backends import TRAINING
+from launcher.spec.registry import TRAIN
 
 if TYPE_CHECKING:
-    from launcher.plan import ComponentPlan
+    from launcher.spec.plan import ComponentPlan
 
 NAME = "fsdp"
-KIND = TRAINING
+KIND = TRAIN
 DIMS = "dtc"
 HYBRID = False
 EXAMPLE = "fsdp:d8"

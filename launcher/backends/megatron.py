@@ -8,14 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
-from launcher.backends import TRAINING
+from launcher.spec.registry import TRAIN
 
 if TYPE_CHECKING:
-    from launcher.alloc import ModelAllocation
-    from launcher.plan import ComponentPlan
+    from launcher.spec.alloc import ModelAllocation
+    from launcher.spec.plan import ComponentPlan
 
 NAME = "megatron"
-KIND = TRAINING
+KIND = TRAIN
 DIMS = "dtpce"
 HYBRID = True
 EXAMPLE = "megatron:d2p2t2"

@@ -10,13 +10,20 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping
 
 from launcher.backends.common import layered_env
-from launcher.plan import (DEFAULT_SERVED_MODEL, ENV_COMPONENT, ENV_PLAN, ENV_RUN_DIR,
-                           ENV_SERVED_MODEL, bind_placeholder, host_placeholder)
+from launcher.spec.plan import (
+    DEFAULT_SERVED_MODEL,
+    ENV_COMPONENT,
+    ENV_PLAN,
+    ENV_RUN_DIR,
+    ENV_SERVED_MODEL,
+    bind_placeholder,
+    host_placeholder,
+)
 
 if TYPE_CHECKING:
     from launcher.backends.context import LaunchContext
-    from launcher.plan import ComponentPlan, Instance, Plan, ProcessSpec
-    from launcher.resolve import Engine
+    from launcher.planning.resolve import Engine
+    from launcher.spec.plan import ComponentPlan, Instance, Plan, ProcessSpec
 
 
 @dataclass(frozen=True)
@@ -59,7 +66,7 @@ def local_gpus(plan: "Plan", inst: "Instance", node: int) -> tuple[int, ...]:
 
 def server_env(engine: "Engine", ctx: "LaunchContext", defaults: Mapping[str, str]
                ) -> dict[str, str]:
-    """The environment one server process gets (DESIGN §7)."""
+    """The environment one server process gets (docs/architecture.md §7)."""
     contract = {
         ENV_PLAN: ctx.plan_path,
         ENV_RUN_DIR: ctx.run_dir,

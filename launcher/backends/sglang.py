@@ -17,20 +17,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
-from launcher.backends import INFERENCE
 from launcher.backends.common import launcher_owned, refuse_flags
-from launcher.backends.servers import (ServerClient, ServerSet, health_url, listen_args,
-                                       local_gpus, process_name, server_env, served_model_name)
-from launcher.errors import ConfigError
-from launcher.plan import ProcessSpec, host_placeholder
+from launcher.backends.servers import (
+    ServerClient,
+    ServerSet,
+    health_url,
+    listen_args,
+    local_gpus,
+    process_name,
+    served_model_name,
+    server_env,
+)
+from launcher.spec.errors import ConfigError
+from launcher.spec.plan import ProcessSpec, host_placeholder
+from launcher.spec.registry import SERVE
 
 if TYPE_CHECKING:
     from launcher.backends.context import LaunchContext
-    from launcher.plan import ComponentPlan, Plan
-    from launcher.resolve import Engine
+    from launcher.planning.resolve import Engine
+    from launcher.spec.plan import ComponentPlan, Plan
 
 NAME = "sglang"
-KIND = INFERENCE
+KIND = SERVE
 DIMS = "dtp"
 HYBRID = False
 EXAMPLE = "sglang:d4t2"

@@ -16,15 +16,23 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
-from launcher import backends
 from launcher.backends.common import layered_env, refuse_flags
-from launcher.plan import (ENV_COMPONENT, ENV_PLAN, ENV_RUN_DIR, ENV_SERVED_MODEL,
-                           ENV_SERVER_ADDRS, MAX_ENV_ADDRS, ProcessSpec, host_placeholder)
+from launcher.spec import registry
+from launcher.spec.plan import (
+    ENV_COMPONENT,
+    ENV_PLAN,
+    ENV_RUN_DIR,
+    ENV_SERVED_MODEL,
+    ENV_SERVER_ADDRS,
+    MAX_ENV_ADDRS,
+    ProcessSpec,
+    host_placeholder,
+)
 
 if TYPE_CHECKING:
     from launcher.backends.context import LaunchContext
-    from launcher.plan import ComponentPlan, Plan
-    from launcher.resolve import Engine
+    from launcher.planning.resolve import Engine
+    from launcher.spec.plan import ComponentPlan, Plan
 
 MODULE = "torch.distributed.run"
 
@@ -50,7 +58,7 @@ def trainer_jobs(plan: "Plan", engines: Mapping[str, "Engine"]) -> list[TrainerJ
         if comp.is_inference:
             continue
         engine = engines[comp.name]
-        module = backends.get(comp.backend)
+        module = registry.backend(comp.backend)
         refuse_flags(engine.extra_args, module.REFUSED, f"{comp.name}.extra_args")
         args = tuple(module.engine_args(comp, engine.options) + list(engine.extra_args))
         key = (tuple(comp.gpus), comp.backend, args)
@@ -100,7 +108,7 @@ def trainer_processes(plan: "Plan", engines: Mapping[str, "Engine"], entry: str,
         port = ctx.next_port()
         tail = entry_argv(entry) + list(entry_args) + list(job.args)
         defaults = {"OMP_NUM_THREADS": "1"} if device == "cpu" else {}
-        defaults.update(backends.get(job.backend).engine_env(device))
+        defaults.update(registry.backend(job.backend).engine_env(device))
         for rank, (node, gpus) in enumerate(job.nodes):
             log_dir = f"{ctx.run_dir}/torchrun/{job.label}-node{node}"  # error files per rank
             argv = [ctx.python, "-m", MODULE, "--nnodes", str(len(job.nodes)),

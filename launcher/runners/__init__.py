@@ -1,36 +1,32 @@
-"""Runners: the only part of the launcher that starts processes (DESIGN §8).
+"""Runners: the only part of the launcher that starts processes (docs/architecture.md, "Runners").
 
-A runner executes a launch request (launcher.request): `dryrun` returns exactly what it would
+A runner executes a launch request (launcher.spec.request): `dryrun` returns exactly what it would
 execute, with no side effect; `run` performs it (this machine: supervise it to the end; a
 scheduler: submit it and print the job id); `status`, `cancel` and `logs` find a run by its run
-folder or id (launcher.runs). Runners are found by name, like TorchX's schedulers: `launcher=
+folder or id (launcher.node.runs). Runners are found by name, like TorchX's schedulers: `launcher=
 <name>` picks the module below and its `Config` (with `_target_`, as Hydra's launcher plugins
 have), imported on first use, so the Slurm runner never loads Ray. Adding a runner is one module
-with `Config` and `Runner`, its YAML under conf/launcher/, and one line in RUNNERS.
+with `Config` and `Runner`, its YAML under conf/launcher/, and one line in
+launcher.spec.registry (or an `areal_launch.runners` entry point of another package).
 """
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from importlib import import_module
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Protocol
 
-from launcher.errors import ConfigError, LaunchError
-from launcher.limits import MAX_PORT, MIN_PORT, seconds_problem
+from launcher.spec import registry
+from launcher.spec.errors import ConfigError, LaunchError
+from launcher.spec.limits import MAX_PORT, MIN_PORT, seconds_problem
 
 if TYPE_CHECKING:  # for annotations only: a node's runner code (a Ray actor) loads faster
-    from launcher.request import LaunchRequest
-    from launcher.runs import RunRecord
+    from launcher.node.runs import RunRecord
+    from launcher.spec.request import LaunchRequest
 
 CHECK_MEMORY = ("error", "warn", "off")
 CONSOLE = ("auto", "all")
 MAX_RESTARTS = 1000  # a bound: a typo of many digits is an error, not a loop
-RUNNERS = {
-    "local": "launcher.runners.local",
-    "slurm": "launcher.runners.slurm",
-    "ray": "launcher.runners.ray",
-}
 
 
 @dataclass
@@ -46,7 +42,7 @@ class LauncherBase:
     env: Dict[str, str] = field(default_factory=dict)
     # a plan whose memory does not fit: error (refused), warn (said, started), off (not checked)
     check_memory: str = "error"
-    # restarts per run (DESIGN §11): a failed trainer job restarts with all its ranks and
+    # restarts per run (docs/architecture.md §11): a failed trainer job restarts with all its ranks and
     # resumes from its newest checkpoint; a failed server restarts alone; 0: the first failure
     # ends the run
     max_restarts: int = 0
@@ -117,13 +113,12 @@ class Runner(Protocol):
 
 
 def names() -> tuple[str, ...]:
-    return tuple(RUNNERS)
+    return registry.runner_names()
 
 
 def module(name: str) -> ModuleType:
-    if name not in RUNNERS:
-        raise LaunchError(f"no runner {name!r}: choose one of {', '.join(RUNNERS)}")
-    return import_module(RUNNERS[name])
+    mod: ModuleType = registry.runner_module(name)
+    return mod
 
 
 def config_class(name: str) -> type:
@@ -133,11 +128,11 @@ def config_class(name: str) -> type:
 def name_of(config: Any) -> str:
     """The registry name of the runner a `launcher` config selects (by its _target_)."""
     target = str(getattr(config, "_target_", ""))
-    for name, path in RUNNERS.items():
-        if target.startswith(path + "."):
+    for name, path in registry.RUNNERS.paths().items():
+        if target.startswith(path.partition(":")[0] + "."):
             return name
     raise LaunchError(f"launcher._target_={target!r} is no runner of areal-launch (choose "
-                      f"launcher={' or launcher='.join(RUNNERS)})")
+                      f"launcher={' or launcher='.join(names())})")
 
 
 def create(config: Any) -> Runner:

@@ -1,4 +1,4 @@
-"""The local runner: the run's processes on this machine (DESIGN §8).
+"""The local runner: the run's processes on this machine (docs/architecture.md §8).
 
 `run` writes the run record and starts the node's tree (keeper.run_tree): the launcher holds
 the keeper, the keeper the supervisor, the supervisor the processes. On cpu a plan over several
@@ -23,14 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
-from launcher.errors import LaunchError
-from launcher.plan import mask_env
-from launcher.request import LaunchRequest, Materialized, visible_gpus
+from launcher.node.console import RunConsole, plain_console
+from launcher.node.logs import follow_logs
+from launcher.node.report import progress_lines
+from launcher.node.runs import RunRecord, write_record
 from launcher.runners import LauncherBase
-from launcher.runners.console import RunConsole, plain_console
-from launcher.runners.logs import follow_logs
-from launcher.runners.report import progress_lines
-from launcher.runs import RunRecord, write_record
+from launcher.spec.errors import LaunchError
+from launcher.spec.plan import mask_env
+from launcher.spec.request import LaunchRequest, Materialized, visible_gpus
 
 HERE = "127.0.0.1"
 
@@ -59,7 +59,7 @@ class Runner:
 
     @contextmanager
     def ports(self, base_port: Optional[int], dry: bool) -> Iterator[Callable[[], int]]:
-        from launcher.runners.ports import PortReserver
+        from launcher.node.ports import PortReserver
 
         with PortReserver(base_port=base_port, lock=not dry) as reserver:
             yield reserver.take
@@ -70,7 +70,7 @@ class Runner:
             raise LaunchError(f"the plan spans {nodes} nodes; launcher=local runs on this "
                               "machine only: use launcher=slurm or launcher=ray, or a plan for "
                               "one node (cluster.num_nodes=1)")
-        from launcher.preflight import problems
+        from launcher.node.preflight import problems
 
         missing = problems(self.materialized(request), request.paths)  # and a GPU the mask hides
         if missing:
@@ -80,7 +80,7 @@ class Runner:
 
     def materialized(self, request: LaunchRequest) -> list[Materialized]:
         """Every process as it will be exec'd here (every node is this machine)."""
-        from launcher.runners.supervisor import materialize_node
+        from launcher.node.supervisor import materialize_node
 
         hosts = [HERE] * request.num_nodes
         return materialize_node(request, None, hosts, visible_gpus(os.environ))
@@ -89,9 +89,9 @@ class Runner:
         return dry_run_text(self.materialized(request)) + "\n"
 
     def run(self, request: LaunchRequest) -> int:
-        from launcher.runners import keeper
-        from launcher.runners.keeper import RunCgroup
-        from launcher.runners.supervisor import supervise
+        from launcher.node import keeper
+        from launcher.node.keeper import RunCgroup
+        from launcher.node.supervisor import supervise
 
         procs = self.materialized(request)
         me = os.getpid()

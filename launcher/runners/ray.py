@@ -1,4 +1,4 @@
-"""Ray runner: plan node k on one Ray node, its supervisor inside a Ray actor (DESIGN §8).
+"""Ray runner: plan node k on one Ray node, its supervisor inside a Ray actor (docs/architecture.md §8).
 
 `check` asks the cluster for its alive nodes and refuses a plan that cannot fit (before anything
 starts); a dry run that reaches no cluster says so and prints anyway. `run` writes the RayJob
@@ -25,16 +25,24 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
-from launcher.errors import ConfigError, LaunchError
-from launcher.limits import seconds_problem
-from launcher.request import LaunchRequest
+from launcher.node.logs import engine_processes
+from launcher.node.ports import DEFAULT_BASE_PORT, counted_ports
+from launcher.node.runs import RunRecord, write_private, write_record
 from launcher.runners import LauncherBase, local
-from launcher.runners.logs import engine_processes
-from launcher.runners.ports import DEFAULT_BASE_PORT, counted_ports
-from launcher.runners.rayjob import (JOB_FILE, RayJob, RayNode, dry_run_text, entrypoint,
-                                     fit_problem, ray_job)
+from launcher.runners.rayjob import (
+    JOB_FILE,
+    RayJob,
+    RayNode,
+    dry_run_text,
+    entrypoint,
+    first_line,
+    fit_problem,
+    ray_job,
+)
 from launcher.runners.sbatch import REQUEST_FILE
-from launcher.runs import RunRecord, write_private, write_record
+from launcher.spec.errors import ConfigError, LaunchError
+from launcher.spec.limits import seconds_problem
+from launcher.spec.request import LaunchRequest
 
 PROBE_S = 3.0  # a cluster address that does not answer within this is no cluster
 # the driver's log streaming: every line (no "[repeated 3x]"), no colour codes in the prefix
@@ -229,15 +237,6 @@ def probe(address: str) -> None:
     except OSError as exc:
         raise LaunchError(f"no Ray cluster answers at {given} ({exc.strerror or exc}): start "
                           "one (ray start --head) or set launcher.address=HOST:PORT") from None
-
-
-def first_line(exc: BaseException) -> str:
-    """An error in one line; a Ray task's error as the exception it wraps."""
-    cause = getattr(exc, "cause", None)
-    if isinstance(cause, BaseException):
-        return f"{type(cause).__name__}: {first_line(cause)}"
-    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
-    return lines[0] if lines else type(exc).__name__
 
 
 def _import_ray() -> Any:

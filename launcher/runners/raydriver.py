@@ -28,14 +28,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
-from launcher.errors import LaunchError
-from launcher.plan import ENV_GPUS
-from launcher.runs import write_private
+from launcher.node.runs import write_private
+from launcher.spec.errors import LaunchError
+from launcher.spec.plan import ENV_GPUS
 
 if TYPE_CHECKING:  # the driver's; a node actor loads only what it runs (it starts sooner)
-    from launcher.request import LaunchRequest
+    from launcher.node.supervisor import StopRequest
     from launcher.runners.rayjob import RayJob
-    from launcher.runners.supervisor import StopRequest
+    from launcher.spec.request import LaunchRequest
 
 ENV_NOSET = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"  # Ray's, for job entrypoints only
 TICK_S = 0.1  # how often the driver looks at signals while it waits on Ray
@@ -149,9 +149,8 @@ def drive(request: LaunchRequest, job: RayJob, say: Callable[[str], None],
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    from launcher.runners.ray import first_line
-    from launcher.runners.rayjob import STRATEGY
-    from launcher.runners.supervisor import StopRequest, stop_signals_recorded
+    from launcher.node.supervisor import StopRequest, stop_signals_recorded
+    from launcher.runners.rayjob import STRATEGY, first_line
 
     begun = time.monotonic()
     stop = StopRequest()

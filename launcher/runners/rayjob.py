@@ -2,7 +2,7 @@
 
 One STRICT_SPREAD placement group with one bundle per plan node (the GPUs that node's processes
 use and the node actor's CPUs), one node actor per bundle, and in each actor one command: the
-node's supervisor (`python -m launcher.runners.node`), which runs that node's processes from the
+node's supervisor (`python -m launcher.node.agent`), which runs that node's processes from the
 run's request.json. Which Ray node gets bundle k is Ray's choice, so the hosts (`--hosts`) are
 filled in once every actor has said where it landed. `dry_run_text` prints it all; the runner
 performs exactly this (launcher/runners/ray.py). `fit_problem` says, from the nodes Ray reports,
@@ -18,8 +18,8 @@ import shlex
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from launcher.request import LaunchRequest
 from launcher.runners.sbatch import NODE_MODULE, REQUEST_FILE
+from launcher.spec.request import LaunchRequest
 
 STRATEGY = "STRICT_SPREAD"
 JOB_FILE = "ray-job.json"  # the RayJob, beside request.json in the run folder
@@ -160,3 +160,12 @@ def _fit_apart(bundles: Sequence[dict[str, float]], nodes: Sequence[RayNode]) ->
     room = sorted((n.gpus for n in nodes if n.cpus >= cpus), reverse=True)
     need = sorted((b.get("GPU", 0) for b in bundles), reverse=True)
     return len(need) <= len(room) and all(g <= r for g, r in zip(need, room))
+
+
+def first_line(exc: BaseException) -> str:
+    """An error in one line; a Ray task's error as the exception it wraps."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, BaseException):
+        return f"{type(cause).__name__}: {first_line(cause)}"
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    return lines[0] if lines else type(exc).__name__

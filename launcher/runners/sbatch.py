@@ -3,7 +3,7 @@
 Pure (no I/O), like submitit's `_make_sbatch_string` and TorchX's dry run: `render_sbatch`
 returns the exact script `launcher.dry_run` prints, and the Slurm runner only hands it to
 `sbatch`. The script takes one allocation and runs ONE srun step over all its nodes, one task
-per node: each task is the node's supervisor (`python -m launcher.runners.node`), which runs
+per node: each task is the node's supervisor (`python -m launcher.node.agent`), which runs
 that node's processes from the run's request.json with health deadlines, the first failure
 stopping the node, and its processes' GPUs picked from the ones Slurm gave the task (so engines
 that share GPUs need no overlapping steps). `--kill-on-bad-exit` stops every node when one
@@ -18,12 +18,12 @@ from __future__ import annotations
 import shlex
 from typing import Any, Optional, Sequence
 
-from launcher import checkpoints
-from launcher.errors import LaunchError
-from launcher.request import LaunchRequest
-from launcher.runners import restarts
+from launcher.node import restarts
+from launcher.spec.errors import LaunchError
+from launcher.spec.request import LaunchRequest
+from launcher.worker import checkpoints
 
-NODE_MODULE = "launcher.runners.node"
+NODE_MODULE = "launcher.node.agent"
 REQUEST_FILE = "request.json"
 REQUEUE_MARGIN_S = 20  # of the signal's lead, kept for `scontrol requeue` and the stop
 

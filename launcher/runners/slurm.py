@@ -1,7 +1,7 @@
 """Slurm runner: the thin edge between a rendered script and Slurm's own commands.
 
 `run` writes the request into the run folder, renders the script (runners/sbatch.py, pure),
-hands it to `sbatch --parsable` and records the run (launcher.runs), so `status`, `cancel` and
+hands it to `sbatch --parsable` and records the run (launcher.node.runs), so `status`, `cancel` and
 `logs` need only the job id, even after Slurm has forgotten the job. `status` asks squeue (the
 controller's memory, including jobs that ended in the last MinJobAge seconds), then sacct
 (accounting), then the job's own last words in its output file; a Slurm that does not answer
@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, List, Optional
 
-from launcher.errors import ConfigError, LaunchError
-from launcher.request import LaunchRequest
+from launcher.node.logs import follow_logs
+from launcher.node.ports import DEFAULT_BASE_PORT, counted_ports
+from launcher.node.report import progress_lines
+from launcher.node.runs import RunRecord, write_private, write_record
 from launcher.runners import LauncherBase
-from launcher.runners.logs import follow_logs
-from launcher.runners.ports import DEFAULT_BASE_PORT, counted_ports
-from launcher.runners.report import progress_lines
 from launcher.runners.sbatch import REQUEST_FILE, cpu_warning, render_sbatch
-from launcher.runs import RunRecord, write_private, write_record
+from launcher.spec.errors import ConfigError, LaunchError
+from launcher.spec.request import LaunchRequest
 
 SCRIPT_NAME = "job.sbatch"
 MIN_REQUEUE_SIGNAL_S, MAX_REQUEUE_SIGNAL_S = 30, 65535  # Slurm's --signal takes up to 65535
@@ -37,7 +37,7 @@ _JOB_ID = re.compile(r"[0-9]+\Z")  # ASCII digits only: Python's \d takes any sc
 
 @dataclass
 class Config(LauncherBase):
-    """launcher=slurm: one sbatch job per run, one task per node (DESIGN §8)."""
+    """launcher=slurm: one sbatch job per run, one task per node (docs/architecture.md §8)."""
 
     _target_: str = "launcher.runners.slurm.Runner"
     partition: Optional[str] = None  # #SBATCH --partition
@@ -54,7 +54,7 @@ class Config(LauncherBase):
     setup: List[str] = field(default_factory=list)  # shell commands before each node's tasks
     job_name: Optional[str] = None  # None: <experiment_name>-<trial_name>
     # before the time limit, ask the trainers for a checkpoint and requeue the job; it starts
-    # again in the same run folder and resumes (DESIGN §11). Slurm signals requeue_signal_s
+    # again in the same run folder and resumes (docs/architecture.md §11). Slurm signals requeue_signal_s
     # before the limit (--signal=B:USR1@N; its timer ticks about every 30 s)
     requeue: bool = False
     requeue_signal_s: int = 300

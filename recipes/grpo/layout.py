@@ -3,7 +3,7 @@ which layout actually trained. Stdlib only (the groups and shapes come in as pla
 
 Both recipes (FSDP2 + tensor parallel, Megatron-core) read their groups back from what they
 built (the DeviceMesh, Megatron's parallel state), compare them with the plan's through
-launcher.runtime, and write `<run folder>/ranks/<rank>.json` with the coordinates read from
+launcher.worker.runtime, and write `<run folder>/ranks/<rank>.json` with the coordinates read from
 the live mesh and the shapes of one attention projection weight.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Mapping, Optional
 
-from launcher.runtime import AXES, EXPERT_AXES, RuntimePlan
+from launcher.worker.runtime import AXES, EXPERT_AXES, RuntimePlan
 
 
 class LayoutMismatch(RuntimeError):

@@ -16,7 +16,7 @@ The engine (FSDP2 + tensor parallel in recipes/grpo/train.py, Megatron-core in
 recipes/grpo_megatron/train.py) supplies the training step and the full weights; the rollout
 servers' memory phases (recipes/grpo/phases.py) and the engine's offload wrap its phases.
 
-Surviving failures (DESIGN §11): each rank heartbeats its step and phase (launcher.runtime);
+Surviving failures (docs/architecture.md §11): each rank heartbeats its step and phase (launcher.worker.runtime);
 after each step the loop saves a checkpoint when one is due or the launcher asked
 (recipes/grpo/resume.py); started with a checkpoint present it resumes from the newest, and a
 resumed or restarted trainer pushes its weights to every server before its first rollout.
@@ -36,8 +36,8 @@ from typing import Any, Optional, Protocol
 import torch
 import torch.distributed as dist
 
-from launcher.objective import write_metrics
-from launcher.runtime import RuntimePlan, health_ok
+from launcher.worker.objective import write_metrics
+from launcher.worker.runtime import RuntimePlan, health_ok
 from recipes.grpo import resume, serving
 from recipes.grpo.layout import LayoutMismatch
 from recipes.grpo.options import GRPOOptions

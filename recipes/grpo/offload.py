@@ -13,7 +13,7 @@ from typing import Callable
 
 import torch
 
-from launcher.runtime import RuntimePlan
+from launcher.worker.runtime import RuntimePlan
 
 
 @dataclass

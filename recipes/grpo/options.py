@@ -12,8 +12,8 @@ from typing import Any, Optional
 import yaml
 
 import launcher
-from launcher.errors import ConfigError
-from launcher.runtime import RuntimePlan
+from launcher.spec.errors import ConfigError
+from launcher.worker.runtime import RuntimePlan
 
 DEFAULTS_FILE = Path(launcher.__file__).parent / "conf" / "recipe" / "grpo.yaml"
 

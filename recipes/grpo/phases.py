@@ -13,8 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence, TypeVar
 
-from launcher.runtime import RuntimePlan
-
+from launcher.worker.runtime import RuntimePlan
 
 T = TypeVar("T")
 P = TypeVar("P")

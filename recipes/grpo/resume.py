@@ -1,7 +1,7 @@
 """Checkpoints of the default recipe: saved every `recipe.save_every` steps, at the last step
-and when the launcher asks; the newest complete one resumed from at start (DESIGN §11).
+and when the launcher asks; the newest complete one resumed from at start (docs/architecture.md §11).
 
-One checkpoint (`<run folder>/checkpoints/step_<k>/`, launcher/checkpoints.py) holds:
+One checkpoint (`<run folder>/checkpoints/step_<k>/`, launcher/worker/checkpoints.py) holds:
 - the engine's state through torch.distributed.checkpoint: FSDP2's sharded model and optimizer,
   each rank writing its own shards (`__<rank>_0.distcp`, `.metadata`), reloadable on any mesh;
 - the step, which is also the data position: step k's prompts and sampling seeds are a
@@ -26,9 +26,9 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
-from launcher import checkpoints
-from launcher.checkpoints import Checkpoint
-from launcher.runtime import RuntimePlan
+from launcher.worker import checkpoints
+from launcher.worker.checkpoints import Checkpoint
+from launcher.worker.runtime import RuntimePlan
 
 if TYPE_CHECKING:
     from recipes.grpo.loop import Session

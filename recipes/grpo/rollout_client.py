@@ -15,8 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from launcher import backends
-from launcher.runtime import DEFAULT_SERVED_MODEL
+from launcher.spec import registry
+from launcher.worker.runtime import DEFAULT_SERVED_MODEL
 
 
 class RolloutError(RuntimeError):
@@ -119,11 +119,11 @@ class RolloutServer:
         GPUs trains: SGLang's memory saver, vLLM's sleep mode level 1 (weights to host memory,
         KV cache dropped). The server must have been started with it on; the endpoints are the
         backend's own (launcher/backends/<backend>.py CLIENT)."""
-        _call(self.addr, backends.get(self.backend).CLIENT.release, {})
+        _call(self.addr, registry.backend(self.backend).CLIENT.release, {})
 
     def resume_memory(self) -> None:
         """Take the memory back (before a weight push or a rollout)."""
-        _call(self.addr, backends.get(self.backend).CLIENT.resume, {})
+        _call(self.addr, registry.backend(self.backend).CLIENT.resume, {})
 
     def weight_version(self) -> Optional[str]:
         """The label of the weights it serves: the version given with the last reload, and

@@ -1,5 +1,5 @@
 """What the rollout servers serve: checked after every push, and brought back to the trainer's
-current weights before each rollout (DESIGN §11).
+current weights before each rollout (docs/architecture.md §11).
 
 A server restarted alone comes back serving the model it started from, and says so: vLLM's
 /weight_info and SGLang's /model_info answer "default" after a fresh start, while a reload
@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
-from launcher.runtime import health_ok, wait_for_servers
+from launcher.worker.runtime import health_ok, wait_for_servers
 from recipes.grpo.rollout_client import RolloutError, RolloutServer
 from recipes.grpo.weights import greedy_from_folder, strip_eos
 

@@ -29,12 +29,12 @@ import torch.distributed as dist  # noqa: E402
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict  # noqa: E402
 from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E402
 
-from launcher.errors import LaunchError  # noqa: E402
-from launcher.runtime import RuntimePlan, load_plan  # noqa: E402
-from launcher.tiny_model import default_path as tiny_model_path  # noqa: E402
-from recipes.grpo import loop, mesh as meshes  # noqa: E402
-from recipes.grpo.layout import (LayoutMismatch, mismatches, world_mismatch,  # noqa: E402
-                                 write_rank_record)
+from launcher.spec.errors import LaunchError  # noqa: E402
+from launcher.worker.runtime import RuntimePlan, load_plan  # noqa: E402
+from launcher.worker.tiny_model import default_path as tiny_model_path  # noqa: E402
+from recipes.grpo import loop  # noqa: E402
+from recipes.grpo import mesh as meshes
+from recipes.grpo.layout import LayoutMismatch, mismatches, world_mismatch, write_rank_record  # noqa: E402
 from recipes.grpo.loop import Session, log  # noqa: E402
 from recipes.grpo.offload import HostOffload  # noqa: E402
 from recipes.grpo.options import GRPOOptions, load_options  # noqa: E402

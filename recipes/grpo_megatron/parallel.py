@@ -1,5 +1,5 @@
 """Megatron-core's parallel state from the plan: sizes from the plan's `parallel` dict (read
-through launcher.runtime, not parsed from the command line), groups read back from Megatron
+through launcher.worker.runtime, not parsed from the command line), groups read back from Megatron
 and compared with the plan's, rank by rank, axis by axis.
 
 Megatron builds its groups with its own arithmetic (RankGenerator, order tp-cp-ep-dp-pp; the
@@ -13,7 +13,7 @@ from typing import Optional
 
 import torch.distributed as dist
 
-from launcher.runtime import RuntimePlan
+from launcher.worker.runtime import RuntimePlan
 
 DENSE_AXES = ("tp", "pp", "dp", "cp")
 EXPERT_AXES = ("ep", "etp", "edp")

@@ -147,8 +147,11 @@ class MegatronEngine:
 def make_engine(module: torch.nn.Module, ref: Optional[torch.nn.Module], shape: LlamaShape,
                 lr: float, max_grad_norm: float, options: Mapping[str, Any]) -> MegatronEngine:
     """Megatron DDP (grads reduced over dp) and optimizer, per actor.megatron.*."""
-    from megatron.core.distributed import (DistributedDataParallel,
-                                           DistributedDataParallelConfig, finalize_model_grads)
+    from megatron.core.distributed import (
+        DistributedDataParallel,
+        DistributedDataParallelConfig,
+        finalize_model_grads,
+    )
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
     distributed = bool(options.get("use_distributed_optimizer", True))

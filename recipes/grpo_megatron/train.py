@@ -3,7 +3,7 @@
 `megatron:(attn:d2t2|ffn:t2e2)`).
 
 Every rank initialises Megatron's parallel state with the plan's t, p, c, e and the ffn part's
-t (etp), read through launcher.runtime (the Megatron-LM flags the launcher appends must agree),
+t (etp), read through launcher.worker.runtime (the Megatron-LM flags the launcher appends must agree),
 checks every group Megatron formed (tp, pp, dp, cp, ep, etp, edp) holds exactly the ranks the
 plan says (else all stop with one line naming the rank and the axis), builds the tiny Llama as
 a GPTModel on its tp slice and pipeline stage, loads the HF checkpoint into it, and writes
@@ -33,15 +33,15 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E402
 
-from launcher.runtime import RuntimePlan, load_plan  # noqa: E402
-from launcher.tiny_model import default_path as tiny_model_path  # noqa: E402
+from launcher.worker.runtime import RuntimePlan, load_plan  # noqa: E402
+from launcher.worker.tiny_model import default_path as tiny_model_path  # noqa: E402
 from recipes.grpo import loop  # noqa: E402
-from recipes.grpo.layout import (LayoutMismatch, mismatches, world_mismatch,  # noqa: E402
-                                 write_rank_record)
+from recipes.grpo.layout import LayoutMismatch, mismatches, world_mismatch, write_rank_record  # noqa: E402
 from recipes.grpo.loop import log  # noqa: E402
 from recipes.grpo.options import GRPOOptions, load_options  # noqa: E402
 from recipes.grpo.weights import hf_shapes  # noqa: E402
-from recipes.grpo_megatron import model as models, parallel  # noqa: E402
+from recipes.grpo_megatron import model as models  # noqa: E402
+from recipes.grpo_megatron import parallel
 
 CPU_STOP = ("Megatron's model step needs CUDA on megatron-core 0.16.1 (its RNG tracker, RoPE "
             "and attention buffers call torch.cuda)")

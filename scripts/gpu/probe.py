@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from launcher.runtime import load_plan
+from launcher.worker.runtime import load_plan
 
 
 def main() -> int:

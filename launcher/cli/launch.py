@@ -1,0 +1,336 @@
+"""The launch command's steps: compose -> plan -> request -> a runner runs it (or prints it).
+
+Everything up to the request is validation: it raises LaunchError before anything starts. A
+dry run takes exactly the path of a launch (the same request, the same runner checks) and
+stops short of the side effects: it writes nothing and starts nothing. A sweep prepares every
+point first, so one bad point stops the whole sweep with nothing started.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from omegaconf import DictConfig
+
+from launcher.config.compose import RunSpec
+from launcher.config.schema import LaunchConfig
+from launcher.planning.build import Planned, explicit_keys
+from launcher.runners import Runner
+from launcher.spec.errors import LaunchError
+from launcher.spec.plan import Plan
+from launcher.spec.request import LaunchRequest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]  # the folder holding launcher/ and recipes/
+
+
+@dataclass
+class Prepared:
+    """A run, resolved and checked, not started."""
+
+    overrides: list[str]
+    spec: RunSpec
+    planned: Planned
+    runner: Runner
+    runner_name: str
+    entry: str  # the trainer entry, resolved
+    run_dir: Path  # where the run folder goes (the launch makes it unique and sets it here)
+    point: Optional[int] = None  # index in a sweep
+    job_id: Optional[str] = None  # set once submitted to a scheduler
+
+    @property
+    def plan(self) -> Plan:
+        return self.planned.plan
+
+    @property
+    def dry_run(self) -> bool:
+        return bool(self.spec.config.launcher.dry_run)
+
+
+def prepare(overrides: list[str], to_run: bool = True,
+            composed: Optional[DictConfig] = None) -> Prepared:
+    """Compose and resolve; every user mistake raises here, before anything starts.
+
+    to_run=False (`plan`): the trainer script need not exist on the machine that plans.
+    composed: the config Hydra already composed for these overrides (a sweep point)."""
+    from launcher import runners
+    from launcher.config.compose import check_added_keys, choices_only, compose_config, run_spec
+    from launcher.node.hostinfo import count_local_gpus
+    from launcher.planning.build import build_plan
+    from launcher.planning.resolve import check_unused_options
+
+    if composed is None:
+        composed = compose_config(overrides, with_hydra=True)
+    else:
+        check_added_keys(composed, overrides)
+    spec = run_spec(composed)
+    config = spec.config
+    runner = runners.create(config.launcher)
+    device = str(config.cluster.device)
+    planned = build_plan(config, count_local_gpus, explicit_keys(overrides),
+                         more_nodes=runner.more_nodes(device))
+    chosen = {n: str(c.alloc) for n, c in planned.plan.components.items()}
+    try:
+        check_unused_options(config, chosen)
+    except LaunchError:  # set by the user, or by a preset/group file? only the user's count
+        defaults = run_spec(compose_config(choices_only(overrides))).config
+        check_unused_options(config, chosen, defaults)
+    entry = str(config.trainer.entry)
+    if any(not c.is_inference for c in planned.plan.components.values()):
+        entry = resolve_entry(entry, must_exist=to_run)
+    planned = with_memory(planned, config, here=not runner.more_nodes(device))
+    return Prepared(list(overrides), spec, planned, runner, runners.name_of(config.launcher),
+                    entry, Path(spec.run_dir).absolute())
+
+
+def with_memory(planned: Planned, config: LaunchConfig, here: bool) -> Planned:
+    """The plan with its `memory` section (docs/architecture.md §10): the model's shape from its config.json
+    (read here, never downloaded), the GPUs' memory (`here`: NVML may ask this machine's);
+    a plan that does not fit is refused (launcher.check_memory=error), said (warn) or not
+    checked (off)."""
+    import dataclasses
+
+    from launcher.memory.capacity import resolve_capacity
+    from launcher.memory.model_shape import read_model_shape
+    from launcher.memory.plan import plan_memory
+
+    mode = config.launcher.check_memory
+    plan = planned.plan
+    if mode == "off":
+        return planned
+    model = plan.meta["model_path"]
+    shape = read_model_shape(model)
+    capacity = resolve_capacity(plan.cluster.device, config.cluster.gpu_memory_gib,
+                                config.cluster.gpu_type, detect=here)
+    if shape is None:  # a hub name, or a folder on the cluster's disks: nothing to read here
+        why = f"no config.json at {model} here"
+        memory = {"gpu_capacity_gib": capacity.gib, "fits": None, "unknown": why,
+                  "capacity_source": capacity.source}
+        plan = dataclasses.replace(plan, meta={**plan.meta, "memory": memory},
+                                   warnings=plan.warnings + (f"memory unknown: {why}, so no "
+                                                             "GPU is checked",))
+        return dataclasses.replace(planned, plan=plan)
+    report = plan_memory(plan, planned.engines, shape, capacity.gib)
+    said = list(report.warnings)
+    problem = report.error()
+    if problem is not None and mode == "error":
+        raise LaunchError(f"does not fit: {problem} (launcher.check_memory=warn starts it "
+                          "anyway)")
+    if problem is not None:
+        said.append(f"does not fit: {problem}")
+    memory = {**report.to_dict(), "capacity_source": capacity.source}
+    plan = dataclasses.replace(plan, meta={**plan.meta, "memory": memory},
+                               warnings=plan.warnings + tuple(said))
+    return dataclasses.replace(planned, plan=plan)
+
+
+def resolve_entry(entry: str, must_exist: bool = True) -> str:
+    """A relative trainer entry is looked up in the working directory, then beside the
+    launcher (the default recipe ships with it, editable or installed).
+
+    Checked here, so a missing script fails before any server spends a minute starting."""
+    if entry.startswith("-m "):
+        return entry
+    for candidate in (Path(entry), REPO_ROOT / entry):
+        if candidate.is_file():
+            return str(candidate.absolute())
+    if not must_exist:
+        return entry
+    raise LaunchError(f"trainer.entry={entry!r}: no such file (relative paths are looked up in "
+                      f"the working directory, then in {REPO_ROOT}); use a path or '-m module'")
+
+
+def job_name(prep: Prepared) -> str:
+    config = prep.spec.config
+    base = getattr(config.launcher, "job_name", None) or \
+        f"{config.experiment_name}-{config.trial_name}"
+    return base if prep.point is None else f"{base}-{prep.point}"
+
+
+def build_request(prep: Prepared, run_dir: Path, next_port: Callable[[], int]
+                  ) -> tuple[Plan, LaunchRequest]:
+    """The plan with its processes, and the request a runner executes (no side effect)."""
+    from launcher.backends.context import LaunchContext
+    from launcher.backends.processes import build_processes
+    from launcher.planning.build import health_timeout_s
+
+    config = prep.spec.config
+    ctx = LaunchContext(run_dir=str(run_dir), plan_path=str(run_dir / "plan.json"),
+                        python=prep.runner.python(), next_port=next_port,
+                        cpus=prep.runner.cpus(), extra_env=user_env(config.launcher.env))
+    plan = build_processes(prep.planned, prep.entry, [str(a) for a in config.trainer.args], ctx)
+    request = LaunchRequest(
+        run_id=uuid.uuid4().hex, run_dir=str(run_dir), job_name=job_name(prep),
+        device=plan.cluster.device, num_nodes=plan.cluster.num_nodes,
+        gpus_per_node=plan.cluster.gpus_per_node, processes=plan.processes,
+        grace_period_s=float(config.launcher.grace_period_s),
+        health_timeout_s=health_timeout_s(config), paths=read_paths(plan, prep.entry),
+        max_restarts=int(config.launcher.max_restarts),
+        hang_timeout_s=config.launcher.hang_timeout_s, console=str(config.launcher.console))
+    return plan, request
+
+
+def read_paths(plan: Plan, entry: str) -> tuple[str, ...]:
+    """Folders the processes read that must exist where they run: the model (a local path;
+    a hub name is the engine's business), and the trainer entry's folder."""
+    out = []
+    model = str(plan.meta.get("model_path", ""))
+    if os.path.isabs(model) and any(c.is_inference for c in plan.components.values()):
+        out.append(model)
+    if os.path.isabs(entry) and any(not c.is_inference for c in plan.components.values()):
+        out.append(os.path.dirname(entry))
+    return tuple(out)
+
+
+def user_env(env: dict) -> dict[str, str]:
+    """What the user says every process gets: engine defaults they exported in their shell
+    (OMP_NUM_THREADS, ...), then launcher.env. The launcher's contract still wins over both."""
+    from launcher.backends.common import ENV_DEFAULT_KEYS
+
+    exported = {k: os.environ[k] for k in ENV_DEFAULT_KEYS if k in os.environ}
+    return {**exported, **{str(k): str(v) for k, v in (env or {}).items()}}
+
+
+def warn(plan: Plan, notes: Sequence[str] = (), more: Sequence[str] = ()) -> None:
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    for w in (*plan.warnings, *more):
+        print(f"warning: {w}", file=sys.stderr)
+
+
+# ----------------------------------------------------------------------------- one run
+def launch_one(overrides: list[str]) -> int:
+    return start(prepare(overrides))
+
+
+def start(prep: Prepared, own_folder: bool = False) -> int:
+    """Perform the run with its runner, or (dry run) print exactly what it would perform.
+
+    own_folder: prep.run_dir was made for this run already (by Hydra's run_job, under a Hydra
+    launcher other than ours); else the run claims a folder of its own there (-1, -2, ...)."""
+    from launcher.config.compose import hydra_record
+    from launcher.node.runs import claim_run_dir, free_run_dir, write_private
+
+    base = prep.spec.config.launcher.base_port
+    if prep.dry_run:
+        with prep.runner.ports(base, dry=True) as next_port:
+            plan, request = build_request(prep, free_run_dir(prep.run_dir), next_port)
+            said = prep.runner.check(request)
+        warn(plan, prep.planned.notes, said)
+        sys.stdout.write(prep.runner.dryrun(request))
+        return 0
+    with prep.runner.ports(base, dry=False) as next_port:
+        while True:  # checked before its folder exists; a folder of its own, always
+            run_dir = prep.run_dir if own_folder else free_run_dir(prep.run_dir)
+            plan, request = build_request(prep, run_dir, next_port)
+            said = prep.runner.check(request)
+            if own_folder or claim_run_dir(run_dir):
+                break
+        prep.run_dir = run_dir
+        warn(plan, prep.planned.notes, said)
+        write_private(run_dir / "plan.json", plan.to_json(mask_secrets=False))
+        for name, text in hydra_record(prep.spec, run_dir).items():  # .hydra/: may hold secrets
+            (run_dir / name).parent.mkdir(exist_ok=True)
+            write_private(run_dir / name, text)
+        write_private(run_dir / "request.json", request.to_json())
+        if prep.runner_name == "local":
+            show_plan_summary(plan, run_dir)
+        code = prep.runner.run(request)
+    from launcher.node.runs import read_record
+
+    try:
+        prep.job_id = read_record(run_dir).job_id
+    except LaunchError:
+        pass
+    return code
+
+
+def show_plan_summary(plan: Plan, run_dir: Path) -> None:
+    from launcher.cli.render import console as make_console
+    from launcher.cli.render import render_gpu_map
+
+    console = make_console()
+    console.print(render_gpu_map(plan))
+    console.print(f"[bold]run folder[/bold] {run_dir}  ({len(plan.processes)} processes)")
+
+
+def counted_request(prep: Prepared) -> tuple[Plan, LaunchRequest]:
+    """The plan and request with ports counted up from launcher.base_port (or 30000): what
+    `plan` shows and what a sweep rehearses; nothing is reserved, nothing starts."""
+    from launcher.node.ports import DEFAULT_BASE_PORT, counted_ports
+
+    base = prep.spec.config.launcher.base_port or DEFAULT_BASE_PORT
+    return build_request(prep, prep.run_dir, counted_ports(base))
+
+
+def show_plan(overrides: list[str], json_out: bool, svg: Optional[Path]) -> int:
+    """`areal-launch plan`: the table and GPU map, or the plan JSON; starts nothing."""
+    prep = prepare(overrides, to_run=False)
+    the_plan, _ = counted_request(prep)
+    if svg is not None:
+        from launcher.cli.render import render_svg
+
+        try:
+            svg.write_text(render_svg(the_plan))
+        except OSError as exc:
+            raise LaunchError(f"--svg {svg}: cannot write it ({exc.strerror})") from None
+    warn(the_plan, prep.planned.notes)
+    if json_out:
+        sys.stdout.write(the_plan.to_json() + "\n")
+        return 0
+    from launcher.cli.render import console as make_console
+    from launcher.cli.render import render_gpu_map, render_table
+
+    console = make_console()
+    console.print(render_table(the_plan))
+    console.print(render_gpu_map(the_plan))
+    return 0
+
+
+SUGGEST_HELP = """\
+layouts that fit this model on this cluster, best first, as commands to paste. Ranked by a
+throughput proxy: sqrt(generation x training), generation = rollout instances x the KV tokens
+each can use (capped at 512K), training = actor.mb_spec.max_tokens_per_mb x the actor's data
+parallel size; collocated layouts count half (their phases take turns)."""
+
+
+def show_suggestions(overrides: list[str]) -> int:
+    """`areal-launch plan --suggest OVERRIDES`: the layouts that fit (see SUGGEST_HELP)."""
+    from launcher.memory.capacity import resolve_capacity
+    from launcher.memory.model_shape import read_model_shape
+    from launcher.memory.plan import inference_options, train_options
+    from launcher.memory.suggest import SuggestOptions, suggest
+
+    prep = prepare([*overrides, "launcher.check_memory=off"], to_run=False)
+    plan, config = prep.plan, prep.spec.config
+    shape = read_model_shape(plan.meta["model_path"])
+    if shape is None:
+        raise LaunchError(f"model_path={plan.meta['model_path']}: no config.json there, so "
+                          "nothing to size: point model_path at a local model folder")
+    capacity = resolve_capacity(plan.cluster.device, config.cluster.gpu_memory_gib,
+                                config.cluster.gpu_type, detect=not prep.runner.more_nodes("cuda"))
+    engines = prep.planned.engines
+    options = SuggestOptions(
+        train=train_options(engines["actor"]) if "actor" in engines else SuggestOptions().train,
+        infer=inference_options(engines["rollout"]) if "rollout" in engines
+        else SuggestOptions().infer)
+    found = suggest(shape, plan.cluster, capacity.gib, options)
+    cluster = plan.cluster
+    print(f"# {len(found)} layout(s) that fit {cluster.num_nodes} node(s) x "
+          f"{cluster.gpus_per_node} GPUs of {capacity.gib:.1f} GiB ({capacity.source}), best "
+          "first (score: sqrt(generation x training tokens), see plan --help)")
+    import shlex
+
+    for s in found:
+        print(f"# {s.mode}: rollout {s.rollout} ({s.kv_tokens} KV tokens), actor {s.actor} "
+              f"({s.train_tokens} tokens per micro-step), score {s.score:.0f}")
+        keys = {o.partition("=")[0] for o in s.overrides}
+        kept = [o for o in overrides if o.lstrip("+").partition("=")[0] not in keys]
+        print(s.command(" ".join(["areal-launch", *map(shlex.quote, kept)])))
+    if not found:
+        print("# none fits: more GPUs, a smaller model, or a smaller context")
+    return 0
+

@@ -1,0 +1,108 @@
+"""Hydra's and OmegaConf's failures as one line for the user who typed the override.
+
+Hydra raises several unrelated exception types for user mistakes and spreads the useful part
+over a chain of causes and several lines; each branch below recognises one mistake and says
+what to type instead (the quoted form, the closest key, the options of a group).
+"""
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Callable, Optional, Sequence
+
+FREE_FORM = ("launcher.env.",)  # dicts whose keys the user chooses: Hydra wants `+` there
+
+
+Suggest = Callable[[str, Sequence[str]], str]  # key, overrides -> ": did you mean 'a.b'?" or ""
+
+
+def explain_hydra_error(exc: BaseException, overrides: Sequence[str], suggest: Suggest) -> str:
+    """One line for a Hydra/OmegaConf failure, with the quoted form to type where that is the fix."""
+    text = flatten(exc)
+    kind = type(exc).__name__
+    if kind == "OverrideParseException" or text.startswith("Error parsing override") or \
+            "Could not override ''" in text:
+        return _parse_error(text, overrides)
+    if "Exceeds the limit" in text and "digits" in text:  # Python's int() refused a huge number
+        huge = max(overrides, key=lambda o: max((len(d) for d in re.findall(r"\d+", o)),
+                                                 default=0))
+        return (f"{huge.partition('=')[0]}: a number far too large ({len(huge)} characters); "
+                "sizes are GPU counts")
+    if "Ambiguous value" in text:
+        bad = _first(overrides, lambda o: "," in o.partition("=")[2])
+        if bad is not None:
+            key, _, value = bad.partition("=")
+            quoted = f"\"{key}='{value}'\"" if bad.isprintable() else "it in quotes"
+            return (f"{shown(bad)}: a comma list is a sweep to Hydra: quote it, {quoted} "
+                    f"(or run a sweep with -m)")
+    match = re.search(r"does not support sweep type : (\w+)", text)
+    if match:
+        sweep = match.group(1).lower().replace("_sweep", "")
+        bad = _first(overrides, lambda o: f"{sweep}(" in o) or sweep
+        return (f"{shown(bad)}: Hydra's basic sweeper runs lists and ranges, not {sweep}(): "
+                "list the values (key=a,b,c), use range(start,stop,step), or choose a sweeper "
+                "that samples (hydra/sweeper=optuna)")
+    match = re.search(r"Could not append to config\. An item is already at '([^']+)'", text)
+    if match:
+        return f"{match.group(1)!r} exists already: set it without the leading +"
+    match = re.search(r"Could not override '([^']+)'", text) or re.search(r"Key '([^']+)' not in", text)
+    if match:
+        key = match.group(1)
+        if key.startswith(FREE_FORM):  # dicts whose keys are the user's own: Hydra wants `+`
+            given = _first(overrides, lambda o: o.startswith(key)) or key
+            return f"{key!r} adds a key to {key.rsplit('.', 1)[0]}: write it as +{shown(given)}"
+        return (f"unknown config key {key!r}{suggest(key, overrides)} "
+                "(`areal-launch --cfg job` prints every key)")
+    match = re.search(r"Error merging override (\S+)", text)
+    if match:
+        detail = text.split("full_key:")[0].split(match.group(1), 1)[-1].strip(" .:")
+        return f"invalid value in {match.group(1)!r}: {detail}"
+    match = re.search(r"Could not find '([^']+)'.*?Available options in '[^']+': ([^\n]*?) Config search", text)
+    if match:
+        wanted, options = match.group(1), match.group(2).split()
+        close = difflib.get_close_matches(wanted.rpartition("/")[2], options, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return f"no config {wanted!r}: choose one of {' '.join(options)}{hint}"
+    match = re.search(r"Cannot find primary config '([^']+)'", text)
+    if match:
+        where = ", ".join(re.findall(r"path=(\S+)", text)) or "the config search path"
+        return f"no primary config {match.group(1)!r} (--config-name): looked up in {where}"
+    return f"invalid configuration: {text}"
+
+
+def _parse_error(text: str, overrides: Sequence[str]) -> str:
+    bad = _first(overrides, lambda o: any(c in o for c in "()[]"))
+    if bad is not None and bad.isprintable():
+        key, _, value = bad.partition("=")
+        if value.startswith("[") and value.endswith("]"):  # a list: quote each element
+            items = ",".join(f"'{v.strip()}'" for v in value[1:-1].split(",") if v.strip())
+            return (f"cannot parse override {bad!r}: quote each list element that holds "
+                    f"'=', ':' or brackets: type \"{key}=[{items}]\"")
+        bare = value.replace("(", "").replace(")", "")
+        alt = f", or without parentheses: {key}={bare}" if "(" in value and "[" not in value else ""
+        return (f"cannot parse override {bad!r}: Hydra's override grammar needs quotes around "
+                f"values with ( ) or [ ]: type \"{key}='{value}'\"{alt}")
+    word = _first(overrides, lambda o: o.startswith("=") or "=" not in o and not o.startswith("~"))
+    if word is not None:
+        return f"cannot parse override {shown(word)}: overrides are KEY=VALUE (or group=option)"
+    return f"cannot parse override: {text}"
+
+
+def flatten(exc: BaseException) -> str:
+    """Hydra wraps the useful message in __cause__; join the chain into one line."""
+    parts, seen = [], set()
+    cur: Optional[BaseException] = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        parts.append(str(cur))
+        cur = cur.__cause__ or cur.__context__
+    return " ".join(" ".join(parts).split())
+
+
+def shown(text: str) -> str:
+    """A value as one printable line (a newline inside would break the one-line promise)."""
+    return repr(text) if not text.isprintable() else text
+
+
+def _first(items: Sequence[str], pred: Callable[[str], bool]) -> Optional[str]:
+    return next((i for i in items if pred(i)), None)

@@ -1,0 +1,173 @@
+"""Typed configuration: the dataclasses Hydra composes `conf/` into (docs/architecture.md §2).
+
+Every key a user may set on the command line is declared here or in the module that reads it,
+so no `+` is ever needed and a mistyped key or a wrong type is a clear error from Hydra. Engine
+options live under a sub-key named after the backend (`rollout.vllm.*`, `actor.fsdp.*`),
+declared by each backend module (launcher/backends/), so the backend prefix alone picks the
+engine and a new backend brings its options with it. The `launcher` group's schema is the
+chosen runner's own (launcher/runners/), the `recipe` group's the chosen recipe's.
+
+`launcher.spec.run_spec` turns the composed config into these dataclasses once; nothing after
+that reads the Hydra config.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from omegaconf import MISSING
+
+from launcher.spec import registry
+from launcher.spec.errors import ConfigError
+from launcher.spec.limits import seconds_problem
+from launcher.spec.plan import ENGINES
+
+DEFAULT_MODEL_PATH = "~/.cache/areal-launch/tiny-llama"
+
+
+# ----------------------------------------------------------------------------- engines
+@dataclass
+class OffloadOptions:
+    """What a training engine moves to host memory between phases (collocated runs)."""
+
+    optimizer: bool = False
+    weight: bool = False
+    grad: bool = False
+
+    @property
+    def any(self) -> bool:
+        return self.optimizer or self.weight or self.grad
+
+
+@dataclass
+class RolloutBase:
+    """rollout: the inference servers. backend None = off; a bare name (`vllm`) = that backend
+    sized for the machine (launcher.defaults)."""
+
+    backend: Optional[str] = "vllm"
+    model_path: Optional[str] = None  # None: the top-level model_path
+    offload: bool = False  # release weights/KV between phases (memory saver / sleep mode)
+    enable_offload: Optional[bool] = None  # RLinf's spelling of `offload`
+    health_timeout_s: float = 600.0
+    extra_args: List[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        problem = seconds_problem(self.health_timeout_s, allow_zero=False)
+        if problem:
+            raise ConfigError(f"rollout.health_timeout_s={self.health_timeout_s}: {problem}")
+
+
+TRAIN_DTYPES = ("float32", "bfloat16", "float16")
+MAX_TOKENS_PER_MB = 1 << 24
+
+
+@dataclass
+class MicroBatchSpec:
+    """How a training step splits its batch (AReaL's `mb_spec`): each forward/backward holds
+    at most this many tokens, which is what sizes a trainer's activation memory."""
+
+    max_tokens_per_mb: int = 10240
+
+    def __post_init__(self) -> None:
+        n = self.max_tokens_per_mb
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 < n <= MAX_TOKENS_PER_MB:
+            raise ConfigError(f"mb_spec.max_tokens_per_mb={n}: a number of tokens from 1 to "
+                              f"{MAX_TOKENS_PER_MB}")
+
+
+@dataclass
+class TrainEngineBase:
+    """actor, critic, ref, teacher. backend None = off; "" = the actor's backend and options;
+    a bare name (`fsdp`) = that backend sized for the machine. dtype, gradient_checkpointing
+    and mb_spec are AReaL's names: the entry point trains with them, the memory check sizes
+    the engine by them."""
+
+    backend: Optional[str] = None
+    dtype: Optional[str] = None  # weights, grads, optimizer states; None: float32 on cpu, else bf16
+    gradient_checkpointing: bool = False  # recompute each layer in backward (less memory)
+    mb_spec: MicroBatchSpec = field(default_factory=MicroBatchSpec)
+    offload: OffloadOptions = field(default_factory=OffloadOptions)
+    extra_args: List[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.dtype is not None and self.dtype not in TRAIN_DTYPES:
+            raise ConfigError(f"dtype={self.dtype!r}: choose {', '.join(TRAIN_DTYPES)}")
+
+
+def _with_backend_options(base: type, kind: str, name: str) -> type:
+    """`base` plus one sub-key per backend of `kind`, typed by that backend's Options."""
+    extra = [(b, m.Options, field(default_factory=m.Options))
+             for b, m in registry.backend_table().items() if m.KIND == kind]
+    return dataclasses.make_dataclass(name, extra, bases=(base,))
+
+
+RolloutConfig = _with_backend_options(RolloutBase, registry.SERVE, "RolloutConfig")
+TrainEngineConfig = _with_backend_options(TrainEngineBase, registry.TRAIN,
+                                          "TrainEngineConfig")
+
+
+@dataclass
+class TrainerConfig:
+    """The entry point every torchrun worker runs, and its arguments."""
+
+    entry: str = "recipes/grpo/train.py"
+    args: List[str] = field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------- cluster
+def _engine_keys() -> Dict[str, Optional[str]]:
+    return {name: None for name in ENGINES}
+
+
+@dataclass
+class ClusterConfig:
+    num_nodes: Optional[int] = None  # None: this machine (1), or what the plan needs on cpu
+    gpus_per_node: Optional[int] = None  # None: the GPUs this machine shows
+    device: str = "auto"  # auto | cuda | cpu
+    # keys: engine names, or comma lists of them in YAML ("actor,rollout": all)
+    component_placement: Dict[str, Optional[str]] = field(default_factory=_engine_keys)
+    # memory per GPU for the memory check; None: what NVML reports here (this machine's
+    # GPUs), else `gpu_type`'s from launcher/memory/capacity.py's table (e.g. h100), else unknown
+    gpu_memory_gib: Optional[float] = None
+    gpu_type: Optional[str] = None
+
+
+# ----------------------------------------------------------------------------- the run
+@dataclass
+class LaunchConfig:
+    experiment_name: str = "areal"
+    trial_name: str = "run"
+    model_path: str = DEFAULT_MODEL_PATH
+    allocation_mode: Optional[str] = None  # legacy: sglang:d4t2+fsdp:d8 (deprecated)
+    rollout: RolloutBase = field(default_factory=RolloutConfig)
+    actor: TrainEngineBase = field(default_factory=lambda: TrainEngineConfig(backend="fsdp"))
+    critic: TrainEngineBase = field(default_factory=TrainEngineConfig)
+    ref: TrainEngineBase = field(default_factory=TrainEngineConfig)
+    teacher: TrainEngineBase = field(default_factory=TrainEngineConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    # the runner's own schema (launcher=local|slurm|ray): launcher.runners.<name>.Config
+    launcher: Any = MISSING
+    # the recipe's own schema (recipe=grpo), handed to its entry point in the plan
+    recipe: Any = MISSING
+
+
+def engine(spec: LaunchConfig, name: str) -> Any:
+    """The config node of engine `name` (rollout, actor, ...)."""
+    return getattr(spec, name)
+
+
+def register_configs() -> None:
+    """Register the schemas with Hydra's ConfigStore: the run (conf/config.yaml starts from
+    it), each runner's (`<name>_schema` in the launcher group) and the default recipe's."""
+    from hydra.core.config_store import ConfigStore
+
+    from recipes.grpo.options import GRPOOptions
+
+    store = ConfigStore.instance()
+    store.store(name="base_config", node=LaunchConfig)
+    for name in registry.runner_names():
+        store.store(group="launcher", name=f"{name}_schema",
+                    node=registry.runner_module(name).Config)
+    store.store(group="recipe", name="grpo_schema", node=GRPOOptions)

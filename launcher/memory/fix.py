@@ -1,0 +1,237 @@
+"""The smallest change that would make a memory problem go away, as a Hydra override.
+
+Candidates are tried in order of how little they change: a memory knob first (gradient
+checkpointing, the largest max_tokens_per_mb or memory fraction that fits), then offload, then
+a different parallel layout on the same GPUs. Each candidate is checked by evaluating the whole
+plan again (pure and fast); the first that removes the problem without adding another wins.
+Knob names live in KNOBS (one home: the lead maps them to config keys).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Iterator, Optional, Sequence
+
+from launcher.memory.estimate import MAX_FIXES, EngineInput, MemoryProblem, MemoryReport, evaluate
+from launcher.memory.infer import InferenceOptions
+from launcher.memory.train import Offload, TrainOptions
+from launcher.spec.alloc import ModelAllocation
+from launcher.spec.cluster import ClusterSpec
+from launcher.spec.plan import ComponentPlan
+
+# knob -> override key; {e} is the engine (actor, rollout, ...), {b} its backend
+KNOBS = {
+    "backend": "{e}.backend",
+    "max_tokens_per_mb": "{e}.mb_spec.max_tokens_per_mb",
+    "gradient_checkpointing": "{e}.gradient_checkpointing",
+    "offload.weight": "{e}.offload.weight",
+    "offload.optimizer": "{e}.offload.optimizer",
+    "offload.grad": "{e}.offload.grad",
+    "optimizer_cpu_offload": "{e}.megatron.optimizer_cpu_offload",
+    "params_cpu_offload": "{e}.{b}.offload_params",  # fsdp
+    "release": "{e}.offload",
+    "mem_fraction.sglang": "{e}.sglang.mem_fraction_static",
+    "mem_fraction.vllm": "{e}.vllm.gpu_memory_utilization",
+    "context_length.sglang": "{e}.sglang.context_length",
+    "context_length.vllm": "{e}.vllm.max_model_len",
+    "cpu_kvcache_space": "{e}.vllm.cpu_kvcache_space_gb",
+}
+TOKEN_STEP = 1024  # suggested token counts are multiples of this
+FRACTION_MAX = 0.95
+Evaluate = Callable[[Sequence[EngineInput]], MemoryReport]
+Candidate = tuple[str, list[EngineInput]]
+
+
+def override(engine: str, knob: str, value: object, backend: str = "") -> str:
+    """`actor.mb_spec.max_tokens_per_mb=8192`: what the user pastes."""
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    return f"{KNOBS[knob].format(e=engine, b=backend)}={text}"
+
+
+def _swap(engines: Sequence[EngineInput], name: str, **changes: object) -> list[EngineInput]:
+    """The engines with `name`'s options (or allocation, via `alloc`) changed."""
+    out = []
+    for inp in engines:
+        if inp.name == name:
+            alloc = changes.pop("alloc", None)
+            component = inp.component if alloc is None else ComponentPlan(
+                inp.name, alloc, inp.component.inherited_from, inp.component.gpus)  # type: ignore[arg-type]
+            options = dataclasses.replace(inp.options, **changes) if changes else inp.options  # type: ignore[type-var]
+            inp = EngineInput(component, inp.shape, options)
+        out.append(inp)
+    return out
+
+
+def _key(p: MemoryProblem) -> tuple[str, str]:
+    return p.kind, p.engine
+
+
+def _solves(problem: MemoryProblem, before: MemoryReport, after: MemoryReport) -> bool:
+    old = {_key(p) for p in before.problems}
+    new = {_key(p) for p in after.problems}
+    return _key(problem) not in new and new <= old
+
+
+def _search_int(low: int, high: int, works: Callable[[int], bool]) -> Optional[int]:
+    """The largest multiple of TOKEN_STEP in [low, high] for which works() holds (monotone)."""
+    lo, hi = low // TOKEN_STEP, high // TOKEN_STEP
+    if hi < max(lo, 1) or not works(max(lo, 1) * TOKEN_STEP):
+        return None
+    lo = max(lo, 1)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if works(mid * TOKEN_STEP):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo * TOKEN_STEP
+
+
+def _reshapes(alloc: ModelAllocation, cluster: ClusterSpec) -> Iterator[ModelAllocation]:
+    """Same GPUs, more model parallel: t doubled within a node, then (megatron, archon) p."""
+    if alloc.hybrid or alloc.dp % 2:
+        return
+    span = alloc.tp * 2 * (alloc.pp if alloc.backend in ("sglang", "vllm") else 1)
+    shapes = [(alloc.tp * 2, alloc.pp)] if span <= cluster.gpus_per_node else []
+    if alloc.backend in ("megatron", "archon"):
+        shapes.append((alloc.tp, alloc.pp * 2))
+    for tp, pp in shapes:
+        try:
+            yield dataclasses.replace(alloc, dp=alloc.dp // 2, tp=tp, pp=pp, edp=0)
+        except ValueError:  # AllocationError: e.g. experts no longer divide the world
+            continue
+
+
+def _train_candidates(problem: MemoryProblem, engines: Sequence[EngineInput],
+                      cluster: ClusterSpec, works: Callable[[list[EngineInput]], bool]
+                      ) -> Iterator[Candidate]:
+    by_name = {inp.name: inp for inp in engines}
+    inp = by_name[problem.engine]
+    opts = inp.options
+    assert isinstance(opts, TrainOptions)
+    name = inp.name
+    if opts.trainable and opts.recompute_mode == "none":
+        yield override(name, "gradient_checkpointing", True), _swap(engines, name,
+                                                                    gradient_checkpointing=True)
+    tokens = _search_int(TOKEN_STEP, opts.max_tokens_per_mb - 1, lambda n: works(
+        _swap(engines, name, max_tokens_per_mb=n)))
+    if tokens:
+        yield override(name, "max_tokens_per_mb", tokens), _swap(engines, name,
+                                                                 max_tokens_per_mb=tokens)
+    for other in problem.engines:
+        o = by_name[other].options
+        if isinstance(o, InferenceOptions) and not o.release:
+            yield override(other, "release", True), _swap(engines, other, release=True)
+        elif isinstance(o, TrainOptions) and other != name and not o.offload.any:
+            full = Offload(True, True, True)
+            yield (" ".join(override(other, f"offload.{k}", True) for k in ("weight", "optimizer",
+                                                                              "grad")),
+                   _swap(engines, other, offload=full))
+    if inp.component.backend == "megatron" and not opts.optimizer_cpu_offload:
+        yield override(name, "optimizer_cpu_offload", True), _swap(
+            engines, name, optimizer_cpu_offload=True)
+    for alloc in _reshapes(inp.component.alloc, cluster):
+        yield override(name, "backend", alloc), _swap(engines, name, alloc=alloc)
+    backend = inp.component.backend
+    if backend == "fsdp" and not opts.params_cpu_offload:
+        yield (override(name, "params_cpu_offload", True, backend),
+               _swap(engines, name, params_cpu_offload=True))
+
+
+def _rollout_candidates(problem: MemoryProblem, engines: Sequence[EngineInput],
+                        cluster: ClusterSpec, works: Callable[[list[EngineInput]], bool],
+                        report: MemoryReport) -> Iterator[Candidate]:
+    by_name = {inp.name: inp for inp in engines}
+    for other in problem.engines:
+        o = by_name[other].options
+        if isinstance(o, TrainOptions) and not (o.offload.weight and o.offload.optimizer
+                                                and o.offload.grad):
+            for knob in ("optimizer", "weight", "grad"):
+                if not getattr(o.offload, knob):
+                    yield (override(other, f"offload.{knob}", True),
+                           _swap(engines, other, offload=dataclasses.replace(o.offload,
+                                                                               **{knob: True})))
+            yield (" ".join(override(other, f"offload.{k}", True) for k in ("weight", "optimizer",
+                                                                              "grad")),
+                   _swap(engines, other, offload=Offload(True, True, True)))
+    inp = _resolved(by_name[problem.engine], report)
+    yield from _fraction(inp, engines, works, lower=True)
+    for alloc in _reshapes(inp.component.alloc, cluster):
+        yield override(inp.name, "backend", alloc), _swap(engines, inp.name, alloc=alloc)
+
+
+def _resolved(inp: EngineInput, report: MemoryReport) -> EngineInput:
+    """The engine with the memory fraction it runs with written out (SGLang's auto value)."""
+    opts = inp.options
+    memory = report.engines.get(inp.name)
+    if (isinstance(opts, InferenceOptions) and opts.mem_fraction is None and memory is not None
+            and memory.mem_fraction is not None):
+        return EngineInput(inp.component, inp.shape,
+                           dataclasses.replace(opts, mem_fraction=memory.mem_fraction))
+    return inp
+
+
+def _fraction(inp: EngineInput, engines: Sequence[EngineInput],
+              works: Callable[[list[EngineInput]], bool], lower: bool) -> Iterator[Candidate]:
+    """The memory fraction closest to the current one (2 decimals) that fits."""
+    opts = inp.options
+    assert isinstance(opts, InferenceOptions)
+    if opts.mem_fraction is None:
+        return
+    now = int(round(opts.mem_fraction * 100))
+    steps = range(now - 1, 4, -1) if lower else range(now + 1, int(FRACTION_MAX * 100) + 1)
+    for pct in steps:
+        changed = _swap(engines, inp.name, mem_fraction=pct / 100)
+        if works(changed):
+            yield override(inp.name, f"mem_fraction.{inp.component.backend}", pct / 100), changed
+            return
+
+
+def _engine_candidates(problem: MemoryProblem, engines: Sequence[EngineInput],
+                       cluster: ClusterSpec, works: Callable[[list[EngineInput]], bool],
+                       report: MemoryReport) -> Iterator[Candidate]:
+    inp = _resolved({i.name: i for i in engines}[problem.engine], report)
+    yield from _fraction(inp, engines, works, lower=False)
+    for alloc in _reshapes(inp.component.alloc, cluster):
+        yield override(inp.name, "backend", alloc), _swap(engines, inp.name, alloc=alloc)
+    memory = report.engines.get(problem.engine)
+    if problem.kind == "kv" and memory is not None and memory.kv_tokens:
+        tokens = (memory.kv_tokens // TOKEN_STEP) * TOKEN_STEP
+        if tokens:
+            yield (override(inp.name, f"context_length.{inp.component.backend}", tokens),
+                   _swap(engines, inp.name, context_length=tokens))
+
+
+def find_fix(problem: MemoryProblem, engines: Sequence[EngineInput], cluster: ClusterSpec,
+             evaluate: Evaluate, before: MemoryReport) -> Optional[str]:
+    """The first candidate change (as override text) after which `problem` is gone and no new
+    problem appears; None when no single knob or layout on these GPUs does it."""
+    def works(changed: list[EngineInput]) -> bool:
+        return _solves(problem, before, evaluate(changed))
+
+    if problem.kind == "train":
+        candidates = _train_candidates(problem, engines, cluster, works)
+    elif problem.kind == "rollout":
+        candidates = _rollout_candidates(problem, engines, cluster, works, before)
+    elif problem.kind in ("kv", "weights"):
+        candidates = _engine_candidates(problem, engines, cluster, works, before)
+    else:
+        return None
+    for text, changed in candidates:
+        if works(changed):
+            return text
+    return None
+
+
+def memory_report(engines: Sequence[EngineInput], cluster: ClusterSpec,
+                  capacity_gib: Optional[float]) -> MemoryReport:
+    """Every GPU's need against `capacity_gib` (None: unknown), each problem with the smallest
+    change that would fit, as a copy-pasteable override."""
+    report = evaluate(engines, cluster, capacity_gib)
+    if not report.problems:
+        return report
+    def again(changed: Sequence[EngineInput]) -> MemoryReport:
+        return evaluate(changed, cluster, capacity_gib)
+
+    fixed = [MemoryProblem(**{**p.__dict__, "fix": find_fix(p, engines, cluster, again, report)})
+             if i < MAX_FIXES else p for i, p in enumerate(report.problems)]
+    return MemoryReport(**{**report.__dict__, "problems": tuple(fixed)})

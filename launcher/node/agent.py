@@ -1,0 +1,73 @@
+"""One node of a run, started by a scheduler: `python -m launcher.node.agent REQUEST ...`.
+
+Slurm runs it once per node (one task each) and Ray inside each node actor; it builds the same
+tree as a local run (keeper.py) and runs the node's processes under the same supervisor. The
+node's GPUs are the ones the scheduler shows it (CUDA_VISIBLE_DEVICES), mapped from the plan's
+positions by request.materialize; hosts come from the scheduler too.
+
+    --node K        plan node (default: $SLURM_NODEID)
+    --hosts A,B,..  address of every plan node, in order (default: $AREAL_HOSTS)
+    --peers         a node with servers only ends when every node with trainers has finished
+                    (through <run folder>/done/), for schedulers with no other channel
+
+Stdlib and the launcher's own modules only (no Hydra): a container needs just a Python.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from launcher.node import keeper
+from launcher.node.console import RunConsole, plain_console
+from launcher.node.preflight import problems
+from launcher.node.supervisor import DONE_DIR, Peers, materialize_node, supervise
+from launcher.spec.errors import LaunchError
+from launcher.spec.plan import ENV_HOSTS
+from launcher.spec.request import LaunchRequest, visible_gpus
+
+
+def run_node(request: LaunchRequest, node: int, hosts: Sequence[str], peers: bool,
+             out: Optional[RunConsole] = None) -> int:
+    """Supervise plan node `node` of `request` here, under a keeper; its exit code."""
+    if len(hosts) < request.nodes_needed():
+        raise LaunchError(f"node {node}: {len(hosts)} host(s) given for a run on "
+                          f"{request.nodes_needed()} nodes")
+    procs = materialize_node(request, node, hosts, visible_gpus(os.environ))
+    missing = problems(procs, request.paths)
+    if missing:
+        raise LaunchError(f"node {node} is not ready to run: " + "; ".join(missing))
+    trainer_nodes = tuple(k for k in request.nodes if request.has_trainers(k))
+    watch = Peers(Path(request.run_dir) / DONE_DIR, trainer_nodes) if peers else None
+    console = out or plain_console()
+
+    def supervisor(cgroup: Optional[keeper.RunCgroup]) -> int:
+        if cgroup is not None:
+            cgroup.join()
+        return supervise(request, procs, node=node, out=console, peers=watch).exit_code
+    return keeper.run_tree(supervisor, f"areal-{request.run_id}-node{node}",
+                           request.grace_period_s)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m launcher.node.agent")
+    ap.add_argument("request")
+    ap.add_argument("--node", type=int, default=None)
+    ap.add_argument("--hosts", default=None)
+    ap.add_argument("--peers", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        request = LaunchRequest.from_dict(json.loads(Path(args.request).read_text()))
+        node = args.node if args.node is not None else int(os.environ["SLURM_NODEID"])
+        hosts = (args.hosts or os.environ.get(ENV_HOSTS, "")).replace(" ", ",").split(",")
+        return run_node(request, node, [h for h in hosts if h], args.peers)
+    except (LaunchError, OSError, ValueError, KeyError) as exc:
+        print(f"areal-launch: node supervisor: {exc}", file=sys.stderr, flush=True)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

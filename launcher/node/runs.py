@@ -1,0 +1,133 @@
+"""Run folders: one per run, always its own, and the record that lets `status`, `cancel` and
+`logs` find a run by its folder or by the id a runner printed (an edge: it touches the disk).
+
+A run folder is made with mkdir, which fails when the folder exists, so two launches started in
+the same second (the default folder name has one-second resolution) never share one: the
+second gets `<name>-1`, the next `<name>-2`. The folder holds `launch.json` (which runner, the
+run and job ids, the launcher's pid), `plan.json`, `request.json` and `logs/`. Runners that
+print an id (a Slurm job id, a Ray job id, a local run id) also record it in
+`~/.cache/areal-launch/jobs/<id>` -> run folder.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Optional
+
+from launcher.spec.errors import LaunchError
+
+RECORD = "launch.json"
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+MAX_SUFFIX = 10000
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What a runner wrote about a run when it started it."""
+
+    runner: str  # the runner's registry name: local, slurm, ray
+    run_id: str
+    run_dir: str
+    job_id: Optional[str] = None  # the id a scheduler gave it (Slurm, Ray jobs); None locally
+    pid: Optional[int] = None  # the launcher process (local runs)
+    pid_start: Optional[int] = None  # its start time (clock ticks after boot): pid reuse check
+    address: Optional[str] = None  # where the scheduler answers about job_id (Ray's Job API)
+
+
+def free_run_dir(wanted: Path) -> Path:
+    """The first of `wanted`, `wanted-1`, `wanted-2`, ... that does not exist yet."""
+    wanted = Path(wanted).absolute()
+    for k in range(MAX_SUFFIX):
+        path = wanted if k == 0 else wanted.with_name(f"{wanted.name}-{k}")
+        if not path.exists():
+            return path
+    raise LaunchError(f"{wanted}: {MAX_SUFFIX} run folders of that name exist; set hydra.run.dir")
+
+
+def claim_run_dir(path: Path) -> bool:
+    """Create the run folder; False when another launch created it first (mkdir is atomic)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir()
+        return True
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        raise LaunchError(f"cannot create the run folder {path}: {exc.strerror}") from None
+
+
+def make_run_dir(wanted: Path) -> Path:
+    """Create a run folder of our own at `wanted`, or at `wanted-1`, `wanted-2`, ..."""
+    while True:
+        path = free_run_dir(wanted)
+        if claim_run_dir(path):
+            return path
+
+
+def write_private(path: Path, text: str) -> Path:
+    """Write `text` to `path` atomically, readable by its owner only (it may hold secrets).
+    Each writer has a part file of its own: processes that share a folder may write at once."""
+    part = path.with_name(f".{path.name}.{os.getpid()}.part")
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        os.fchmod(f.fileno(), 0o600)
+        f.write(text)
+    os.replace(part, path)  # a reader never sees half of it
+    return path
+
+
+def write_record(record: RunRecord) -> None:
+    """run_dir/launch.json, and the index entry for the id the run is known by (its job id
+    where a scheduler gave one, else its run id)."""
+    write_private(Path(record.run_dir) / RECORD, json.dumps(asdict(record), indent=1))
+    index = jobs_index_dir()
+    index.mkdir(parents=True, exist_ok=True)
+    (index / (record.job_id or record.run_id)).write_text(record.run_dir + "\n")
+
+
+def jobs_index_dir() -> Path:
+    """Where runners record id -> run folder ($XDG_CACHE_HOME or ~/.cache)."""
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "areal-launch" / "jobs"
+
+
+def checked_id(handle: str) -> str:
+    """A job or run id as typed: ASCII letters, digits, '.', '_', '-' (no paths, no newlines)."""
+    text = str(handle).strip()
+    if not _ID.match(text):
+        raise LaunchError(f"{text!r} is not a job id or run folder: give the id areal-launch "
+                          "printed when it started the run (e.g. 1234), or the run folder")
+    return text
+
+
+def find_run(handle: str) -> RunRecord:
+    """The record of the run `handle` names: a run folder, or an id a runner printed."""
+    text = str(handle).strip()
+    if not text:
+        raise LaunchError("no run given: pass the job id areal-launch printed, or the run "
+                          "folder (e.g. outputs/areal/run/2026-12-01_10-00-00)")
+    folder = Path(text)
+    if "/" in text or folder.is_dir():
+        if not (folder / RECORD).is_file():
+            raise LaunchError(f"{text}: not a run folder of areal-launch (no {RECORD} in it)")
+        return read_record(folder)
+    entry = jobs_index_dir() / checked_id(text)
+    try:
+        run_dir = Path(entry.read_text().strip())
+    except FileNotFoundError:
+        raise LaunchError(f"{text}: no run with that id was started here by this user (the "
+                          f"index is {entry.parent}); give its run folder instead") from None
+    if not (run_dir / RECORD).is_file():  # a job id from an older launcher: Slurm's
+        return RunRecord(runner="slurm", run_id=text, run_dir=str(run_dir), job_id=text)
+    return read_record(run_dir)
+
+
+def read_record(run_dir: Path) -> RunRecord:
+    try:
+        data = json.loads((Path(run_dir) / RECORD).read_text())
+        return RunRecord(**data)
+    except (OSError, ValueError, TypeError) as exc:
+        raise LaunchError(f"{run_dir}/{RECORD}: unreadable ({exc})") from None

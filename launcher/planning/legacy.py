@@ -1,0 +1,182 @@
+"""The deprecated top-level `allocation_mode` string (AReaL's form), read as AReaL means it.
+
+    mode  := group ('+' group)*          '+': separate GPUs
+    group := part ('|' part)*            '|': same GPUs as the part before it (binds tighter)
+    part  := [backend] ['[' name ']'] ':' (dims | attn/ffn form) | dims | 'eval'
+
+`sglang:d4t2+fsdp:d8` (unnamed: the first inference backend is rollout, the first training
+backend actor) or `sglang[rollout]:d2+fsdp[actor]:d4|fsdp[critic]:d4`. A training part may
+leave its backend out (`sglang:d4+d4`, `[actor]:d4`): megatron for pipeline, expert or
+attn/ffn layouts, fsdp otherwise. `+eval` is an evaluation client without GPUs.
+
+The string names the engines of the run: `sglang:d4p2t2` is an inference-only run and `fsdp:d4`
+a training-only one; engines it does not name are off (launcher.planning.resolve applies that). Unlike
+the peer, every part comes out with a name and a GPU group, so a colocated part always knows
+its partners.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from launcher.spec.alloc import (
+    AllocationError,
+    ModelAllocation,
+    Part,
+    SpecText,
+    implied_names,
+    parse_backend,
+    read_parts,
+)
+from launcher.spec.errors import ConfigError
+from launcher.spec.plan import ENGINES
+
+EXAMPLE = "sglang[rollout]:d2+fsdp[actor]:d4|fsdp[critic]:d4"
+
+
+@dataclass(frozen=True)
+class LegacyComponent:
+    """One engine of an allocation_mode; parts with the same `group` share their GPUs."""
+
+    name: str
+    alloc: ModelAllocation
+    group: int
+
+
+@dataclass(frozen=True)
+class AllocationMode:
+    """The engines an allocation_mode names, and whether it asked for an evaluation client
+    (`+eval`: servers only, no training engine)."""
+
+    components: tuple[LegacyComponent, ...]
+    evaluation: bool = False
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.components)
+
+
+def parse_allocation_mode(text: str) -> list[LegacyComponent]:
+    """Parse an allocation_mode string into named parts in the order written."""
+    return list(read_allocation_mode(text).components)
+
+
+def read_allocation_mode(text: str) -> AllocationMode:
+    """Parse an allocation_mode string (AllocationError, with the column, for what is wrong)."""
+    if not isinstance(text, str):
+        raise AllocationError(repr(text), "allocation_mode must be text", hint=f"e.g. {EXAMPLE}")
+    t = SpecText(text)
+    if not t.n:
+        raise AllocationError(text, "empty allocation_mode",
+                              hint=f"e.g. sglang:d4t2+fsdp:d8 or {EXAMPLE}")
+    t.require_lowercase()
+    parts = read_parts(t)
+    evaluation = any(p.alloc is None for p in parts)
+    for prev, part in zip([None, *parts], parts):
+        if part.alloc is None:
+            continue
+        if part.name is not None:
+            _check_name(t, part)
+        if prev is not None and prev.group == part.group:
+            _check_colocated(t, prev, part)
+    return AllocationMode(_named(t, parts), evaluation)
+
+
+def _check_name(t: SpecText, part: Part) -> None:
+    assert part.alloc is not None and part.name is not None
+    if part.name not in ENGINES:
+        raise t.error(part.pos, f"unknown engine name {part.name!r}",
+                      f"areal-launch runs the engines {', '.join(ENGINES)}")
+    if part.alloc.is_inference != (part.name == "rollout"):
+        want = "an inference backend (sglang, vllm)" if part.name == "rollout" else \
+            "a training backend (fsdp, megatron, archon)"
+        raise t.error(part.pos, f"{part.name} needs {want}, not {part.alloc.backend}",
+                      "rollout serves; actor, critic, ref and teacher train")
+
+
+def _check_colocated(t: SpecText, anchor: Part, part: Part) -> None:
+    """Parts joined by '|' run on the same GPUs, so their world sizes must match."""
+    if anchor.alloc is None or part.alloc is None:
+        raise t.error(part.pos, "eval takes no GPUs and shares them with nothing",
+                      "join eval with '+'")
+    if part.alloc.world_size != anchor.alloc.world_size:
+        raise t.error(part.pos, f"{part.alloc} shares the GPUs of {anchor.alloc} ('|') but "
+                                f"needs {part.alloc.world_size} GPUs, not "
+                                f"{anchor.alloc.world_size}",
+                      "colocated parts need equal world sizes; use '+' for separate GPUs")
+
+
+def _named(t: SpecText, parts: list[Part]) -> tuple[LegacyComponent, ...]:
+    """Give unnamed parts their implied names; 3+ parts must all be named."""
+    out: list[LegacyComponent] = []
+    seen: dict[str, int] = {}
+    counted = sum(1 for p in parts if p.alloc is not None)
+    for part, name in zip(parts, implied_names(parts)):
+        if part.alloc is None:
+            continue
+        if name is None:
+            if counted >= 3:
+                raise t.error(part.pos, f"with {counted} parts every part needs a name",
+                              f"e.g. {EXAMPLE}")
+            kind, example = ("inference", "rollout") if part.alloc.is_inference else \
+                ("training", "critic")
+            backend, dims = str(part.alloc).split(":", 1)
+            raise t.error(part.pos, f"a second {kind} part needs a name",
+                          f"e.g. {backend}[{example}]:{dims}")
+        if name in seen:
+            raise t.error(part.pos, f"{name} given twice, first at column "
+                                    f"{t.column(seen[name])}", "each engine appears once")
+        seen[name] = part.pos
+        out.append(LegacyComponent(name, part.alloc, part.group))
+    return tuple(out)
+
+
+# ----------------------------------------------------------------------------- translation
+def apply_allocation_mode(text: str, texts: dict[str, Optional[str]], placement: dict[str, Any],
+                          explicit: frozenset[str], warnings: list[str]
+                          ) -> tuple[dict[str, Optional[str]], dict[str, Any]]:
+    """The engines' backend texts and placement with `allocation_mode` applied.
+
+    The string names the engines of the run: they get its backends, every other engine is
+    off; an `<engine>.backend` set on the command line wins over both. Parts joined by '|'
+    share GPUs: a group holding rollout and a trainer is placed on the first GPUs (a group of
+    trainers only is where the default placement puts it already). The warning spells the
+    full equivalent in today's keys.
+    """
+    try:
+        mode = read_allocation_mode(text)
+    except AllocationError as exc:
+        raise ConfigError(f"allocation_mode: {exc}") from None
+    named = {c.name: c for c in mode.components}
+    out: dict[str, Optional[str]] = {}
+    for name in ENGINES:
+        if f"{name}.backend" in explicit or name in explicit:
+            out[name] = texts[name]
+            if name in named:
+                warnings.append(f"{name}.backend={texts[name]} wins over allocation_mode's "
+                                f"{named[name].alloc}")
+        else:
+            out[name] = str(named[name].alloc) if name in named else None
+    shared: dict[str, Any] = {}
+    groups: dict[int, list[str]] = {}
+    for c in mode.components:
+        groups.setdefault(c.group, []).append(c.name)
+    placed = {n.strip() for k, v in placement.items() if v is not None for n in k.split(",")}
+    for members in groups.values():
+        free = [n for n in members if n not in placed and out.get(n) is not None]
+        if "rollout" in free and len(free) > 1:
+            size = parse_backend_world(out["rollout"])
+            shared[",".join(free)] = f"0-{size - 1}"
+    words = [f"{n}.backend={out[n]}" if out[n] is not None else f"{n}=none"
+             for n in ENGINES if out[n] is not None or n in ("rollout", "actor")]
+    words += [f"cluster.component_placement.{n}={v}" for k, v in shared.items()
+              for n in k.split(",")]
+    if mode.evaluation:
+        warnings.append("allocation_mode's '+eval' is an evaluation client without GPUs: "
+                        "the run starts the servers; point your evaluation at them")
+    warnings.append("allocation_mode is deprecated: write " + " ".join(words))
+    return out, {**placement, **shared}
+
+
+def parse_backend_world(text: Optional[str]) -> int:
+    return parse_backend(str(text)).world_size

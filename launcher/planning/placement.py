@@ -1,0 +1,256 @@
+"""Which GPUs each engine gets, and whether the result can run (docs/architecture.md §4).
+
+Pure: the cluster comes in as a ClusterSpec, the placement as the mapping the user wrote
+(`cluster.component_placement`). Every check that can fail before a process starts is done here
+(or in launcher.planning.ranks, which this calls), so a bad layout is one clear error, not a hang on
+node 3.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Iterator, Mapping, Optional, Sequence, Union
+
+from launcher.planning.ranks import check_inference, check_training
+from launcher.spec.alloc import ModelAllocation
+from launcher.spec.cluster import ClusterSpec
+from launcher.spec.errors import PlacementError
+from launcher.spec.gpuset import format_gpu_set, parse_gpu_set
+from launcher.spec.plan import ENGINES, INHERITING
+
+__all__ = ["Placement", "parse_gpu_set", "format_gpu_set", "parse_placement_keys",
+           "slots_needed", "place", "offload_option"]
+
+# engines that sit on the actor's GPUs by default when their world size matches
+SHARES_ACTOR = INHERITING
+PlacementValue = Union[str, int, None]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """GPUs per active engine (in ENGINES order), the mode, and what the user should know.
+
+    mode: "collocated" (one GPU set for all), "disaggregated" (distinct sets pairwise disjoint;
+    engines placed together count as one set), "hybrid" (sets partly overlap).
+    """
+
+    gpus: dict[str, tuple[int, ...]]
+    mode: str
+    warnings: tuple[str, ...] = ()
+
+
+def _keys(component_placement: Mapping[str, PlacementValue],
+          active: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """engine -> (the key the user wrote, the GPU-set text)."""
+    out: dict[str, tuple[str, str]] = {}
+    for key, value in component_placement.items():
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise PlacementError(
+                f"cluster.component_placement.{key}={value!r}: not a GPU set (write all, a-b, a, "
+                f"or a quoted list: cluster.component_placement.{key}='0-2,5,7')")
+        for name in (part.strip() for part in str(key).split(",")):
+            if name not in ENGINES:
+                raise PlacementError(
+                    f"cluster.component_placement key {key!r}: unknown engine {name!r} "
+                    f"(engines: {', '.join(ENGINES)}; join names with commas to share GPUs)")
+            if name in out:
+                raise PlacementError(
+                    f"cluster.component_placement: {name} is placed twice, by {out[name][0]!r} "
+                    f"and {key!r} (place each engine once; use one key like 'actor,rollout' "
+                    "to share GPUs)")
+            if name not in active:
+                raise PlacementError(
+                    f"cluster.component_placement.{key}={value}: {name} is not enabled (set "
+                    f"{name}.backend to enable it, or remove {name} from the placement)")
+            out[name] = (str(key), str(value))
+    return out
+
+
+def parse_placement_keys(component_placement: Mapping[str, PlacementValue],
+                         active: Sequence[str]) -> dict[str, str]:
+    """engine -> GPU-set text. Comma keys ("actor,rollout") give each engine the same text.
+
+    A placement for an engine that is not active is an error, not a warning: it means the
+    user believes the engine runs, and dropping it silently hides that.
+    """
+    return {name: text for name, (_, text) in _keys(component_placement, active).items()}
+
+
+def _fill(allocs: Mapping[str, ModelAllocation], fixed: Mapping[str, tuple[int, ...]],
+          free: Iterator[int]) -> dict[str, tuple[int, ...]]:
+    """The default for engines not in `fixed`: rollout first, then actor, then critic/ref/
+    teacher on the actor's GPUs when their world size matches, else on the next free ones.
+    A result shorter than the world size means the cluster ran out."""
+    gpus: dict[str, tuple[int, ...]] = {}
+    for name in ENGINES:
+        if name not in allocs:
+            continue
+        if name in fixed:
+            gpus[name] = fixed[name]
+        elif _shares_actor(name, allocs, fixed):
+            gpus[name] = gpus["actor"]
+        else:
+            gpus[name] = tuple(itertools.islice(free, allocs[name].world_size))
+    return gpus
+
+
+def _shares_actor(name: str, allocs: Mapping[str, ModelAllocation],
+                  fixed: Mapping[str, tuple[int, ...]]) -> bool:
+    return (name in SHARES_ACTOR and name not in fixed and "actor" in allocs
+            and allocs[name].world_size == allocs["actor"].world_size)
+
+
+def _free(used: set[int], stop: Optional[int]) -> Iterator[int]:
+    numbers = itertools.count() if stop is None else iter(range(stop))
+    return (g for g in numbers if g not in used)
+
+
+def slots_needed(allocs: Mapping[str, ModelAllocation],
+                 component_placement: Mapping[str, PlacementValue]) -> int:
+    """Virtual GPU slots a device=cpu cluster (1 node x N) needs for this plan: the default
+    placement's need, or the highest placed index + 1, whichever is larger. `all` counts as the
+    largest world size placed on it."""
+    placed = _keys(component_placement, list(allocs))
+    unbounded = ClusterSpec(1, 1 << 16, "cpu")  # more virtual slots than any machine runs
+    fixed: dict[str, tuple[int, ...]] = {}
+    everywhere = [name for name, (_, text) in placed.items() if text.strip().lower() == "all"]
+    span = max((allocs[name].world_size for name in everywhere), default=0)
+    for name, (key, text) in placed.items():
+        fixed[name] = (tuple(range(span)) if name in everywhere
+                       else parse_gpu_set(text, unbounded, key=key))
+    used = {g for gpus in fixed.values() for g in gpus}
+    gpus = _fill(allocs, fixed, _free(used, None))
+    return max((max(s) + 1 for s in gpus.values() if s), default=1)
+
+
+def offload_option(name: str) -> str:
+    """The override that turns offload on for `name` (what the sharing warning suggests)."""
+    return "rollout.offload=true" if name == "rollout" else f"{name}.offload.weight=true"
+
+
+def _words(items: Sequence[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _shortage(allocs: Mapping[str, ModelAllocation], fixed: Mapping[str, tuple[int, ...]],
+              cluster: ClusterSpec, more_nodes: bool) -> PlacementError:
+    parts: list[str] = []
+    need = 0
+    for name, alloc in allocs.items():
+        if name in fixed or _shares_actor(name, allocs, fixed):
+            continue
+        parts.append(f"{name} {alloc} needs {alloc.world_size}" + (" GPUs" if not parts else ""))
+        need += alloc.world_size
+    taken = sorted({g for s in fixed.values() for g in s})
+    if taken:
+        parts.append(f"cluster.component_placement takes {len(taken)} ({format_gpu_set(taken)})")
+        need += len(taken)
+    nodes = "node" if cluster.num_nodes == 1 else "nodes"
+    have = (f"the cluster has {cluster.total_gpus} ({cluster.num_nodes} {nodes} x "
+            f"{cluster.gpus_per_node})")
+    return PlacementError(f"{_words(parts)}: {need} in all, but {have} "
+                          f"({_fixes(allocs, cluster, need, more_nodes)})")
+
+
+def _fixes(allocs: Mapping[str, ModelAllocation], cluster: ClusterSpec, need: int,
+           more_nodes: bool) -> str:
+    """Only advice that works where the run goes: more nodes where the runner can add them;
+    on this machine, engines that fit, or engines that share the GPUs."""
+    if more_nodes:
+        more = math.ceil(need / cluster.gpus_per_node)
+        return f"set cluster.num_nodes={more}, or use smaller backends"
+    if cluster.device == "cpu":
+        return "raise cluster.gpus_per_node or leave it unset, or use smaller backends"
+    total = cluster.total_gpus
+    big = [n for n, a in allocs.items() if a.world_size > total]
+    if big:
+        sizes = " ".join(f"{n}.backend={a.backend}:d{total}" for n, a in allocs.items()
+                         if n in big)
+        return (f"this machine has {total} GPU(s): use backends that fit, e.g. {sizes}; a "
+                "bigger layout needs launcher=slurm or launcher=ray")
+    names = [n for n in allocs if n in ("rollout", "actor")] or list(allocs)
+    share = " ".join(f"cluster.component_placement.{n}=all" for n in names
+                     if allocs[n].world_size == total)
+    shared = (f"or let engines share the GPUs, each releasing memory between phases: {share} "
+              f"{' '.join(offload_option(n) for n in names)}") if share else ""
+    return f"this machine has {total} GPU(s): use smaller backends{', ' + shared if shared else ''}"
+
+
+def _mode(gpus: Mapping[str, tuple[int, ...]]) -> str:
+    distinct = {frozenset(s) for s in gpus.values()}
+    if len(gpus) > 1 and len(distinct) == 1:
+        return "collocated"
+    if sum(len(s) for s in distinct) == len(frozenset().union(*distinct)):
+        return "disaggregated"
+    return "hybrid"
+
+
+def _sharing_warnings(gpus: Mapping[str, tuple[int, ...]], offload: Mapping[str, bool]) -> list[str]:
+    """One warning per group of engines linked by shared GPUs where offload is not on for all."""
+    names = list(gpus)
+    sets = {n: set(gpus[n]) for n in names}
+    group_of = {n: {n} for n in names}
+    overlaps: list[tuple[str, str, set[int]]] = []
+    for a, b in itertools.combinations(names, 2):
+        both = sets[a] & sets[b]
+        if both:
+            overlaps.append((a, b, both))
+            merged = group_of[a] | group_of[b]
+            for n in merged:
+                group_of[n] = merged
+    out, seen = [], []
+    for n in names:
+        group = group_of[n]
+        if len(group) < 2 or group in seen:
+            continue
+        seen.append(group)
+        lacking = [m for m in names if m in group and not offload.get(m, False)]
+        if lacking:
+            pairs = [f"{a} and {b} share GPUs {format_gpu_set(sorted(both))}"
+                     for a, b, both in overlaps if a in group]
+            out.append(f"{'; '.join(pairs)}: without offload they compete for GPU memory "
+                       f"(set {' '.join(offload_option(m) for m in lacking)})")
+    return out
+
+
+def place(allocs: Mapping[str, ModelAllocation], cluster: ClusterSpec,
+          component_placement: Mapping[str, PlacementValue],
+          offload: Optional[Mapping[str, bool]] = None, more_nodes: bool = True) -> Placement:
+    """GPUs for every engine in `allocs` (rollout, actor, critic, ref, teacher: the active ones).
+
+    Raises PlacementError for anything that cannot run: sets outside the cluster, a set whose
+    size is not the engine's world size, too few GPUs, an instance or tp group across a node.
+    """
+    offload = offload or {}
+    placed = _keys(component_placement, list(allocs))
+    fixed: dict[str, tuple[int, ...]] = {}
+    for name, (key, text) in placed.items():
+        fixed[name] = parse_gpu_set(text, cluster, key=key)
+        alloc = allocs[name]
+        if len(fixed[name]) != alloc.world_size:
+            raise PlacementError(
+                f"cluster.component_placement.{key}={text!r} gives {name} {alloc} "
+                f"{len(fixed[name])} GPUs ({format_gpu_set(fixed[name])}), but its world size "
+                f"is {alloc.world_size} (place it on {alloc.world_size} GPUs or change "
+                f"{name}.backend)")
+    used = {g for gpus in fixed.values() for g in gpus}
+    gpus = _fill(allocs, fixed, _free(used, cluster.total_gpus))
+    if any(len(gpus[name]) < alloc.world_size for name, alloc in allocs.items()):
+        raise _shortage(allocs, fixed, cluster, more_nodes)
+    for name, alloc in allocs.items():
+        check = check_inference if alloc.is_inference else check_training
+        check(name, alloc, gpus[name], cluster)
+    warnings = _sharing_warnings(gpus, offload)
+    busy = set().union(*map(set, gpus.values())) if gpus else set()
+    idle = [g for g in range(cluster.total_gpus) if g not in busy]
+    if idle:
+        fix = "lower cluster.num_nodes, use larger backends" if cluster.num_nodes > 1 else \
+            "use larger backends"
+        warnings.append(
+            f"{len(idle)} of {cluster.total_gpus} GPUs are idle ({format_gpu_set(idle)}): no "
+            f"engine is placed on them ({fix} or place an engine there)")
+    return Placement(gpus=gpus, mode=_mode(gpus), warnings=tuple(warnings))
+

@@ -1,0 +1,190 @@
+"""Resolution: the engines' config -> typed `Engine`s (backend parsed, options, switches).
+
+critic/ref/teacher with an empty backend take the actor's backend and options here, in code
+(never by YAML interpolation), and the result records `inherited_from`. A bare backend name
+(`rollout.backend=vllm`) is sized for the machine by launcher.planning.sizing before this parses it.
+The deprecated top-level `allocation_mode` names the engines of the run (AReaL's meaning):
+engines it does not name are off, unless set on the command line.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+from launcher.config.schema import LaunchConfig, OffloadOptions, engine
+from launcher.planning.legacy import apply_allocation_mode
+from launcher.spec import registry
+from launcher.spec.alloc import AllocationError, ModelAllocation, parse_backend
+from launcher.spec.errors import ConfigError
+from launcher.spec.plan import ENGINES, INHERITING
+
+EXAMPLE_DIMS = {registry.SERVE: "d1", registry.TRAIN: "d2"}
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One active engine, typed: what every later step needs to know about it."""
+
+    name: str
+    alloc: ModelAllocation
+    options: Any  # the backend's Options dataclass (launcher.backends.<backend>.Options)
+    offload: bool  # releases its memory between phases
+    offload_parts: Optional[OffloadOptions] = None  # training engines: what it offloads
+    extra_args: tuple[str, ...] = ()
+    inherited_from: Optional[str] = None
+    model_path: str = ""  # the model it loads
+    training: Optional["Training"] = None  # training engines: how they train
+
+    @property
+    def backend(self) -> str:
+        return self.alloc.backend
+
+    @property
+    def is_inference(self) -> bool:
+        return self.alloc.is_inference
+
+
+@dataclass(frozen=True)
+class Training:
+    """How a training engine trains (its entry point reads these from the plan)."""
+
+    dtype: str  # float32 | bfloat16 | float16
+    gradient_checkpointing: bool
+    max_tokens_per_mb: int
+
+
+def backend_of(spec: Optional[str]) -> Optional[str]:
+    """'sglang:d4t2' -> 'sglang'; None (engine off) stays None."""
+    if spec is None:
+        return None
+    return str(spec).partition(":")[0].strip().lower() or None
+
+
+def is_bare(spec: Optional[str]) -> bool:
+    """A backend name without dims (`vllm`): sized for the machine."""
+    return spec is not None and ":" not in spec and str(spec).strip() in registry.backend_names()
+
+
+def chosen_backends(spec: LaunchConfig, explicit: frozenset[str], warnings: list[str]
+                    ) -> tuple[dict[str, Optional[str]], dict[str, Any]]:
+    """Each engine's backend text as written (legacy allocation_mode applied; "" = inherit),
+    and cluster.component_placement with the legacy colocation merged in."""
+    texts: dict[str, Optional[str]] = {name: engine(spec, name).backend for name in ENGINES}
+    placement = {str(k): v for k, v in dict(spec.cluster.component_placement or {}).items()}
+    if spec.allocation_mode:
+        texts, placement = apply_allocation_mode(str(spec.allocation_mode), texts, placement,
+                                                 explicit, warnings)
+    return texts, placement
+
+
+def parse_for(name: str, text: str) -> ModelAllocation:
+    """engine `name`'s backend string, parsed and checked against the engine's kind."""
+    field = f"{name}.backend"
+    try:
+        alloc = parse_backend(text)
+    except AllocationError as exc:
+        raise ConfigError(f"{field}: {exc}") from None
+    kind = registry.SERVE if name == "rollout" else registry.TRAIN
+    if registry.backend(alloc.backend).KIND != kind:
+        wanted = ", ".join(registry.backend_names(kind))
+        example = "vllm:d1 or sglang:d4t2" if name == "rollout" else "fsdp:d2 or megatron:d2p2"
+        word = registry.KIND_WORDS[kind]
+        article = "an" if word[0] in "aeiou" else "a"
+        raise ConfigError(f"{field}={text!r}: {name} needs {article} {word} backend ({wanted}), "
+                          f"e.g. {name}.backend={example}")
+    return alloc
+
+
+def engines(spec: LaunchConfig, allocs: Mapping[str, ModelAllocation],
+            inherited: Mapping[str, str], model_path: str, device: str = "cuda"
+            ) -> dict[str, Engine]:
+    """Typed engines, in ENGINES order, for the parsed allocations. An inheriting engine
+    takes the actor's options and training settings (it shares the actor's job when it can)."""
+    out: dict[str, Engine] = {}
+    for name, alloc in allocs.items():
+        source = engine(spec, inherited.get(name, name))  # an inheriting engine: the actor's
+        node = engine(spec, name)
+        options = getattr(source, alloc.backend)
+        problem = getattr(options, "problem", lambda: None)()
+        if problem:
+            raise ConfigError(f"{inherited.get(name, name)}.{alloc.backend}.{problem}")
+        if name == "rollout":
+            out[name] = Engine(name, alloc, options, rollout_offload(spec),
+                               extra_args=tuple(str(a) for a in node.extra_args),
+                               model_path=model_path)
+        else:
+            parts: OffloadOptions = node.offload
+            extra = source.extra_args if name in inherited else node.extra_args
+            training = Training(source.dtype or ("float32" if device == "cpu" else "bfloat16"),
+                                bool(source.gradient_checkpointing),
+                                int(source.mb_spec.max_tokens_per_mb))
+            out[name] = Engine(name, alloc, options, parts.any, offload_parts=parts,
+                               extra_args=tuple(str(a) for a in extra),
+                               inherited_from=inherited.get(name), model_path=model_path,
+                               training=training)
+    return out
+
+
+def rollout_offload(spec: LaunchConfig) -> bool:
+    """rollout.offload, or RLinf's spelling rollout.enable_offload."""
+    return bool(spec.rollout.offload or spec.rollout.enable_offload)
+
+
+def with_offload(spec: LaunchConfig, names: tuple[str, ...]) -> LaunchConfig:
+    """`spec` with releasing between phases turned on for `names` (collocated defaults)."""
+    changes: dict[str, Any] = {}
+    for name in names:
+        node = engine(spec, name)
+        if name == "rollout":
+            changes[name] = dataclasses.replace(node, offload=True)
+        else:
+            changes[name] = dataclasses.replace(
+                node, offload=OffloadOptions(optimizer=True, weight=True, grad=node.offload.grad))
+    return dataclasses.replace(spec, **changes)
+
+
+# ----------------------------------------------------------------------------- unused options
+def check_unused_options(spec: LaunchConfig, chosen: Optional[Mapping[str, Optional[str]]] = None,
+                         defaults: Optional[LaunchConfig] = None) -> None:
+    """ConfigError when an option under a backend sub-key the engine does not use is set.
+
+    chosen: engine -> the backend string it runs (absent or None: off), as resolved (legacy
+    allocation_mode and the actor fallback applied); None reads `<engine>.backend` from spec.
+    defaults: a config whose values count as not set (composed without the user's values,
+    when group or preset files set engine options); None: the dataclass defaults.
+    """
+    defaults = defaults if defaults is not None else LaunchConfig()
+    texts = dict(chosen) if chosen is not None else _written(spec)
+    for name in ENGINES:
+        text = texts.get(name)
+        used = backend_of(text)
+        kind = registry.SERVE if name == "rollout" else registry.TRAIN
+        for backend in registry.backend_names(kind):
+            if backend == used:
+                continue
+            value = getattr(engine(spec, name), backend)
+            default = getattr(engine(defaults, name), backend)
+            for f in dataclasses.fields(value):
+                if getattr(value, f.name) != getattr(default, f.name):
+                    inherited = name in INHERITING and engine(spec, name).backend == ""
+                    raise ConfigError(_unused_message(f"{name}.{backend}.{f.name}", name, text,
+                                                      inherited, backend))
+
+
+def _written(spec: LaunchConfig) -> dict[str, Optional[str]]:
+    texts = {name: engine(spec, name).backend for name in ENGINES}
+    for name in INHERITING:
+        if texts[name] is not None and not str(texts[name]).strip():
+            texts[name] = texts["actor"]
+    return texts
+
+
+def _unused_message(key: str, name: str, text: Optional[str], inherited: bool,
+                    backend: str) -> str:
+    kind = registry.SERVE if name == "rollout" else registry.TRAIN
+    fix = f"remove it or use {name}.backend={backend}:{EXAMPLE_DIMS[kind]}"
+    if text is None:
+        return f"{key} is set but {name} is off ({name}.backend is null); {fix}"
+    shown = f"{text} (the actor's)" if inherited else text
+    return f"{key} is set but {name}.backend is {shown}; {fix}"

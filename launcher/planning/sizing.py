@@ -1,0 +1,104 @@
+"""Backends written without dims (`rollout.backend=vllm`, the default) sized for the machine.
+
+What a new user meets first must run on what the machine has:
+- no GPU (cpu): one rollout server and two training ranks, the CPU demo (`vllm:d1`, `fsdp:d2`);
+- one GPU: rollout and actor collocated on it, each releasing its memory between phases;
+- more: the GPUs other engines leave free, split between rollout (the first half, rounded
+  down) and actor (the rest), disaggregated; with none left, a bare engine shares the other
+  one's GPUs (collocated, releasing memory between phases).
+A bare engine that `cluster.component_placement` places gets one instance or rank per placed
+GPU. critic, ref and teacher written bare take the actor's world size, so they share its GPUs.
+Pure: the caller gives the GPU count and parses the texts this returns.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Optional
+
+from launcher.spec import registry
+from launcher.spec.alloc import parse_backend
+
+CPU_SIZE = {registry.SERVE: 1, registry.TRAIN: 2}  # the demo: 1 vLLM server, 2 ranks
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """The backend texts with dims filled in, the placement and releases the sizes need, and
+    one line that says what was chosen (for the plan's notes)."""
+
+    texts: dict[str, Optional[str]]
+    placement: dict[str, str] = field(default_factory=dict)
+    release: tuple[str, ...] = ()  # engines that must release memory between phases
+    note: str = ""
+
+
+def _text(backend: str, d: int) -> str:
+    return f"{backend}:d{d}"
+
+
+def _world(text: Optional[str]) -> int:
+    return 0 if not text else parse_backend(text).world_size
+
+
+def size(texts: Mapping[str, Optional[str]], placement: Mapping[str, Optional[str]],
+         device: str, total_gpus: int, placed_count: Callable[[str], int]) -> Sizing:
+    """Fill the dims of bare backend names in `texts` (engine -> text; "" inherits the actor).
+
+    total_gpus: the cluster's GPUs (cuda). placed_count(text): how many GPUs a placement text
+    names. Engines whose texts have dims are left as they are.
+    """
+    from launcher.planning.resolve import is_bare
+
+    bare = [n for n, t in texts.items() if is_bare(t)]
+    if not bare:
+        return Sizing(dict(texts))
+    out = dict(texts)
+    kind = {n: registry.backend(str(texts[n]).strip()).KIND for n in bare}
+    placed = {n.strip(): str(v) for k, v in placement.items() if v is not None
+              for n in str(k).split(",")}
+    for name in [n for n in bare if n in placed]:
+        out[name] = _text(str(texts[name]).strip(), placed_count(placed[name]))
+    todo = [n for n in bare if n not in placed and n in ("rollout", "actor")]
+    extra = Sizing(out)
+    if device == "cpu":
+        for name in todo:
+            out[name] = _text(str(texts[name]).strip(), CPU_SIZE[kind[name]])
+        note = "sized for this machine (no GPU): " if todo else ""
+    else:
+        extra = _share_gpus(out, todo, total_gpus)
+        out = extra.texts
+        note = f"sized for {total_gpus} GPU(s): " if todo else ""
+    actor_world = _world(out.get("actor")) or 1
+    for name in [n for n in bare if n not in placed and n not in ("rollout", "actor")]:
+        out[name] = _text(str(texts[name]).strip(), actor_world)
+    sized = [f"{n}.backend={out[n]}" for n in bare]
+    return Sizing(out, extra.placement, extra.release,
+                  (note or "sized: ") + " ".join(sized))
+
+
+def _share_gpus(texts: dict[str, Optional[str]], todo: list[str], total: int) -> Sizing:
+    """Size bare rollout/actor into the GPUs the other engines leave free (see module doc)."""
+    out = dict(texts)
+    fixed = {n: _world(t) for n, t in texts.items() if n not in todo and t}
+    actor_world = fixed.get("actor")
+    need = sum(w for n, w in fixed.items()
+               if n in ("rollout", "actor") or actor_world is None or w != actor_world)
+    free = total - need
+    names = {n: str(texts[n]).strip() for n in todo}
+    if len(todo) == 2 and free >= 2:
+        out["rollout"] = _text(names["rollout"], free // 2)
+        out["actor"] = _text(names["actor"], free - free // 2)
+        return Sizing(out)
+    if len(todo) == 1 and free >= 1:
+        out[todo[0]] = _text(names[todo[0]], free)
+        return Sizing(out)
+    if len(todo) == 2:  # one GPU (or none) left: both on it, taking turns
+        out["rollout"], out["actor"] = _text(names["rollout"], 1), _text(names["actor"], 1)
+        first = max(0, min(need, total - 1))
+        return Sizing(out, {"actor,rollout": str(first)}, ("rollout", "actor"))
+    name = todo[0]  # no GPU left: share the other engine's GPUs
+    other = "actor" if name == "rollout" else "rollout"
+    world = max(1, fixed.get(other, 1))
+    out[name] = _text(names[name], world)
+    gpus = "0" if world == 1 else f"0-{world - 1}"  # where the default places the other
+    return Sizing(out, {"actor,rollout": gpus}, (name, other))

@@ -1,0 +1,154 @@
+"""The launch request: what every runner executes, and what a dry run prints
+(docs/architecture.md, "Runners").
+
+Backends turn the plan into processes (launcher.backends.processes); the request adds what the node supervisors need (run id, run
+folder, deadlines). It is runner-neutral: hosts are placeholders and GPUs are positions in a
+node's visible GPUs. `materialize` is the one place that turns a process into what is exec'd
+on a node: hosts filled in, CUDA_VISIBLE_DEVICES set to the GPUs those positions name there
+(the user's mask, Slurm's or Ray's ids, UUIDs and MIG ids as given). The supervisor runs it on
+the node; dry runs run it too, so what they print is what would run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Sequence
+
+from launcher.spec.errors import LaunchError
+from launcher.spec.plan import (
+    ENV_GPUS,
+    ENV_HOSTS,
+    ENV_RUN_MARKER,
+    INDENT_UP_TO,
+    Plan,
+    ProcessSpec,
+    fill_hosts,
+    mask_env,
+    nodes_named,
+)
+
+REQUEST_SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """One run, runner-neutral: its processes per plan node and how to supervise them."""
+
+    run_id: str  # unique: marks every process of the run (AREAL_LAUNCH_RUN)
+    run_dir: str
+    job_name: str
+    device: str  # "cuda" or "cpu" (cpu: GPU slots are virtual, every GPU is hidden)
+    num_nodes: int
+    gpus_per_node: int
+    processes: tuple[ProcessSpec, ...]
+    grace_period_s: float = 10.0
+    health_timeout_s: float = 600.0
+    paths: tuple[str, ...] = ()  # folders the processes read (model, trainer entry): mounts
+    max_restarts: int = 0  # restarts per run (failed trainer jobs, or a server alone)
+    hang_timeout_s: Optional[float] = None  # no trainer progress this long: a failure
+    console: str = "auto"  # launcher.console: which processes' lines the console shows
+
+    @property
+    def nodes(self) -> list[int]:
+        """The plan nodes that run a process, in order."""
+        return sorted({p.node for p in self.processes})
+
+    def on_node(self, node: Optional[int]) -> tuple[ProcessSpec, ...]:
+        """The processes of `node` (None: all of them, every node being this machine)."""
+        return tuple(p for p in self.processes if node is None or p.node == node)
+
+    def nodes_needed(self) -> int:
+        """Nodes the run needs: up to the highest node a process runs on or names."""
+        used = [p.node for p in self.processes]
+        used += [n for p in self.processes for text in (*p.argv, *p.env.values())
+                 for n in nodes_named(text)]
+        return max(used, default=0) + 1
+
+    def has_trainers(self, node: Optional[int] = None) -> bool:
+        return any(not p.is_server for p in self.on_node(node))
+
+    def to_dict(self, mask_secrets: bool = False) -> dict:
+        procs = [p.to_dict() for p in self.processes]
+        if mask_secrets:
+            for p in procs:
+                p["env"] = mask_env(p["env"])
+        return {"schema": REQUEST_SCHEMA, "run_id": self.run_id, "run_dir": self.run_dir,
+                "job_name": self.job_name, "device": self.device, "num_nodes": self.num_nodes,
+                "gpus_per_node": self.gpus_per_node,
+                "grace_period_s": self.grace_period_s,
+                "health_timeout_s": self.health_timeout_s, "paths": list(self.paths),
+                "max_restarts": self.max_restarts, "hang_timeout_s": self.hang_timeout_s,
+                "console": self.console,
+                "processes": procs}
+
+    def to_json(self, mask_secrets: bool = False) -> str:
+        indent = 1 if len(self.processes) <= INDENT_UP_TO else None  # as the plan's
+        return json.dumps(self.to_dict(mask_secrets), indent=indent)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "LaunchRequest":
+        if d.get("schema") != REQUEST_SCHEMA:
+            raise LaunchError(f"launch request schema {d.get('schema')!r}: this launcher reads "
+                              f"{REQUEST_SCHEMA} (was the run started by another version?)")
+        return cls(run_id=str(d["run_id"]), run_dir=str(d["run_dir"]),
+                   job_name=str(d["job_name"]), device=str(d["device"]),
+                   num_nodes=int(d["num_nodes"]), gpus_per_node=int(d["gpus_per_node"]),
+                   processes=tuple(ProcessSpec.from_dict(p) for p in d["processes"]),
+                   grace_period_s=float(d["grace_period_s"]),
+                   health_timeout_s=float(d["health_timeout_s"]),
+                   paths=tuple(str(p) for p in d.get("paths", ())),
+                   max_restarts=int(d.get("max_restarts", 0)),
+                   hang_timeout_s=(None if d.get("hang_timeout_s") is None
+                                   else float(d["hang_timeout_s"])),
+                   console=str(d.get("console", "auto")))
+
+
+# ----------------------------------------------------------------------------- on a node
+@dataclass(frozen=True)
+class Materialized:
+    """A process as exec'd on its node: hosts filled in, its GPUs named as the node names them."""
+
+    spec: ProcessSpec
+    argv: tuple[str, ...]
+    env: dict[str, str]  # added to the inherited environment
+    health_url: Optional[str]
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+def visible_gpus(environ: Mapping[str, str]) -> Optional[list[str]]:
+    """The GPUs a node's CUDA_VISIBLE_DEVICES shows, as given (indices, `GPU-<uuid>`, MIG ids);
+    None when it is unset (then position k is GPU k). Empty or -1: no GPU."""
+    value = environ.get(ENV_GPUS)
+    if value is None:
+        return None
+    ids = [v.strip() for v in value.split(",") if v.strip()]
+    return [] if not ids or ids[0] == "-1" else ids
+
+
+def gpu_ids(spec: ProcessSpec, visible: Optional[Sequence[str]]) -> str:
+    """CUDA_VISIBLE_DEVICES for `spec`: the node's GPUs at the spec's positions."""
+    if visible is None:
+        return ",".join(map(str, spec.gpus))
+    missing = [g for g in spec.gpus if g >= len(visible)]
+    if missing:
+        shown = ",".join(visible) if visible else "none"
+        raise LaunchError(f"{spec.name} needs GPU {missing[0]} of node {spec.node}, but "
+                          f"{ENV_GPUS} there shows {len(visible)} GPU(s) ({shown}): plan GPU "
+                          f"indices are positions in the visible GPUs; show more GPUs or set "
+                          f"cluster.gpus_per_node={len(visible)}")
+    return ",".join(visible[g] for g in spec.gpus)
+
+
+def materialize(spec: ProcessSpec, hosts: Sequence[str], visible: Optional[Sequence[str]],
+                device: str, run_id: str) -> Materialized:
+    """What runs for `spec` on its node (see module doc). On cpu every GPU is hidden."""
+    env = {k: fill_hosts(v, hosts) for k, v in spec.env.items()}
+    env[ENV_GPUS] = gpu_ids(spec, visible) if device == "cuda" else ""
+    env[ENV_HOSTS] = ",".join(hosts)
+    env[ENV_RUN_MARKER] = run_id
+    url = fill_hosts(spec.health_url, hosts) if spec.health_url else None
+    return Materialized(spec, tuple(fill_hosts(a, hosts) for a in spec.argv), env, url)
