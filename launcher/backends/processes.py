@@ -1,5 +1,5 @@
-"""The plan's processes: servers first, then trainers, so the servers' addresses are known to
-the trainers when their environment is written. A node's supervisor reads requests
+"""The plan's processes: servers first, then workers and trainers, so the servers' addresses
+are known to both when their environment is written. A node's supervisor reads requests
 (launcher.spec.request), it never builds them, so it never imports this."""
 from __future__ import annotations
 
@@ -32,7 +32,10 @@ def build_processes(planned: Any, entry: str, entry_args: Sequence[str],
             warnings += made.warnings
             served = served_model_name(engine.options)
     trainers = trainer_processes(plan, planned.engines, entry, entry_args, ctx, addrs, served)
-    processes = tuple(servers) + tuple(trainers)
+    workers = [p for comp in plan.components.values() if comp.is_worker
+               for p in registry.backend(comp.backend).workers(
+                   comp, plan, planned.workers[comp.name], ctx, addrs)]
+    processes = tuple(servers) + tuple(workers) + tuple(trainers)
     names = [p.name for p in processes]
     if len(set(names)) != len(names):  # a bug here, not a user mistake
         raise AssertionError(f"duplicate process names: {names}")

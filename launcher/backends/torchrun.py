@@ -55,7 +55,7 @@ def trainer_jobs(plan: "Plan", engines: Mapping[str, "Engine"]) -> list[TrainerJ
     """Training engines grouped into torchrun jobs, in engine order (actor first)."""
     jobs: dict[tuple, TrainerJob] = {}
     for comp in plan.components.values():
-        if comp.is_inference:
+        if comp.kind != registry.TRAIN:
             continue
         engine = engines[comp.name]
         module = registry.backend(comp.backend)

@@ -7,6 +7,7 @@ point first, so one bad point stops the whole sweep with nothing started.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import uuid
@@ -20,6 +21,7 @@ from launcher.config.compose import RunSpec
 from launcher.config.schema import LaunchConfig
 from launcher.planning.build import Planned, explicit_keys
 from launcher.runners import Runner
+from launcher.spec import registry
 from launcher.spec.errors import LaunchError
 from launcher.spec.plan import Plan
 from launcher.spec.request import LaunchRequest
@@ -79,8 +81,12 @@ def prepare(overrides: list[str], to_run: bool = True,
         defaults = run_spec(compose_config(choices_only(overrides))).config
         check_unused_options(config, chosen, defaults)
     entry = str(config.trainer.entry)
-    if any(not c.is_inference for c in planned.plan.components.values()):
+    if any(c.kind == registry.TRAIN for c in planned.plan.components.values()):
         entry = resolve_entry(entry, must_exist=to_run)
+    planned = dataclasses.replace(planned, workers={
+        name: dataclasses.replace(w, entry=resolve_entry(w.entry, to_run,
+                                                         f"components.{name}.entry"))
+        for name, w in planned.workers.items()})
     planned = with_memory(planned, config, here=not runner.more_nodes(device))
     return Prepared(list(overrides), spec, planned, runner, runners.name_of(config.launcher),
                     entry, Path(spec.run_dir).absolute())
@@ -91,7 +97,6 @@ def with_memory(planned: Planned, config: LaunchConfig, here: bool) -> Planned:
     (read here, never downloaded), the GPUs' memory (`here`: NVML may ask this machine's);
     a plan that does not fit is refused (launcher.check_memory=error), said (warn) or not
     checked (off)."""
-    import dataclasses
 
     from launcher.memory.capacity import resolve_capacity
     from launcher.memory.model_shape import read_model_shape
@@ -127,8 +132,8 @@ def with_memory(planned: Planned, config: LaunchConfig, here: bool) -> Planned:
     return dataclasses.replace(planned, plan=plan)
 
 
-def resolve_entry(entry: str, must_exist: bool = True) -> str:
-    """A relative trainer entry is looked up in the working directory, then beside the
+def resolve_entry(entry: str, must_exist: bool = True, key: str = "trainer.entry") -> str:
+    """A relative entry (`key`: trainer.entry, components.<name>.entry) is looked up in the working directory, then beside the
     launcher (the default recipe ships with it, editable or installed).
 
     Checked here, so a missing script fails before any server spends a minute starting."""
@@ -139,7 +144,7 @@ def resolve_entry(entry: str, must_exist: bool = True) -> str:
             return str(candidate.absolute())
     if not must_exist:
         return entry
-    raise LaunchError(f"trainer.entry={entry!r}: no such file (relative paths are looked up in "
+    raise LaunchError(f"{key}={entry!r}: no such file (relative paths are looked up in "
                       f"the working directory, then in {REPO_ROOT}); use a path or '-m module'")
 
 
@@ -180,7 +185,7 @@ def read_paths(plan: Plan, entry: str) -> tuple[str, ...]:
     model = str(plan.meta.get("model_path", ""))
     if os.path.isabs(model) and any(c.is_inference for c in plan.components.values()):
         out.append(model)
-    if os.path.isabs(entry) and any(not c.is_inference for c in plan.components.values()):
+    if os.path.isabs(entry) and any(c.kind == registry.TRAIN for c in plan.components.values()):
         out.append(os.path.dirname(entry))
     return tuple(out)
 

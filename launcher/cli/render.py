@@ -17,7 +17,7 @@ from rich.text import Text
 
 from launcher.planning.ranks import groups
 from launcher.spec.gpuset import format_gpu_set
-from launcher.spec.plan import ENGINES, ComponentPlan, Plan
+from launcher.spec.plan import ComponentPlan, Plan
 
 PIPE_WIDTH = 132  # columns when output goes to a file or pipe (rich would wrap at 80)
 
@@ -31,6 +31,8 @@ def console() -> Console:
 LETTER = {"rollout": "R", "actor": "A", "critic": "C", "ref": "F", "teacher": "T"}
 COLOR = {"rollout": "#2e9d5b", "actor": "#3b7dd8", "critic": "#b04fc4", "ref": "#d08a00",
          "teacher": "#1a9fae"}
+# declared components take the first free letter of their name, colours from here in turn
+PALETTE = ("#c0392b", "#7f8c2b", "#8e5b3a", "#5d6d7e", "#d35400", "#16a085", "#6c3483")
 DETAIL_NODES = 16  # up to this many nodes: one lane per engine, with instance/rank numbers
 MAX_ROWS = 32  # rows shown in the overview before the middle is summarised
 ROW_GPUS = 16  # a node wider than this wraps onto several rows
@@ -45,6 +47,25 @@ class Cell:
     label: str
     unit: int
     size: int
+    letter: str = "?"
+    color: str = "white"
+
+
+def marks(plan: Plan) -> dict[str, tuple[str, str]]:
+    """component -> (its letter, its colour): the built-ins' own, then for each declared
+    component the first letter of its name not taken yet (else any free one) and the next
+    colour of the palette."""
+    out = {n: (LETTER[n], COLOR[n]) for n in plan.components if n in LETTER}
+    taken = {letter for letter, _ in out.values()}
+    spare = iter(PALETTE * (1 + len(plan.components) // len(PALETTE)))
+    for name in plan.components:
+        if name in out:
+            continue
+        letter = next((c for c in name.upper() + "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                       if c.isalnum() and c not in taken), "?")
+        taken.add(letter)
+        out[name] = (letter, next(spare))
+    return out
 
 
 @dataclass(frozen=True)
@@ -57,27 +78,32 @@ class Row:
 
 
 def gpu_cells(plan: Plan) -> dict[int, list[Cell]]:
-    """gpu -> the engines on it, in ENGINES order."""
+    """gpu -> the components on it, in the plan's order."""
     cells: dict[int, list[Cell]] = {}
-    for name in ENGINES:
-        comp = plan.components.get(name)
-        if comp is None:
-            continue
-        for gpu, cell in _engine_cells(comp):
+    for name, (letter, color) in marks(plan).items():
+        for gpu, cell in _engine_cells(plan.components[name], letter, color):
             cells.setdefault(gpu, []).append(cell)
     return cells
 
 
-def _engine_cells(comp: ComponentPlan) -> list[tuple[int, Cell]]:
-    letter = LETTER.get(comp.name, comp.name[:1].upper())
+def _engine_cells(comp: ComponentPlan, letter: str, color: str) -> list[tuple[int, Cell]]:
+    if comp.is_worker:  # one cell per GPU, naming the processes on it (S0-1)
+        on: dict[int, list[int]] = {}
+        for inst in comp.instances:
+            for gpu in inst.gpus:
+                on.setdefault(gpu, []).append(inst.index)
+        return [(gpu, Cell(comp.name, f"{letter}{format_gpu_set(ids)}", ids[0], 1, letter,
+                           color)) for gpu, ids in on.items()]
     if comp.is_inference:
-        return [(gpu, Cell(comp.name, f"{letter}{inst.index}", inst.index, len(inst.gpus)))
+        return [(gpu, Cell(comp.name, f"{letter}{inst.index}", inst.index, len(inst.gpus),
+                           letter, color))
                 for inst in comp.instances for gpu in inst.gpus]
     unit_of = {}
     for index, members in enumerate(groups(comp.ranks, "tp")):
         for r in members:
             unit_of[r] = (index, len(members))
-    return [(r.gpu, Cell(comp.name, f"{letter}{r.rank}", *unit_of[r.rank])) for r in comp.ranks]
+    return [(r.gpu, Cell(comp.name, f"{letter}{r.rank}", *unit_of[r.rank], letter, color))
+            for r in comp.ranks]
 
 
 def _signature(cells: dict[int, list[Cell]], gpus: Sequence[int]) -> tuple:
@@ -130,20 +156,24 @@ def _frames(row_cells: list[Cell | None]) -> list[tuple[bool, bool]]:
 
 
 def legend(plan: Plan) -> list[tuple[str, str]]:
-    """(engine, words) for each engine in the plan, e.g. ('rollout', 'R rollout sglang:d4t2')."""
+    """(engine, words) for each component in the plan, e.g. ('rollout', 'R rollout sglang:d4t2')."""
     out = []
+    letters = marks(plan)
     for name, comp in plan.components.items():
-        if comp.is_inference:
+        if comp.is_worker:
+            where = "CPU" if not comp.gpus else _count(len(comp.gpus), "GPU")
+            what = f"{_count(len(comp.instances), 'process', 'processes')} on {where}"
+        elif comp.is_inference:
             size = comp.alloc.tp * comp.alloc.pp
             what = f"{_count(len(comp.instances), 'instance')} x {_count(size, 'GPU')}"
         else:
             what = _count(comp.world_size, "rank") + (f", tp {comp.alloc.tp}" if comp.alloc.tp > 1 else "")
-        out.append((name, f"{LETTER.get(name, name[:1].upper())} {name} {comp.alloc} ({what})"))
+        out.append((name, f"{letters[name][0]} {name} {comp.alloc} ({what})"))
     return out
 
 
-def _count(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
+def _count(n: int, word: str, plural: str = "") -> str:
+    return f"{n} {word if n == 1 else plural or word + 's'}"
 
 
 def sync_summary(plan: Plan) -> list[str]:
@@ -179,10 +209,11 @@ def render_table(plan: Plan) -> Table:
         columns.append("GiB/GPU")
     for column in columns:
         table.add_column(column, justify="right" if column in ("world", "GiB/GPU") else "left")
+    colors = marks(plan)
     for name, comp in plan.components.items():
         need = (memory.get("engines") or {}).get(name, {}).get("per_gpu_gib")
         extra = [f"{need:.1f}" if need is not None else "?"] if memory else []
-        table.add_row(Text(name, style=f"bold {COLOR.get(name, 'white')}"), comp.backend,
+        table.add_row(Text(name, style=f"bold {colors[name][1]}"), comp.backend,
                       str(comp.alloc), str(comp.world_size), comp.inherited_from or "",
                       format_gpu_set(comp.gpus), layout(comp), *extra)
     return table
@@ -216,6 +247,8 @@ def layout(comp: ComponentPlan) -> str:
     """Instances x GPUs for servers; the grid for trainers, and beside it the experts' grid
     (ep, etp, edp) when the engine has one: the MoE hybrid form has two layouts."""
     a = comp.alloc
+    if comp.is_worker:
+        return _count(len(comp.instances), "process", "processes")
     if comp.is_inference:
         return f"{len(comp.instances)} x {_count(a.tp * a.pp, 'GPU')}"
     grid = " ".join(f"{k}{v}" for k, v in (("dp", a.dp), ("tp", a.tp), ("pp", a.pp),
@@ -256,14 +289,14 @@ def render_gpu_map(plan: Plan) -> Group:
             for i, cell in enumerate(here):
                 if i:
                     token.append("+")
-                token.append(LETTER.get(cell.engine, "?"), style=f"bold {COLOR[cell.engine]}")
+                token.append(cell.letter, style=f"bold {cell.color}")
             if not here:
                 token.append("·", style="dim")
             token.append(" " * (width - len(token)))
             line.append_text(token)
         lines.append(line)
         if detail and row.gpus:
-            lines.extend(_lanes(row, cells, title_width, width))
+            lines.extend(_lanes(plan, row, cells, title_width, width))
         if totals and row.gpus:
             gib = Text("  GiB".ljust(title_width), style="dim")
             for gpu in row.gpus:
@@ -274,16 +307,17 @@ def render_gpu_map(plan: Plan) -> Group:
             lines.append(gib)
     lines.append(Text(""))
     lines.extend(Text(w, style="bold") for w in memory_words(plan))
-    lines.extend(Text(text, style=COLOR.get(name, "white")) for name, text in legend(plan))
+    lines.extend(Text(text, style=marks(plan)[name][1]) for name, text in legend(plan))
     lines.extend(Text(line) for line in sync_summary(plan))
     lines.append(Text("numbers: instance (rollout) or rank (training); [..] one instance or "
                       "tp group; A+R: engines sharing a GPU", style="dim"))
     return Group(*lines)
 
 
-def _lanes(row: Row, cells: dict[int, list[Cell]], title_width: int, width: int) -> list[Text]:
+def _lanes(plan: Plan, row: Row, cells: dict[int, list[Cell]], title_width: int,
+           width: int) -> list[Text]:
     out = []
-    for name in ENGINES:
+    for name in plan.components:
         lane = [next((c for c in cells.get(g, []) if c.engine == name), None) for g in row.gpus]
         if not any(lane):
             continue
@@ -293,7 +327,7 @@ def _lanes(row: Row, cells: dict[int, list[Cell]], title_width: int, width: int)
                 line.append("·".ljust(width), style="dim")
                 continue
             text = ("[" if opens else " ") + cell.label + ("]" if closes else "")
-            line.append(text.ljust(width), style=COLOR[name])
+            line.append(text.ljust(width), style=cell.color)
         out.append(line)
     return out
 
@@ -309,7 +343,8 @@ def render_svg(plan: Plan) -> str:
     with engines as coloured cells and instances / tp groups outlined."""
     cells = gpu_cells(plan)
     rows, detail = map_rows(plan, cells)
-    lanes = [n for n in ENGINES if n in plan.components]
+    lanes = list(plan.components)
+    colors = {name: color for name, (_, color) in marks(plan).items()}
     ncols = max((len(r.gpus) for r in rows), default=1)
     note = ("numbers: instance (rollout) or rank (training); outlined: one instance or tp "
             "group; A+R: engines sharing a GPU")
@@ -348,7 +383,7 @@ def render_svg(plan: Plan) -> str:
         if detail:
             for i, name in enumerate(lanes):
                 ly = top + i * (LANE_H + 4)
-                body.append(_text(MARGIN + 8, ly + 15, name, size=11, fill=COLOR[name]))
+                body.append(_text(MARGIN + 8, ly + 15, name, size=11, fill=colors[name]))
                 lane = [next((c for c in cells.get(g, []) if c.engine == name), None)
                         for g in row.gpus]
                 body.extend(_lane_svg(lane, left, ly))
@@ -366,7 +401,7 @@ def render_svg(plan: Plan) -> str:
     y += 4
     for name, said in legend(plan):
         body.append(f'<rect x="{MARGIN}" y="{y}" width="14" height="14" rx="3" '
-                    f'fill="{COLOR[name]}"/>')
+                    f'fill="{colors[name]}"/>')
         body.append(_text(MARGIN + 20, y + 11, said, size=12))
         y += 20
     for line in syncs:
@@ -389,7 +424,7 @@ def _lane_svg(lane: list[Cell | None], left: int, y: int) -> list[str]:
                        'fill="#eceef1"/>')
             continue
         out.append(f'<rect x="{x}" y="{y}" width="{CELL_W}" height="{LANE_H}" rx="3" '
-                   f'fill="{COLOR[cell.engine]}"/>')
+                   f'fill="{cell.color}"/>')
         out.append(_text(x + CELL_W // 2, y + 15, cell.label, size=11, fill="white",
                          weight="bold", anchor="middle"))
         if opens:
@@ -413,15 +448,15 @@ def _overview_svg(row: Row, cells: dict[int, list[Cell]], left: int, y: int) -> 
         part = CELL_W / len(here)
         for i, cell in enumerate(here):
             out.append(f'<rect x="{x + i * part:.1f}" y="{y}" width="{part:.1f}" '
-                       f'height="{LANE_H}" fill="{COLOR[cell.engine]}"/>')
-        out.append(_text(x + CELL_W // 2, y + 15, "+".join(LETTER[c.engine] for c in here),
+                       f'height="{LANE_H}" fill="{cell.color}"/>')
+        out.append(_text(x + CELL_W // 2, y + 15, "+".join(c.letter for c in here),
                          size=11, fill="white", weight="bold", anchor="middle"))
     return out
 
 
 def _letters_svg(here: list[Cell]) -> str:
     """`A+R` with each letter in its engine's colour (tspans)."""
-    return "+".join(f'<tspan fill="{COLOR[c.engine]}">{LETTER[c.engine]}</tspan>' for c in here)
+    return "+".join(f'<tspan fill="{c.color}">{c.letter}</tspan>' for c in here)
 
 
 def _text(x: float, y: float, words: str, size: int = 12, fill: str = "#111",

@@ -10,7 +10,8 @@ import difflib
 import re
 from typing import Callable, Optional, Sequence
 
-FREE_FORM = ("launcher.env.",)  # dicts whose keys the user chooses: Hydra wants `+` there
+# dicts whose keys the user chooses: Hydra wants `+` there (a declared component, its env)
+FREE_FORM = ("launcher.env.", "components.", "cluster.component_placement.")
 
 
 Suggest = Callable[[str, Sequence[str]], str]  # key, overrides -> ": did you mean 'a.b'?" or ""

@@ -115,6 +115,27 @@ class TrainerConfig:
     args: List[str] = field(default_factory=list)
 
 
+@dataclass
+class ComponentConfig:
+    """A component the user declares by name (`components.<name>`, docs/architecture.md §12):
+    today a `worker`, plain processes the launcher starts, supervises, restarts and stops with
+    the run (env simulators, reward functions, agents). Placed on GPUs by
+    `cluster.component_placement.<name>` (`processes_per_gpu` each), else CPU-only
+    (`processes` of them, on the first node). Checked by launcher.planning.components, which
+    builds it from what the user wrote."""
+
+    kind: str = "worker"
+    backend: str = "process"
+    entry: Optional[str] = None  # a script path, or "-m module"
+    args: List[str] = field(default_factory=list)
+    env: Dict[str, str] = field(default_factory=dict)
+    processes: int = 1  # CPU-only: how many
+    processes_per_gpu: int = 1  # placed on GPUs: how many on each
+    # an HTTP path to poll (`/health`): each process gets a port (AREAL_WORKER_PORT) and the
+    # run waits for it like a server's; None: running is healthy
+    health_path: Optional[str] = None
+
+
 # ----------------------------------------------------------------------------- cluster
 def _engine_keys() -> Dict[str, Optional[str]]:
     return {name: None for name in ENGINES}
@@ -147,6 +168,10 @@ class LaunchConfig:
     teacher: TrainEngineBase = field(default_factory=TrainEngineConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    # components the user declares by name (+components.sim.entry=sim.py), beside the built-in
+    # engines above: each a ComponentConfig, checked by launcher.planning.components (a typed
+    # dict here would make Hydra refuse `+components.sim.entry=...`, a key below a new one)
+    components: Dict[str, Any] = field(default_factory=dict)
     # the runner's own schema (launcher=local|slurm|ray): launcher.runners.<name>.Config
     launcher: Any = MISSING
     # the recipe's own schema (recipe=grpo), handed to its entry point in the plan

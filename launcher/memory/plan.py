@@ -53,9 +53,12 @@ def train_options(engine: Engine) -> TrainOptions:
 
 def engine_inputs(plan: Plan, engines: dict[str, Engine],
                   shape: Optional[ModelShape]) -> list[EngineInput]:
-    """The memory model's view of every engine of the plan (shape None: memory unknown)."""
+    """The memory model's view of every engine of the plan (shape None: memory unknown).
+    Worker components hold no model: they are not counted."""
     out = []
     for name, comp in plan.components.items():
+        if comp.is_worker:
+            continue
         engine = engines[name]
         options = inference_options(engine) if comp.is_inference else train_options(engine)
         out.append(EngineInput(comp, shape, options))

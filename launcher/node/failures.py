@@ -42,7 +42,7 @@ def _rank_offset(request: LaunchRequest, spec: ProcessSpec) -> int:
     mine = int(_flag(spec.argv, "--node-rank") or 0)
     return sum(len(p.gpus) or int(_flag(p.argv, "--nproc-per-node") or 1)
                for p in request.processes
-               if p.component == spec.component and not p.is_server
+               if p.component == spec.component and p.is_trainer
                and int(_flag(p.argv, "--node-rank") or 0) < mine)
 
 
@@ -52,7 +52,7 @@ def torchrun_root_cause(request: LaunchRequest, spec: ProcessSpec, since: float 
     `since` (time.time(); a restarted job's earlier files are not this start's) (None if
     none)."""
     log_dir = _flag(spec.argv, "--log-dir")
-    if spec.is_server or log_dir is None:
+    if not spec.is_trainer or log_dir is None:
         return None
     found = []
     for path in Path(log_dir).glob("*/attempt_*/*/error.json"):

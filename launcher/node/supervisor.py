@@ -86,10 +86,10 @@ class Started:
             return ("stopped" if self.stopped else f"killed by {signal_name(code)}" if code < 0
                     else f"exited {code}",
                     "dim" if self.stopped or code == 0 else "bold red")
-        if self.is_server and self.healthy_at is None:
+        if self.is_service and self.healthy_at is None:
             return (f"starting: waiting for health ({time.monotonic() - self.started_at:.0f} s "
                     f"of {health_timeout_s:.0f} s)", "yellow")
-        return ("healthy" if self.is_server else "running", "green")
+        return ("healthy" if self.proc.health_url else "running", "green")
 
     def summary(self) -> tuple[str, str, str, str]:
         """Its row in the table that ends the run: name, exit, duration, log."""
@@ -104,8 +104,10 @@ class Started:
         return self.proc.name
 
     @property
-    def is_server(self) -> bool:
-        return self.proc.spec.is_server
+    def is_service(self) -> bool:
+        """A server or a worker: it serves the run until the trainers finish (its exit is a
+        failure) and restarts alone."""
+        return not self.proc.spec.is_trainer
 
 
 class StopRequest:
@@ -271,12 +273,12 @@ class NodeRun:
 
     # ------------------------------------------------------------------ starting
     def start(self, proc: Materialized) -> Started:
-        kind = restarts.TRAINERS if not proc.spec.is_server else proc.name
+        kind = restarts.TRAINERS if proc.spec.is_trainer else proc.name
         s = _start(proc, self.logs, restarts.starts_of(kind, restarts.read_all(self.run_dir))
                    if self.request.max_restarts or self.epoch else 0)
-        if s.is_server and s.proc.health_url:
+        if s.is_service and s.proc.health_url:
             threading.Thread(target=_probe, args=(s, self.done), daemon=True).start()
-        elif s.is_server:
+        elif s.is_service:
             s.healthy_at, s.announced = 0.0, True
         return s
 
@@ -307,11 +309,12 @@ class NodeRun:
 
     @property
     def servers(self) -> list[Started]:
-        return [s for s in self.started if s.is_server]
+        """Servers and workers: what serves the run."""
+        return [s for s in self.started if s.is_service]
 
     @property
     def trainers(self) -> list[Started]:
-        return [s for s in self.started if not s.is_server]
+        return [s for s in self.started if not s.is_service]
 
     # ------------------------------------------------------------------ watching
     def watch(self) -> RunResult:
@@ -326,9 +329,9 @@ class NodeRun:
                 code = s.poll()
                 if code is None or s.name in self.finished:
                     continue
-                if s.is_server or code != 0:
+                if s.is_service or code != 0:
                     reason = exit_reason(s.name, code)
-                    if s.is_server and (self.trainers or self.peers):
+                    if s.is_service and (self.trainers or self.peers):
                         reason += " before the trainers finished"
                     return RunResult(1, s.name, reason, failed=s)
                 self.finished.add(s.name)
@@ -407,7 +410,7 @@ class NodeRun:
         if failed is None or not self.request.max_restarts:
             return False
         self.explain(result)
-        kind = restarts.TRAINERS if not failed.is_server else failed.name
+        kind = restarts.TRAINERS if not failed.is_service else failed.name
         failure = restarts.Failure(failed.name, kind, result.reason,
                                    time.monotonic() - failed.started_at, result.tail)
         history = restarts.read_all(self.run_dir)

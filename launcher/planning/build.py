@@ -11,6 +11,8 @@ from typing import Callable, Optional, Union
 
 from launcher.config.schema import ClusterConfig, LaunchConfig
 from launcher.planning import resolve
+from launcher.planning.components import Worker, split_placement, worker_plan, workers
+from launcher.planning.components import slots_needed as worker_slots
 from launcher.planning.placement import place, slots_needed
 from launcher.planning.ranks import component_plan, weight_sync
 from launcher.planning.sizing import size
@@ -34,6 +36,7 @@ class Planned:
     engines: dict[str, resolve.Engine]
     spec: LaunchConfig  # the config, with what sizing turned on (releases) applied
     notes: tuple[str, ...] = field(default_factory=tuple)  # what the launcher chose
+    workers: dict[str, Worker] = field(default_factory=dict)  # the declared worker components
 
 
 def build_plan(spec: LaunchConfig, local_gpus: GPUCount = 0,
@@ -45,6 +48,8 @@ def build_plan(spec: LaunchConfig, local_gpus: GPUCount = 0,
     """
     warnings: list[str] = []
     texts, placement = resolve.chosen_backends(spec, explicit, warnings)
+    declared = workers(spec.components)
+    placement, worker_sets = split_placement(placement, declared)
     count = local_gpus if callable(local_gpus) else (lambda: local_gpus)
     device = _device(spec.cluster, count)
     cluster = None
@@ -58,13 +63,16 @@ def build_plan(spec: LaunchConfig, local_gpus: GPUCount = 0,
     spec = resolve.with_offload(spec, sizing.release)
     allocs, inherited = _parse(texts)
     if cluster is None:
-        cluster = cpu_cluster(spec.cluster, lambda: slots_needed(allocs, placement))
+        cluster = cpu_cluster(spec.cluster, lambda: max(slots_needed(allocs, placement),
+                                                        worker_slots(worker_sets)))
     engines = resolve.engines(spec, allocs, inherited, model_path(spec), cluster.device)
     placed = place(allocs, cluster, placement, {n: e.offload for n, e in engines.items()},
                    more_nodes=more_nodes)
     warnings += placed.warnings
     components = {name: component_plan(name, a, placed.gpus[name], cluster, inherited.get(name))
                   for name, a in allocs.items()}
+    components.update({name: worker_plan(w, worker_sets.get(name), cluster)
+                       for name, w in declared.items()})
     syncs: tuple[WeightSync, ...] = ()
     if "actor" in components and "rollout" in components:
         syncs = (weight_sync(components["actor"], components["rollout"], cluster),)
@@ -72,7 +80,7 @@ def build_plan(spec: LaunchConfig, local_gpus: GPUCount = 0,
             "engine_options": {n: engine_options(e) for n, e in engines.items()}}
     plan = Plan(cluster=cluster, mode=placed.mode, components=components, weight_sync=syncs,
                 warnings=tuple(warnings), meta=meta)
-    return Planned(plan, engines, spec, (sizing.note,) if sizing.note else ())
+    return Planned(plan, engines, spec, (sizing.note,) if sizing.note else (), declared)
 
 
 def _parse(texts: dict[str, Optional[str]]

@@ -25,8 +25,9 @@ MAX_SIZE_DIGITS = 6  # no real grid has a million-way dim; also keeps int() off 
 
 
 def known() -> str:
-    """The backend names, for hints."""
-    return ", ".join(registry.backend_names())
+    """The engines' backend names, for hints (a worker's backend is named in its own key)."""
+    return ", ".join(n for kind in (registry.SERVE, registry.TRAIN)
+                     for n in registry.backend_names(kind))
 
 
 def is_hybrid_backend(backend: str) -> bool:
@@ -109,8 +110,13 @@ class ModelAllocation:
         return self.dp * self.tp * self.pp * self.cp
 
     @property
+    def kind(self) -> str:
+        """serve, train or worker: what its backend runs (launcher.spec.registry.KINDS)."""
+        return str(registry.backend(self.backend).KIND)
+
+    @property
     def is_inference(self) -> bool:
-        return registry.backend(self.backend).KIND == registry.SERVE
+        return self.kind == registry.SERVE
 
     def to_dict(self) -> dict:
         return {"dp": self.dp, "tp": self.tp, "pp": self.pp, "cp": self.cp,

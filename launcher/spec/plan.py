@@ -15,6 +15,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from launcher.spec.alloc import ModelAllocation, parse_backend
 from launcher.spec.cluster import ClusterSpec
+from launcher.spec.registry import TRAIN, WORKER
 
 SCHEMA = 1
 ENGINES = ("rollout", "actor", "critic", "ref", "teacher")  # engine order, everywhere
@@ -116,7 +117,8 @@ class Rank:
 
 @dataclass(frozen=True)
 class Instance:
-    """One inference server: a block of t*p GPUs on one node or on whole nodes."""
+    """One server (a block of t*p GPUs on one node or on whole nodes), or one worker process
+    (its GPU, or none: CPU-only)."""
 
     index: int
     gpus: tuple[int, ...]
@@ -169,7 +171,7 @@ class ProcessSpec:
 
     name: str
     component: str  # engine(s) it serves, comma-joined for shared trainer jobs ("actor,ref")
-    role: str  # "server" or "trainer"
+    role: str  # "server", "trainer" or "worker"
     node: int
     argv: tuple[str, ...]
     env: dict[str, str] = field(default_factory=dict)
@@ -180,6 +182,11 @@ class ProcessSpec:
     @property
     def is_server(self) -> bool:
         return self.role == "server"
+
+    @property
+    def is_trainer(self) -> bool:
+        """Trainers finish the run; servers and workers serve it (and restart alone)."""
+        return self.role == "trainer"
 
     def to_dict(self) -> dict:
         return {"name": self.name, "component": self.component, "role": self.role,
@@ -217,11 +224,21 @@ class ComponentPlan:
         return self.alloc.world_size
 
     @property
+    def kind(self) -> str:
+        """serve (instances), train (ranks) or worker (processes, as instances)."""
+        return self.alloc.kind
+
+    @property
     def is_inference(self) -> bool:
         return self.alloc.is_inference
 
+    @property
+    def is_worker(self) -> bool:
+        return self.kind == WORKER
+
     def to_dict(self) -> dict:
         out: dict[str, Any] = {
+            "kind": self.kind,
             "backend": self.alloc.backend,
             "spec": str(self.alloc),
             "inherited_from": self.inherited_from,
@@ -229,7 +246,7 @@ class ComponentPlan:
             "parallel": self.alloc.to_dict(),
             "gpus": list(self.gpus),
         }
-        if self.is_inference:
+        if self.kind != TRAIN:
             out["instances"] = [i.to_dict() for i in self.instances]
         else:
             out["ranks"] = [r.to_dict() for r in self.ranks]

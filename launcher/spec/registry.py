@@ -37,6 +37,7 @@ BUILTIN_BACKENDS = {
     "fsdp": "launcher.backends.fsdp",
     "megatron": "launcher.backends.megatron",
     "archon": "launcher.backends.archon",
+    "process": "launcher.backends.process",
 }
 BUILTIN_RUNNERS = {
     "local": "launcher.runners.local",

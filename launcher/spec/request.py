@@ -66,7 +66,7 @@ class LaunchRequest:
         return max(used, default=0) + 1
 
     def has_trainers(self, node: Optional[int] = None) -> bool:
-        return any(not p.is_server for p in self.on_node(node))
+        return any(p.is_trainer for p in self.on_node(node))
 
     def to_dict(self, mask_secrets: bool = False) -> dict:
         procs = [p.to_dict() for p in self.processes]
