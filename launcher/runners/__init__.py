@@ -8,7 +8,8 @@ folder or id (launcher.node.runs). Runners are found by name, like TorchX's sche
 have), imported on first use, so the Slurm runner never loads Ray; `module(name)` is typed as
 RunnerModule, so mypy checks each call into a runner. Adding a runner is one module
 with `Config` and `Runner`, its YAML under conf/launcher/, and one line in
-launcher.spec.registry (or an `areal_launch.runners` entry point of another package).
+launcher.spec.registry; or, in another package, the module and an `areal_launch.runners`
+entry point (no YAML: its Config is the option `launcher=<name>`).
 """
 from __future__ import annotations
 
