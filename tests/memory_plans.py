@@ -22,18 +22,22 @@ def engine(name: str, spec: str, gpus: Iterable[int], shape: Optional[ModelShape
 
 def apply_override(engines: list[EngineInput], text: str) -> list[EngineInput]:
     """The engines after the overrides of a fix (`actor.mb_spec.max_tokens_per_mb=8192 ...`),
-    mapped back through launcher.memory.fix.KNOBS (the lead maps them to config keys)."""
+    mapped back through launcher.memory.fix.KNOBS and the engines' backends' MEMORY_KEYS
+    (the lead maps them to config keys)."""
     import dataclasses
 
     from launcher.memory.fix import KNOBS, _swap
+    from launcher.memory.parts import memory_keys
     from launcher.memory.train import Offload
 
     out = list(engines)
     for item in text.split():
         key, _, value = item.partition("=")
         name, _, rest = key.partition(".")
-        knob = next(k for k, pattern in KNOBS.items()
-                    if key in (pattern.format(e=name, b=b) for b in ("fsdp", "archon", "")))
+        backend = next(e for e in out if e.name == name).component.backend
+        knobs = {pattern.format(e=name): k for k, pattern in KNOBS.items()}
+        knobs.update({f"{name}.{backend}.{option}": k for k, option in memory_keys(backend).items()})
+        knob = knobs[key]
         field = knob.split(".")[0]
         parsed: object = {"true": True, "false": False}.get(value, value)
         if field == "backend":
@@ -46,8 +50,6 @@ def apply_override(engines: list[EngineInput], text: str) -> list[EngineInput]:
             parsed = dataclasses.replace(current.offload, **{knob.split(".")[1]: parsed})
         elif field == "release":
             parsed = bool(parsed)
-        elif field == "cpu_kvcache_space":
-            field = "cpu_kvcache_space_gib"
         assert isinstance(parsed, (bool, int, float, Offload))
         out = _swap(out, name, **{field: parsed})
     return out

@@ -5,7 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from launcher.backends.megatron import REFUSED, parallel_args
+from launcher.backends.fsdp import INSTALL as INSTALL
+from launcher.backends.megatron import REFUSED as REFUSED
+from launcher.backends.megatron import parallel_args
+from launcher.memory.train import FSDP2, TrainOptions
 from launcher.spec.registry import TRAIN
 
 if TYPE_CHECKING:
@@ -17,7 +20,8 @@ DIMS = "dtpce"
 HYBRID = True
 EXAMPLE = "archon:d4t2"
 ORDER = 2
-__all__ = ["REFUSED", "engine_args", "engine_env"]
+MEMORY_MODEL = FSDP2  # FSDP2 like fsdp, with tensor, pipeline and expert parallel
+MEMORY_KEYS: dict[str, str] = {}
 
 
 @dataclass
@@ -32,3 +36,8 @@ def engine_args(comp: "ComponentPlan", options: Options) -> list[str]:
 
 def engine_env(device: str) -> dict[str, str]:
     return {}
+
+
+def train_options(options: Options, base: TrainOptions) -> TrainOptions:
+    """No options of its own: the generic knobs as they are."""
+    return base

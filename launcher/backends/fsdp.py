@@ -2,9 +2,12 @@
 from the plan it is handed (AREAL_LAUNCH_PLAN), so no parallel flags go on its command line."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
+from launcher.backends.protocol import Install
+from launcher.memory.train import FSDP2, TrainOptions
 from launcher.spec.registry import TRAIN
 
 if TYPE_CHECKING:
@@ -17,6 +20,9 @@ HYBRID = False
 EXAMPLE = "fsdp:d8"
 ORDER = 0
 REFUSED: dict[str, str] = {}
+INSTALL = Install("torch", "pip install 'areal-launch[torch]'")
+MEMORY_MODEL = FSDP2
+MEMORY_KEYS = {"params_cpu_offload": "offload_params"}
 MIXED_PRECISION = (None, "bf16", "bfloat16", "fp16", "float16")
 
 
@@ -44,3 +50,8 @@ def engine_args(comp: "ComponentPlan", options: Options) -> list[str]:
 def engine_env(device: str) -> dict[str, str]:
     """Environment defaults for its workers."""
     return {}
+
+
+def train_options(options: Options, base: TrainOptions) -> TrainOptions:
+    """FSDP2's CPUOffloadPolicy keeps the shards on the host."""
+    return dataclasses.replace(base, params_cpu_offload=options.offload_params)

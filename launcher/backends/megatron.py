@@ -5,9 +5,12 @@ layout is `--expert-model-parallel-size` (e) and `--expert-tensor-parallel-size`
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
+from launcher.backends.fsdp import INSTALL as INSTALL  # torch, like every trainer
+from launcher.memory.train import MEGATRON, TrainOptions
 from launcher.spec.registry import TRAIN
 
 if TYPE_CHECKING:
@@ -20,6 +23,8 @@ DIMS = "dtpce"
 HYBRID = True
 EXAMPLE = "megatron:d2p2t2"
 ORDER = 1
+MEMORY_MODEL = MEGATRON
+MEMORY_KEYS = {"optimizer_cpu_offload": "optimizer_cpu_offload"}
 
 
 @dataclass
@@ -75,3 +80,12 @@ def engine_args(comp: "ComponentPlan", options: Options) -> list[str]:
 def engine_env(device: str) -> dict[str, str]:
     """Megatron's tensor-parallel overlap needs one CUDA connection (it asserts otherwise)."""
     return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if device == "cuda" else {}
+
+
+def train_options(options: Options, base: TrainOptions) -> TrainOptions:
+    """<engine>.megatron.* as the estimator's inputs (Megatron's layout and offload)."""
+    return dataclasses.replace(
+        base, optimizer_cpu_offload=options.optimizer_cpu_offload,
+        sequence_parallel=options.sequence_parallel,
+        use_distributed_optimizer=options.use_distributed_optimizer,
+        recompute=options.recompute_granularity)

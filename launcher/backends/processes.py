@@ -7,9 +7,9 @@ import dataclasses
 from typing import Any, Optional, Sequence
 
 from launcher.backends.context import LaunchContext
+from launcher.backends.protocol import serve_backend
 from launcher.backends.servers import served_model_name
 from launcher.backends.torchrun import trainer_processes
-from launcher.spec import registry
 from launcher.spec.plan import Plan, ProcessSpec
 
 
@@ -26,7 +26,7 @@ def build_processes(planned: Any, entry: str, entry_args: Sequence[str],
     for comp in plan.components.values():
         if comp.is_inference:
             engine = planned.engines[comp.name]
-            made = registry.backend(comp.backend).servers(comp, plan, engine, ctx)
+            made = serve_backend(comp.backend).servers(comp, plan, engine, ctx)
             servers += made.processes
             addrs += made.addrs
             warnings += made.warnings

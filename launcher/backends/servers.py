@@ -7,7 +7,7 @@ the HTTP API (its address goes to the trainers), the others join it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from launcher.backends.common import layered_env
 from launcher.spec.plan import (
@@ -27,15 +27,36 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class HttpCall:
+    """One HTTP POST of a weight push: its path and JSON body, where the strings "{dir}" and
+    "{version}" stand for the weights' folder and label; `success`: what the reply must say
+    ("": nothing, "required": {"success": true}, "not-false": not {"success": false})."""
+
+    path: str
+    body: Optional[Mapping[str, Any]] = None
+    success: str = ""
+
+
+@dataclass(frozen=True)
 class ServerClient:
-    """A server's HTTP endpoints, beyond OpenAI's: its health probe, and the calls that free
-    its GPU memory between phases (collocated runs) and take it back, which need `release_flag`
-    at start."""
+    """A server's HTTP endpoints, beyond OpenAI's, as the launcher and the recipe call them:
+    its health probe; the calls that free its GPU memory between phases (collocated runs) and
+    take it back, which need `release_flag` at start; the weight push (`pause`, then `push` in order, then `unpause`, also after a failed
+    push); the GET endpoints that tell the weights' label, tried in order; what a completion
+    request adds to get token ids back; and a native generate endpoint (SGLang's /generate
+    form: output ids and meta_info.output_token_logprobs), None: greedy uses completions."""
 
     health: str
     release: str
     resume: str
     release_flag: str
+    push: tuple[HttpCall, ...] = ()
+    pause: Optional[str] = None
+    unpause: Optional[str] = None
+    weight_version: tuple[str, ...] = ()
+    completion_extra: Mapping[str, Any] = field(default_factory=dict)
+    generate: Optional[str] = None
+    cpu_keeps_memory: str = ""  # why its CPU build cannot release memory ("": it can)
 
 
 @dataclass

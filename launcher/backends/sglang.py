@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
 from launcher.backends.common import launcher_owned, refuse_flags
+from launcher.backends.protocol import Install
 from launcher.backends.servers import (
+    HttpCall,
     ServerClient,
     ServerSet,
     health_url,
@@ -28,6 +30,7 @@ from launcher.backends.servers import (
     served_model_name,
     server_env,
 )
+from launcher.memory.infer import STATIC_BUDGET, InferenceOptions
 from launcher.spec.errors import ConfigError
 from launcher.spec.plan import ProcessSpec, host_placeholder
 from launcher.spec.registry import SERVE
@@ -43,8 +46,17 @@ DIMS = "dtp"
 HYBRID = False
 EXAMPLE = "sglang:d4t2"
 ORDER = 0
-CLIENT = ServerClient(health="/health", release="/release_memory_occupation",
-                      resume="/resume_memory_occupation", release_flag="--enable-memory-saver")
+CLIENT = ServerClient(
+    health="/health", release="/release_memory_occupation",
+    resume="/resume_memory_occupation", release_flag="--enable-memory-saver",
+    push=(HttpCall("/update_weights_from_disk",
+                   {"model_path": "{dir}", "weight_version": "{version}"}, success="required"),),
+    weight_version=("/model_info", "/get_model_info"),  # /get_model_info before 0.5
+    generate="/generate")  # its completions carry no token ids
+INSTALL = Install("sglang", "pip install 'areal-launch[sglang]'")
+CHECKER = "launcher.backends.checks.check_sglang_argv"
+MEMORY_MODEL = STATIC_BUDGET
+MEMORY_KEYS = {"mem_fraction": "mem_fraction_static", "context_length": "context_length"}
 
 
 @dataclass
@@ -155,6 +167,13 @@ def attention_dp_size(opts: Options, tp: int) -> int:
     if opts.attn_dp_size:
         return int(opts.attn_dp_size)
     return tp if opts.enable_dp_attention else 1
+
+
+def inference_options(options: Options, release: bool) -> InferenceOptions:
+    """rollout.sglang.* as the estimator's inputs."""
+    return InferenceOptions(mem_fraction=options.mem_fraction_static,
+                            context_length=options.context_length, dtype=options.dtype,
+                            release=release)
 
 
 def _option_args(engine: "Engine", tp: int) -> list[str]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
 from launcher.backends.common import layered_env, refuse_flags
-from launcher.spec import registry
+from launcher.backends.protocol import train_backend
 from launcher.spec.plan import (
     ENV_COMPONENT,
     ENV_PLAN,
@@ -58,7 +58,7 @@ def trainer_jobs(plan: "Plan", engines: Mapping[str, "Engine"]) -> list[TrainerJ
         if comp.kind != registry.TRAIN:
             continue
         engine = engines[comp.name]
-        module = registry.backend(comp.backend)
+        module = train_backend(comp.backend)
         refuse_flags(engine.extra_args, module.REFUSED, f"{comp.name}.extra_args")
         args = tuple(module.engine_args(comp, engine.options) + list(engine.extra_args))
         key = (tuple(comp.gpus), comp.backend, args)
@@ -108,7 +108,7 @@ def trainer_processes(plan: "Plan", engines: Mapping[str, "Engine"], entry: str,
         port = ctx.next_port()
         tail = entry_argv(entry) + list(entry_args) + list(job.args)
         defaults = {"OMP_NUM_THREADS": "1"} if device == "cpu" else {}
-        defaults.update(registry.backend(job.backend).engine_env(device))
+        defaults.update(train_backend(job.backend).engine_env(device))
         for rank, (node, gpus) in enumerate(job.nodes):
             log_dir = f"{ctx.run_dir}/torchrun/{job.label}-node{node}"  # error files per rank
             argv = [ctx.python, "-m", MODULE, "--nnodes", str(len(job.nodes)),

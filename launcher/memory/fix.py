@@ -13,12 +13,16 @@ from typing import Callable, Iterator, Optional, Sequence
 
 from launcher.memory.estimate import MAX_FIXES, EngineInput, MemoryProblem, MemoryReport, evaluate
 from launcher.memory.infer import InferenceOptions
+from launcher.memory.parts import memory_keys
 from launcher.memory.train import Offload, TrainOptions
+from launcher.spec import registry
 from launcher.spec.alloc import ModelAllocation
 from launcher.spec.cluster import ClusterSpec
 from launcher.spec.plan import ComponentPlan
 
-# knob -> override key; {e} is the engine (actor, rollout, ...), {b} its backend
+# knob -> override key; {e} is the engine (actor, rollout, ...). A knob of the engine's backend
+# (mem_fraction, context_length, params_cpu_offload, ...) is `{e}.<backend>.<option>`, the
+# option named by the backend's MEMORY_KEYS (one home: the backend module)
 KNOBS = {
     "backend": "{e}.backend",
     "max_tokens_per_mb": "{e}.mb_spec.max_tokens_per_mb",
@@ -26,14 +30,7 @@ KNOBS = {
     "offload.weight": "{e}.offload.weight",
     "offload.optimizer": "{e}.offload.optimizer",
     "offload.grad": "{e}.offload.grad",
-    "optimizer_cpu_offload": "{e}.megatron.optimizer_cpu_offload",
-    "params_cpu_offload": "{e}.{b}.offload_params",  # fsdp
     "release": "{e}.offload",
-    "mem_fraction.sglang": "{e}.sglang.mem_fraction_static",
-    "mem_fraction.vllm": "{e}.vllm.gpu_memory_utilization",
-    "context_length.sglang": "{e}.sglang.context_length",
-    "context_length.vllm": "{e}.vllm.max_model_len",
-    "cpu_kvcache_space": "{e}.vllm.cpu_kvcache_space_gb",
 }
 TOKEN_STEP = 1024  # suggested token counts are multiples of this
 FRACTION_MAX = 0.95
@@ -42,9 +39,17 @@ Candidate = tuple[str, list[EngineInput]]
 
 
 def override(engine: str, knob: str, value: object, backend: str = "") -> str:
-    """`actor.mb_spec.max_tokens_per_mb=8192`: what the user pastes."""
+    """`actor.mb_spec.max_tokens_per_mb=8192`: what the user pastes (`backend`: the engine's,
+    for a knob of its own options)."""
     text = str(value).lower() if isinstance(value, bool) else str(value)
-    return f"{KNOBS[knob].format(e=engine, b=backend)}={text}"
+    key = KNOBS[knob].format(e=engine) if knob in KNOBS else \
+        f"{engine}.{backend}.{memory_keys(backend)[knob]}"
+    return f"{key}={text}"
+
+
+def _has(inp: EngineInput, knob: str) -> bool:
+    """Whether the engine's backend has an option for `knob`."""
+    return knob in memory_keys(inp.component.backend)
 
 
 def _swap(engines: Sequence[EngineInput], name: str, **changes: object) -> list[EngineInput]:
@@ -87,12 +92,14 @@ def _search_int(low: int, high: int, works: Callable[[int], bool]) -> Optional[i
 
 
 def _reshapes(alloc: ModelAllocation, cluster: ClusterSpec) -> Iterator[ModelAllocation]:
-    """Same GPUs, more model parallel: t doubled within a node, then (megatron, archon) p."""
+    """Same GPUs, more model parallel: t doubled within a node (a server instance's t*p),
+    then p for a trainer whose backend takes it (megatron, archon)."""
     if alloc.hybrid or alloc.dp % 2:
         return
-    span = alloc.tp * 2 * (alloc.pp if alloc.backend in ("sglang", "vllm") else 1)
+    serving = alloc.is_inference
+    span = alloc.tp * 2 * (alloc.pp if serving else 1)
     shapes = [(alloc.tp * 2, alloc.pp)] if span <= cluster.gpus_per_node else []
-    if alloc.backend in ("megatron", "archon"):
+    if not serving and "p" in (registry.backend_dims(alloc.backend) or ""):
         shapes.append((alloc.tp, alloc.pp * 2))
     for tp, pp in shapes:
         try:
@@ -126,13 +133,13 @@ def _train_candidates(problem: MemoryProblem, engines: Sequence[EngineInput],
             yield (" ".join(override(other, f"offload.{k}", True) for k in ("weight", "optimizer",
                                                                               "grad")),
                    _swap(engines, other, offload=full))
-    if inp.component.backend == "megatron" and not opts.optimizer_cpu_offload:
-        yield override(name, "optimizer_cpu_offload", True), _swap(
+    backend = inp.component.backend
+    if _has(inp, "optimizer_cpu_offload") and not opts.optimizer_cpu_offload:
+        yield override(name, "optimizer_cpu_offload", True, backend), _swap(
             engines, name, optimizer_cpu_offload=True)
     for alloc in _reshapes(inp.component.alloc, cluster):
         yield override(name, "backend", alloc), _swap(engines, name, alloc=alloc)
-    backend = inp.component.backend
-    if backend == "fsdp" and not opts.params_cpu_offload:
+    if _has(inp, "params_cpu_offload") and not opts.params_cpu_offload:
         yield (override(name, "params_cpu_offload", True, backend),
                _swap(engines, name, params_cpu_offload=True))
 
@@ -175,14 +182,14 @@ def _fraction(inp: EngineInput, engines: Sequence[EngineInput],
     """The memory fraction closest to the current one (2 decimals) that fits."""
     opts = inp.options
     assert isinstance(opts, InferenceOptions)
-    if opts.mem_fraction is None:
+    if opts.mem_fraction is None or not _has(inp, "mem_fraction"):
         return
     now = int(round(opts.mem_fraction * 100))
     steps = range(now - 1, 4, -1) if lower else range(now + 1, int(FRACTION_MAX * 100) + 1)
     for pct in steps:
         changed = _swap(engines, inp.name, mem_fraction=pct / 100)
         if works(changed):
-            yield override(inp.name, f"mem_fraction.{inp.component.backend}", pct / 100), changed
+            yield override(inp.name, "mem_fraction", pct / 100, inp.component.backend), changed
             return
 
 
@@ -194,10 +201,11 @@ def _engine_candidates(problem: MemoryProblem, engines: Sequence[EngineInput],
     for alloc in _reshapes(inp.component.alloc, cluster):
         yield override(inp.name, "backend", alloc), _swap(engines, inp.name, alloc=alloc)
     memory = report.engines.get(problem.engine)
-    if problem.kind == "kv" and memory is not None and memory.kv_tokens:
+    if problem.kind == "kv" and memory is not None and memory.kv_tokens and \
+            _has(inp, "context_length"):
         tokens = (memory.kv_tokens // TOKEN_STEP) * TOKEN_STEP
         if tokens:
-            yield (override(inp.name, f"context_length.{inp.component.backend}", tokens),
+            yield (override(inp.name, "context_length", tokens, inp.component.backend),
                    _swap(engines, inp.name, context_length=tokens))
 
 

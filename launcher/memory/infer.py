@@ -30,6 +30,7 @@ from launcher.memory.parts import (
     INFER_GRAPHS_GIB,
     INFER_OVERHEAD_GIB,
     EngineNeed,
+    memory_model,
 )
 from launcher.spec.alloc import ModelAllocation
 from launcher.spec.errors import ConfigError
@@ -38,6 +39,9 @@ VLLM_DEFAULT_UTILIZATION = 0.9  # vLLM's gpu_memory_utilization default
 VLLM_DEFAULT_BATCHED_TOKENS = 8192  # vLLM V1 max_num_batched_tokens for serving on big GPUs
 DEFAULT_CPU_KVCACHE_GIB = 1.0  # launcher/config/schema.py VLLMOptions.cpu_kvcache_space_gb
 MAX_CONTEXT = 1 << 24
+# how a server sizes its memory (a serving backend's MEMORY_MODEL)
+CARD_BUDGET = "card"  # a fraction of the whole card for everything but activations (vLLM)
+STATIC_BUDGET = "static"  # a fraction of the memory free at start for weights + KV (SGLang)
 
 
 @dataclass(frozen=True)
@@ -159,7 +163,8 @@ def estimate_inference(shape: ModelShape, alloc: ModelAllocation, opts: Inferenc
     act = dtype_bytes(opts.dtype or ("bfloat16" if shape.weight_bytes == 1 else shape.dtype))
     if device == "cpu":
         return _cpu_server(alloc, opts, weights, kv_token, context)
-    if alloc.backend == "sglang":
+    static_budget = memory_model(alloc.backend, CARD_BUDGET) == STATIC_BUDGET
+    if static_budget:
         fraction = opts.mem_fraction
         if fraction is None and capacity_gib is not None:
             fraction = sglang_auto_mem_fraction(capacity_gib, alloc.tp, alloc.pp,
@@ -177,7 +182,7 @@ def estimate_inference(shape: ModelShape, alloc: ModelAllocation, opts: Inferenc
         kv = kv_token * context
         tokens = None
         static = weights + kv
-    elif alloc.backend == "sglang":
+    elif static_budget:
         static = fraction * (capacity_gib * GIB - overhead)
         kv = static - weights
         tokens = max(0, int(kv // kv_token))
@@ -199,7 +204,8 @@ def estimate_inference(shape: ModelShape, alloc: ModelAllocation, opts: Inferenc
 
 
 def _budget(alloc: ModelAllocation) -> str:
-    return "static budget" if alloc.backend == "sglang" else "memory budget"
+    static = memory_model(alloc.backend, CARD_BUDGET) == STATIC_BUDGET
+    return "static budget" if static else "memory budget"
 
 
 def _cpu_server(alloc: ModelAllocation, opts: InferenceOptions, weights: float,

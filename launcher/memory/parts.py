@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Mapping, Optional
+
+from launcher.spec import registry
 
 GIB = float(1 << 30)
 
@@ -74,3 +76,16 @@ class EngineNeed:
 def gib(value: float) -> float:
     """Bytes -> GiB, rounded for reports."""
     return round(value / GIB, 2)
+
+
+def memory_model(backend: str, default: str) -> str:
+    """How `backend` says memory/ should size it (its MEMORY_MODEL), read by name through the
+    registry (memory/ sits below backends/); `default` for a name the registry does not know."""
+    found = registry.backend_table().get(backend)
+    return default if found is None else str(found.MEMORY_MODEL)
+
+
+def memory_keys(backend: str) -> Mapping[str, str]:
+    """Estimator knob -> the option under `backend`'s sub-key that sets it (its MEMORY_KEYS)."""
+    found = registry.backend_table().get(backend)
+    return {} if found is None else dict(found.MEMORY_KEYS)

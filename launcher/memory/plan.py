@@ -1,10 +1,10 @@
 """The plan's memory: the typed engines of a plan turned into the memory model's inputs (pure).
 
-One home for how config keys map onto the estimator's knobs: dtype, gradient_checkpointing
-and mb_spec.max_tokens_per_mb of each trainer; its offload (between phases) and the during-
-compute offloads (fsdp.offload_params, megatron.optimizer_cpu_offload); megatron's own
-options; a server's memory fraction, context length, dtype and whether it releases memory
-between phases. ref and teacher only run forwards; the critic has a value head.
+The generic config keys map here: dtype, gradient_checkpointing, mb_spec.max_tokens_per_mb
+and offload (between phases) of each trainer, a server's release between phases. Each
+backend maps its own options (memory fraction, context length, during-compute offloads,
+Megatron's layout options) in its module (`inference_options`, `train_options`). ref and
+teacher only run forwards; the critic has a value head.
 """
 from __future__ import annotations
 
@@ -16,39 +16,32 @@ from launcher.memory.infer import InferenceOptions
 from launcher.memory.model_shape import ModelShape
 from launcher.memory.train import Offload, TrainOptions
 from launcher.planning.resolve import Engine
+from launcher.spec import registry
 from launcher.spec.plan import Plan
 
 FORWARD_ONLY = ("ref", "teacher")
 
 
 def inference_options(engine: Engine) -> InferenceOptions:
-    opts = engine.options
-    if engine.backend == "sglang":
-        return InferenceOptions(mem_fraction=opts.mem_fraction_static,
-                                context_length=opts.context_length, dtype=opts.dtype,
-                                release=engine.offload)
-    return InferenceOptions(mem_fraction=opts.gpu_memory_utilization,
-                            context_length=opts.max_model_len, dtype=opts.dtype,
-                            release=engine.offload,
-                            cpu_kvcache_space_gib=float(opts.cpu_kvcache_space_gb))
+    """The server's options as the estimator's inputs: its backend maps them (by name through
+    the registry, memory/ being below backends/)."""
+    found: InferenceOptions = registry.backend(engine.backend).inference_options(
+        engine.options, engine.offload)
+    return found
 
 
 def train_options(engine: Engine) -> TrainOptions:
+    """The trainer's generic knobs, then its backend's options applied by the backend."""
     assert engine.training is not None and engine.offload_parts is not None
-    opts, parts = engine.options, engine.offload_parts
-    megatron = engine.backend == "megatron"
-    return TrainOptions(
+    parts = engine.offload_parts
+    base = TrainOptions(
         dtype=engine.training.dtype,
         max_tokens_per_mb=engine.training.max_tokens_per_mb,
         gradient_checkpointing=engine.training.gradient_checkpointing,
         trainable=engine.name not in FORWARD_ONLY, value_head=engine.name == "critic",
-        offload=Offload(parts.weight, parts.optimizer, parts.grad),
-        params_cpu_offload=bool(getattr(opts, "offload_params", False)),
-        optimizer_cpu_offload=bool(getattr(opts, "optimizer_cpu_offload", False)),
-        sequence_parallel=bool(getattr(opts, "sequence_parallel", False)),
-        use_distributed_optimizer=bool(getattr(opts, "use_distributed_optimizer", True))
-        if megatron else True,
-        recompute=getattr(opts, "recompute_granularity", None) if megatron else None)
+        offload=Offload(parts.weight, parts.optimizer, parts.grad))
+    found: TrainOptions = registry.backend(engine.backend).train_options(engine.options, base)
+    return found
 
 
 def engine_inputs(plan: Plan, engines: dict[str, Engine],

@@ -2,9 +2,10 @@
 
 Enumerates, for a model on N nodes x G GPUs: placements (collocated on every GPU with offload
 on both sides, and disaggregated splits: rollout on the first k nodes, or on 1/4, 1/2, 3/4 of a
-single node), rollout backends (sglang, vllm; t a power of two within a node, whole-node
-instances with p when one node is not enough) and actor backends (fsdp d*t*c, megatron and
-archon d*t*p with e for MoE). For each actor layout it finds the largest max_tokens_per_mb
+single node), rollout backends (every serving backend registered; t a power of two within a
+node, whole-node instances with p when one node is not enough) and actor backends (every
+training backend, over the dims it takes: d*t*p with e for MoE, c only without p: fsdp
+d*t*c, megatron and archon d*t*p*e). For each actor layout it finds the largest max_tokens_per_mb
 (a multiple of 1024, at most the requested one, at least the rollout's context_length when
 set: one sample must fit a micro-batch) that fits, turning gradient checkpointing on when
 that fits more (said in the overrides).
@@ -32,13 +33,12 @@ from launcher.memory.infer import InferenceOptions
 from launcher.memory.model_shape import ModelShape
 from launcher.memory.parts import GIB
 from launcher.memory.train import Offload, TrainOptions
+from launcher.spec import registry
 from launcher.spec.alloc import ModelAllocation
 from launcher.spec.cluster import ClusterSpec
 from launcher.spec.errors import LaunchError
 from launcher.spec.plan import ComponentPlan
 
-ROLLOUT_BACKENDS = ("sglang", "vllm")
-ACTOR_BACKENDS = ("fsdp", "megatron", "archon")
 POWERS = (1, 2, 4, 8, 16, 32, 64)
 MAX_PIPELINE = 16  # deeper pipelines than this are not worth suggesting
 COLLOCATED_SHARE = 0.5  # each phase has the GPUs about half of the time
@@ -53,8 +53,11 @@ class SuggestOptions:
 
     train: TrainOptions = field(default_factory=TrainOptions)
     infer: InferenceOptions = field(default_factory=InferenceOptions)
-    rollout_backends: tuple[str, ...] = ROLLOUT_BACKENDS
-    actor_backends: tuple[str, ...] = ACTOR_BACKENDS
+    # every registered backend of the kind, in the registry's order
+    rollout_backends: tuple[str, ...] = field(
+        default_factory=lambda: registry.backend_names(registry.SERVE))
+    actor_backends: tuple[str, ...] = field(
+        default_factory=lambda: registry.backend_names(registry.TRAIN))
     top: int = 5
 
 
@@ -126,26 +129,25 @@ def actor_layouts(shape: ModelShape, gpus: int, per_node: int,
                   backends: tuple[str, ...]) -> Iterator[ModelAllocation]:
     """Training layouts on `gpus` GPUs (t within a node and dividing the heads)."""
     ts = [t for t in POWERS if t <= per_node and gpus % t == 0 and shape.num_heads % t == 0]
+    experts = [e for e in POWERS if shape.is_moe and e > 1 and shape.num_experts % e == 0]
     for backend in backends:
-        if backend == "fsdp":
-            for t in ts:
-                for c in (1, 2, 4):
-                    if gpus % (t * c) == 0:
-                        found = _alloc("fsdp", dp=gpus // (t * c), tp=t, cp=c)
+        dims = registry.backend_dims(backend) or ""
+        # c where there is no p: a pipelined trainer splits its layers instead (a smaller search)
+        cs = (1, 2, 4) if "c" in dims and "p" not in dims else (1,)
+        ps = [p for p in POWERS if p <= MAX_PIPELINE and 2 * p <= shape.num_layers] \
+            if "p" in dims else [1]
+        es = [1] + experts if "e" in dims else [1]
+        for t in ts:
+            for p in ps:
+                for c in cs:
+                    if gpus % (t * p * c):
+                        continue
+                    for e in es:
+                        if (gpus // p) % e:
+                            continue
+                        found = _alloc(backend, dp=gpus // (t * p * c), tp=t, pp=p, cp=c, ep=e)
                         if found:
                             yield found
-            continue
-        experts = [e for e in POWERS if shape.is_moe and e > 1 and shape.num_experts % e == 0]
-        for t in ts:
-            for p in POWERS:
-                if p > MAX_PIPELINE or 2 * p > shape.num_layers or gpus % (t * p):
-                    continue
-                for e in [1] + experts:
-                    if (gpus // p) % e:
-                        continue
-                    found = _alloc(backend, dp=gpus // (t * p), tp=t, pp=p, ep=e)
-                    if found:
-                        yield found
 
 
 def _splits(cluster: ClusterSpec) -> Iterator[tuple[str, int, int]]:

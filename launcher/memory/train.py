@@ -28,7 +28,13 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from launcher.memory.model_shape import ModelShape, ParamCounts, dtype_bytes
-from launcher.memory.parts import CPU_TRAINER_RANK_OVERHEAD_GIB, GIB, TRAIN_OVERHEAD_GIB, EngineNeed
+from launcher.memory.parts import (
+    CPU_TRAINER_RANK_OVERHEAD_GIB,
+    GIB,
+    TRAIN_OVERHEAD_GIB,
+    EngineNeed,
+    memory_model,
+)
 from launcher.spec.alloc import ModelAllocation
 from launcher.spec.errors import ConfigError
 
@@ -40,6 +46,9 @@ LOGIT_BYTES = 6  # per logit entry while training: bf16 logits + fp32 log-softma
 LOGPROB_CHUNK_TOKENS = 1024  # AReaL's gather_logprobs chunk: the fp32 copy of a forward pass
 REDUCE_BYTES = 4  # grad_reduce_dtype float32 (AReaL's default): one unit's unsharded grads
 OPTIMIZERS = ("adam", "adam_bf16", "sgd")
+# how a trainer holds its model (a training backend's MEMORY_MODEL)
+FSDP2 = "fsdp2"  # FSDP2 full shard over the whole mesh, gathered units (fsdp, archon)
+MEGATRON = "megatron"  # Megatron-LM: t/p-split layers, distributed optimizer over d*c
 RECOMPUTE = ("full", "selective", "none")
 
 
@@ -97,12 +106,16 @@ class TrainOptions:
         return "full" if self.gradient_checkpointing else "none"
 
 
+def _megatron(backend: str) -> bool:
+    return memory_model(backend, FSDP2) == MEGATRON
+
+
 def state_bytes(backend: str, opts: TrainOptions) -> tuple[int, int, int]:
     """Bytes per parameter of (weights, grads, optimizer) before sharding, for this engine."""
     b = dtype_bytes(opts.dtype)
     if not opts.trainable:
         return dtype_bytes(opts.compute_dtype or opts.dtype), 0, 0
-    if backend == "megatron":
+    if _megatron(backend):
         weight, grad = (4, 4) if b == 4 else (2, 2) if opts.dtype in ("float16", "fp16", "half") \
             else (2, 4)
         master = 0 if b == 4 else 4 + (4 if weight == 2 and grad == 2 else 0)
@@ -123,7 +136,7 @@ def _per_gpu_params(shape: ModelShape, alloc: ModelAllocation,
                     opts: TrainOptions) -> tuple[float, float]:
     """(non-expert params, routed-expert params) on the most loaded GPU of the engine."""
     p = param_counts(shape, opts)
-    if alloc.backend != "megatron":
+    if not _megatron(alloc.backend):
         return (p.total - p.routed_experts) / alloc.world_size, p.routed_experts / alloc.world_size
     t, pp = alloc.tp, alloc.pp
     block = p.attention + p.dense_mlp + p.shared_experts
@@ -141,7 +154,7 @@ def model_state_bytes(shape: ModelShape, alloc: ModelAllocation, opts: TrainOpti
     """
     weight, grad, optim = per_param or state_bytes(alloc.backend, opts)
     dense, experts = _per_gpu_params(shape, alloc, opts)
-    if alloc.backend == "megatron" and opts.use_distributed_optimizer:
+    if _megatron(alloc.backend) and opts.use_distributed_optimizer:
         optimizer = dense * optim / (alloc.dp * alloc.cp) + experts * optim / alloc.edp
     else:
         optimizer = (dense + experts) * optim
@@ -186,7 +199,7 @@ def _working_set(shape: ModelShape, alloc: ModelAllocation, opts: TrainOptions,
     """FSDP2 / archon: gathered units. Two decoder layers (the current one and the prefetched
     next), the root unit (embeddings, final norm, lm_head) held through forward and backward,
     and one unit's unsharded gradient in the reduce dtype. Megatron keeps none."""
-    if alloc.backend == "megatron":
+    if _megatron(alloc.backend):
         return 0.0
     p = param_counts(shape, opts)
     t = alloc.tp
@@ -208,7 +221,7 @@ def activation_parts(shape: ModelShape, alloc: ModelAllocation,
     act = dtype_bytes(opts.compute_dtype or opts.dtype)
     t, pp = alloc.tp, alloc.pp
     tokens = math.ceil(opts.max_tokens_per_mb / alloc.cp)
-    sp = opts.sequence_parallel if alloc.backend == "megatron" else t > 1
+    sp = opts.sequence_parallel if _megatron(alloc.backend) else t > 1
     per_layer = tokens * layer_activation_bytes(shape, alloc, act, sp)
     vocab = (1 if opts.value_head else shape.vocab_size) / t
     if not opts.trainable:  # forward only: one layer at a time, bf16 logits + one fp32 chunk

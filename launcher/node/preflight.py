@@ -18,12 +18,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
+from launcher.backends.protocol import backend
+from launcher.spec import registry
 from launcher.spec.request import Materialized
 
-INSTALL = {
-    "vllm": "pip install 'areal-launch[cpu]' (vLLM's CPU build) or 'areal-launch[vllm]' (GPUs)",
-    "sglang": "pip install 'areal-launch[sglang]'",
-    "torch": "pip install 'areal-launch[torch]'",
+# what recipes' REQUIRES name beyond the backends' own packages (theirs: each one's INSTALL)
+RECIPE_INSTALL = {
     "transformers": "pip install 'areal-launch[torch]'",
     "safetensors": "pip install 'areal-launch[torch]'",
 }
@@ -61,6 +61,16 @@ def declared_requires(entry: Path) -> list[str]:
 
 
 @lru_cache(maxsize=None)
+def install_hints() -> dict[str, str]:
+    """package -> how to install it: every backend's INSTALL, then the recipes' packages."""
+    hints = dict(RECIPE_INSTALL)
+    for name in registry.backend_names():
+        install = backend(name).INSTALL
+        hints.setdefault(install.package, install.hint)
+    return hints
+
+
+@lru_cache(maxsize=None)
 def importable(python: str, module: str) -> bool:
     """Whether `python` finds `module` (this interpreter: asked in-process, without importing)."""
     if python == sys.executable:  # (a venv's python resolves to the base one: compare as given)
@@ -86,6 +96,6 @@ def problems(procs: Sequence[Materialized], paths: Sequence[str]) -> list[str]:
                 continue
             seen.add((python, module))
             if not importable(python, module):
-                how = INSTALL.get(module, f"pip install {module}")
+                how = install_hints().get(module, f"pip install {module}")
                 out.append(f"{proc.name} needs {module!r}, which {python} cannot import: {how}")
     return out

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from launcher.spec import registry
 from launcher.spec.alloc import (
     AllocationError,
     ModelAllocation,
@@ -88,8 +89,9 @@ def _check_name(t: SpecText, part: Part) -> None:
         raise t.error(part.pos, f"unknown engine name {part.name!r}",
                       f"areal-launch runs the engines {', '.join(ENGINES)}")
     if part.alloc.is_inference != (part.name == "rollout"):
-        want = "an inference backend (sglang, vllm)" if part.name == "rollout" else \
-            "a training backend (fsdp, megatron, archon)"
+        kind = registry.SERVE if part.name == "rollout" else registry.TRAIN
+        want = f"{'an' if kind == registry.SERVE else 'a'} {registry.KIND_WORDS[kind]} backend " \
+               f"({', '.join(registry.backend_names(kind))})"
         raise t.error(part.pos, f"{part.name} needs {want}, not {part.alloc.backend}",
                       "rollout serves; actor, critic, ref and teacher train")
 

@@ -5,16 +5,17 @@ execute, with no side effect; `run` performs it (this machine: supervise it to t
 scheduler: submit it and print the job id); `status`, `cancel` and `logs` find a run by its run
 folder or id (launcher.node.runs). Runners are found by name, like TorchX's schedulers: `launcher=
 <name>` picks the module below and its `Config` (with `_target_`, as Hydra's launcher plugins
-have), imported on first use, so the Slurm runner never loads Ray. Adding a runner is one module
+have), imported on first use, so the Slurm runner never loads Ray; `module(name)` is typed as
+RunnerModule, so mypy checks each call into a runner. Adding a runner is one module
 with `Config` and `Runner`, its YAML under conf/launcher/, and one line in
-launcher.spec.registry (or an `areal_launch.runners` entry point of another package).
+launcher.spec.registry; or, in another package, the module and an `areal_launch.runners`
+entry point (no YAML: its Config is the option `launcher=<name>`).
 """
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from types import ModuleType
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Protocol, cast
 
 from launcher.spec import registry
 from launcher.spec.errors import ConfigError, LaunchError
@@ -112,16 +113,24 @@ class Runner(Protocol):
         """The run's log lines, prefixed with each process's name."""
 
 
+class RunnerModule(Protocol):
+    """A runner module: its `launcher.*` schema and the runner built from it."""
+
+    @property
+    def Config(self) -> type[LauncherBase]: ...
+
+    def Runner(self, config: Any) -> Runner: ...  # the class, called with its Config
+
+
 def names() -> tuple[str, ...]:
     return registry.runner_names()
 
 
-def module(name: str) -> ModuleType:
-    mod: ModuleType = registry.runner_module(name)
-    return mod
+def module(name: str) -> RunnerModule:
+    return cast(RunnerModule, registry.runner_module(name))
 
 
-def config_class(name: str) -> type:
+def config_class(name: str) -> type[LauncherBase]:
     return module(name).Config
 
 
@@ -145,3 +154,11 @@ def for_record(record: RunRecord) -> Runner:
     """The runner that started a recorded run, for status/cancel/logs."""
     mod = module(record.runner)
     return mod.Runner(mod.Config())
+
+
+if TYPE_CHECKING:  # mypy checks the built-in runner modules against RunnerModule
+    from launcher.runners import local, ray, slurm
+
+    _local: RunnerModule = local
+    _slurm: RunnerModule = slurm
+    _ray: RunnerModule = ray

@@ -5,14 +5,16 @@ torch against a server that records the calls it gets (tests/recording_server.py
 Order, per server: release before the training step (SGLang /release_memory_occupation, vLLM
 /sleep?level=1), resume before the weight push, so the push and the next rollout find it awake.
 The launcher starts the servers able to do it (SGLang --enable-memory-saver, vLLM
---enable-sleep-mode on cuda). vLLM's CPU build refuses sleep mode, so on cpu the recipe says so
-once and the servers stay awake.
+--enable-sleep-mode on cuda). A backend whose CPU build cannot release memory says why
+(CLIENT.cpu_keeps_memory: vLLM's refuses sleep mode), so on cpu the recipe says so once and the
+servers stay awake.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence, TypeVar
 
+from launcher.backends.protocol import serve_backend
 from launcher.worker.runtime import RuntimePlan
 
 T = TypeVar("T")
@@ -47,9 +49,10 @@ class RolloutPhases:
             say("grpo: rollout offload is on but rollout and actor do not share GPUs: "
                 "the servers keep their memory")
             return cls(servers, False)
-        if rt.device() == "cpu" and any(s.backend == "vllm" for s in servers):
-            say("grpo: vLLM's CPU build refuses sleep mode: rollout servers stay awake while "
-                "the actor trains (releasing memory works on cuda)")
+        kept = sorted({serve_backend(s.backend).CLIENT.cpu_keeps_memory for s in servers} - {""})
+        if rt.device() == "cpu" and kept:
+            say(f"grpo: {'; '.join(kept)}: rollout servers stay awake while the actor trains "
+                "(releasing memory works on cuda)")
             return cls(servers, False)
         say(f"grpo: rollout shares GPUs with actor: {len(servers)} server(s) release their "
             "memory for every training phase")

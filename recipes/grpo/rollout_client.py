@@ -1,9 +1,10 @@
 """Talking to the rollout servers over HTTP: sample, push new weights, read greedy output.
 
-Stdlib only (urllib + threads): the servers are the launcher's vLLM or SGLang processes and
-the same calls work against either. vLLM needs VLLM_SERVER_DEV_MODE=1 for its weight-update
-endpoints; a reload that fails kills vLLM's engine (reference/vllm-cpu.md), so any error here is
-final for the run rather than retried.
+Stdlib only (urllib + threads): the servers are the launcher's serving processes; what differs
+between engines (the weight push, memory release, token ids) is each backend's CLIENT
+(launcher/backends/<backend>.py), so the same calls work against any of them. A reload that
+fails may kill the engine (vLLM's does, reference/vllm-cpu.md), so any error here is final for
+the run rather than retried.
 """
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from launcher.spec import registry
+from launcher.backends.protocol import serve_backend
+from launcher.backends.servers import HttpCall, ServerClient
 from launcher.worker.runtime import DEFAULT_SERVED_MODEL
 
 
@@ -52,33 +54,54 @@ def _call(addr: str, path: str, body: Optional[dict] = None, timeout_s: float = 
     return json.loads(raw) if raw.strip() else None
 
 
+def _filled(body: Any, values: dict[str, str]) -> Any:
+    """The body with the placeholder strings ("{dir}", "{version}") replaced, at any depth."""
+    if isinstance(body, dict):
+        return {k: _filled(v, values) for k, v in body.items()}
+    return values.get(body, body) if isinstance(body, str) else body
+
+
+def _push(addr: str, call: HttpCall, values: dict[str, str]) -> None:
+    """One call of a weight push, its reply checked as the backend says."""
+    out = _call(addr, call.path, None if call.body is None else _filled(dict(call.body), values))
+    said = out.get("success") if isinstance(out, dict) else None
+    if (call.success == "required" and said is not True) or \
+            (call.success == "not-false" and said is False):
+        raise RolloutError(f"{addr}{call.path}: {out}")
+
+
 @dataclass(frozen=True)
 class RolloutServer:
-    """One rollout instance: its address and its engine ("vllm" or "sglang")."""
+    """One rollout instance: its address and its engine (a serving backend's name)."""
 
     addr: str
     backend: str = "vllm"
     model: str = DEFAULT_SERVED_MODEL  # --served-model-name ($AREAL_SERVED_MODEL_NAME)
 
+    @property
+    def client(self) -> ServerClient:
+        return serve_backend(self.backend).CLIENT
+
     def complete(self, prompt: str, n: int, max_tokens: int, temperature: float,
                  seed: Optional[int] = None) -> list[dict]:
-        """OpenAI /v1/completions choices; vLLM adds the prompt's and completion's token ids."""
+        """OpenAI /v1/completions choices, with the prompt's and completion's token ids where
+        the engine gives them (its CLIENT's completion_extra: vLLM)."""
         body: dict[str, Any] = {"model": self.model, "prompt": prompt, "n": n,
                                 "max_tokens": max_tokens, "temperature": temperature}
         if seed is not None:
             body["seed"] = seed
-        if self.backend == "vllm":
-            body.update(return_token_ids=True, logprobs=0)
+        body.update(self.client.completion_extra)
         return _call(self.addr, "/v1/completions", body)["choices"]
 
     def greedy(self, prompt: str, max_tokens: int
                ) -> tuple[Optional[list[int]], str, Optional[list[float]]]:
         """Token ids and log-probs (None where the server does not say) and text of the
         greedy completion."""
-        if self.backend == "sglang":
-            out = _call(self.addr, "/generate", {"text": prompt, "return_logprob": True,
-                                                 "sampling_params": {"temperature": 0.0,
-                                                                     "max_new_tokens": max_tokens}})
+        generate = self.client.generate
+        if generate is not None:
+            out = _call(self.addr, generate, {"text": prompt, "return_logprob": True,
+                                              "sampling_params": {"temperature": 0.0,
+                                                                  "max_new_tokens": max_tokens}})
             rows = (out.get("meta_info") or {}).get("output_token_logprobs")
             return out.get("output_ids"), out["text"], [r[0] for r in rows] if rows else None
         choice = self.complete(prompt, 1, max_tokens, 0.0)[0]
@@ -90,54 +113,48 @@ class RolloutServer:
         if not os.path.isfile(os.path.join(weights_dir, "config.json")):
             # vLLM's engine dies on a bad path: never ask it to load one
             raise RolloutError(f"{weights_dir}: no config.json, refusing to push it")
-        if self.backend == "sglang":
-            out = _call(self.addr, "/update_weights_from_disk",
-                        {"model_path": weights_dir, "weight_version": version})
-            if not (out or {}).get("success", False):
-                raise RolloutError(f"{self.addr}/update_weights_from_disk: {out}")
-            return
-        # wait: in-flight requests finish on the old weights; pause also empties the prefix
-        # cache, and the explicit reset below keeps that true where pause stops doing it
-        _call(self.addr, "/pause?mode=wait")
+        client = self.client
+        values = {"{dir}": weights_dir, "{version}": version}
+        if client.pause:
+            _call(self.addr, client.pause)
         try:
-            _call(self.addr, "/collective_rpc",
-                  {"method": "reload_weights", "kwargs": {"weights_path": weights_dir}})
-            _call(self.addr, "/update_weight_version", {"new_version": version})
-            reset = _call(self.addr, "/reset_prefix_cache")
-            if isinstance(reset, dict) and reset.get("success") is False:
-                raise RolloutError(f"{self.addr}/reset_prefix_cache: {reset}")
+            for call in client.push:
+                _push(self.addr, call, values)
         except RolloutError:
-            try:  # leave a live server serving; the reload's error is the one to report
-                _call(self.addr, "/resume")
-            except RolloutError:
-                pass
+            if client.unpause:
+                try:  # leave a live server serving; the reload's error is the one to report
+                    _call(self.addr, client.unpause)
+                except RolloutError:
+                    pass
             raise
-        _call(self.addr, "/resume")
+        if client.unpause:
+            _call(self.addr, client.unpause)
 
     def release_memory(self) -> None:
         """Free the GPU memory the engine holds (weights, KV cache) while a trainer on the same
         GPUs trains: SGLang's memory saver, vLLM's sleep mode level 1 (weights to host memory,
         KV cache dropped). The server must have been started with it on; the endpoints are the
         backend's own (launcher/backends/<backend>.py CLIENT)."""
-        _call(self.addr, registry.backend(self.backend).CLIENT.release, {})
+        _call(self.addr, self.client.release, {})
 
     def resume_memory(self) -> None:
         """Take the memory back (before a weight push or a rollout)."""
-        _call(self.addr, registry.backend(self.backend).CLIENT.resume, {})
+        _call(self.addr, self.client.resume, {})
 
     def weight_version(self) -> Optional[str]:
         """The label of the weights it serves: the version given with the last reload, and
         "default" after a fresh start, on both engines (vLLM /weight_info; SGLang /model_info,
         /get_model_info before 0.5); None for an engine that does not say."""
-        if self.backend == "sglang":
+        paths = self.client.weight_version
+        for i, path in enumerate(paths):
             try:
-                info = _call(self.addr, "/model_info", method="GET")
+                info = _call(self.addr, path, method="GET")
             except RolloutError:
-                info = _call(self.addr, "/get_model_info", method="GET")
+                if i + 1 < len(paths):
+                    continue
+                raise
             return (info or {}).get("weight_version")
-        if self.backend != "vllm":
-            return None
-        return (_call(self.addr, "/weight_info", method="GET") or {}).get("weight_version")
+        return None
 
 
 def sample_all(servers: list[RolloutServer], prompts: list[str], n: int, max_tokens: int,

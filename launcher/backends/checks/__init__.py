@@ -14,13 +14,19 @@ import traceback
 from dataclasses import dataclass
 from typing import IO, Any, Callable, Optional, Sequence
 
-from launcher.backends import sglang, vllm
+from launcher.backends.protocol import serve_backend
+from launcher.spec.errors import ConfigError
 from launcher.spec.plan import Plan, ProcessSpec, fill_hosts
 
-CHECKERS = {"vllm": "launcher.backends.checks.check_vllm_argv", "sglang": "launcher.backends.checks.check_sglang_argv"}
-
 SOURCE_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-SERVER_MODULES = {"vllm": vllm.MODULE, "sglang": sglang.MODULE}
+
+
+def checker(backend: str) -> str:
+    """The module that checks `backend`'s argvs with its engine's parser (its CHECKER)."""
+    found = serve_backend(backend).CHECKER
+    if found is None:
+        raise ConfigError(f"backend {backend!r} has no argv checker")
+    return found
 
 
 @dataclass(frozen=True)
@@ -35,7 +41,7 @@ class Verdict:
 def server_args(plan: Plan, backend: str) -> list[tuple[ProcessSpec, list[str]]]:
     """(process, argv after `-m <module>`) for each server of `backend` in the plan, hosts
     filled in as a node's supervisor would (node k is `node<k>`)."""
-    module = SERVER_MODULES[backend]
+    module = serve_backend(backend).MODULE
     hosts = [f"node{k}" for k in range(plan.cluster.num_nodes)]
     out = []
     for proc in plan.processes:
@@ -60,11 +66,12 @@ def check_argvs(python: str, backend: str, items: Sequence[Any],
     install the launcher).
     """
     path = os.pathsep.join(filter(None, [SOURCE_ROOT, os.environ.get("PYTHONPATH")]))
-    proc = subprocess.run([python, "-m", CHECKERS[backend]], input=json.dumps(list(items)),
+    module = checker(backend)
+    proc = subprocess.run([python, "-m", module], input=json.dumps(list(items)),
                           capture_output=True, text=True, timeout=timeout_s,
                           env={**os.environ, "PYTHONPATH": path})
     if proc.returncode != 0:
-        raise RuntimeError(f"{CHECKERS[backend]} failed (exit {proc.returncode}):\n"
+        raise RuntimeError(f"{module} failed (exit {proc.returncode}):\n"
                            f"{proc.stderr[-3000:]}")
     return [Verdict(**v) for v in json.loads(proc.stdout)]
 
