@@ -39,6 +39,7 @@ HYBRID = False
 EXAMPLE = "process"
 ORDER = 0
 REFUSED: dict[str, str] = {}
+INSTALL = None  # what a worker's entry imports is the user's (the preflight reads its REQUIRES)
 ENV_INDEX = "AREAL_WORKER_INDEX"  # this process's index among its component's
 ENV_COUNT = "AREAL_WORKER_COUNT"  # how many the component has
 ENV_PORT = "AREAL_WORKER_PORT"  # where it answers its health path (when it has one)

@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any, Optional, Sequence
 
 from launcher.backends.context import LaunchContext
-from launcher.backends.protocol import serve_backend
+from launcher.backends.protocol import serve_backend, worker_backend
 from launcher.backends.servers import served_model_name
 from launcher.backends.torchrun import trainer_processes
 from launcher.spec.plan import Plan, ProcessSpec
@@ -33,7 +33,7 @@ def build_processes(planned: Any, entry: str, entry_args: Sequence[str],
             served = served_model_name(engine.options)
     trainers = trainer_processes(plan, planned.engines, entry, entry_args, ctx, addrs, served)
     workers = [p for comp in plan.components.values() if comp.is_worker
-               for p in registry.backend(comp.backend).workers(
+               for p in worker_backend(comp.backend).workers(
                    comp, plan, planned.workers[comp.name], ctx, addrs)]
     processes = tuple(servers) + tuple(workers) + tuple(trainers)
     names = [p.name for p in processes]

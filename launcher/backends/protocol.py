@@ -10,7 +10,7 @@ more `Backend` subclass and accessor.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Protocol, cast
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Protocol, Sequence, cast
 
 from launcher.spec import registry
 from launcher.spec.errors import ConfigError
@@ -20,8 +20,9 @@ if TYPE_CHECKING:
     from launcher.backends.servers import ServerClient, ServerSet
     from launcher.memory.infer import InferenceOptions
     from launcher.memory.train import TrainOptions
+    from launcher.planning.components import Worker
     from launcher.planning.resolve import Engine
-    from launcher.spec.plan import ComponentPlan, Plan
+    from launcher.spec.plan import ComponentPlan, Plan, ProcessSpec
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,12 @@ class Backend(Protocol):
     @property
     def REFUSED(self) -> Mapping[str, str]: ...  # extra_args flag -> how to fix
     @property
-    def INSTALL(self) -> Install: ...
+    def INSTALL(self) -> Optional[Install]: ...  # None: nothing of its own (a worker's entry)
+
+
+class ModelBackend(Backend, Protocol):
+    """A backend that holds the model on its GPUs: the memory check sizes it."""
+
     # the estimator's names (memory.infer / memory.train) -> the option under its sub-key
     # that sets it, for the fixes the memory check suggests (absent: no such knob)
     @property
@@ -62,7 +68,7 @@ class Backend(Protocol):
     def MEMORY_MODEL(self) -> str: ...  # how memory/ sizes it (memory.infer / memory.train)
 
 
-class ServeBackend(Backend, Protocol):
+class ServeBackend(ModelBackend, Protocol):
     """Server instances: HTTP, health-probed, fed weights by the recipe."""
 
     @property
@@ -79,7 +85,7 @@ class ServeBackend(Backend, Protocol):
         """Its Options as the inference estimator's inputs (release: rollout.offload)."""
 
 
-class TrainBackend(Backend, Protocol):
+class TrainBackend(ModelBackend, Protocol):
     """torchrun ranks running the recipe's entry point."""
 
     def engine_args(self, comp: ComponentPlan, options: Any) -> list[str]: ...
@@ -116,11 +122,23 @@ def train_backend(name: str) -> TrainBackend:
     return cast(TrainBackend, _of_kind(name, registry.TRAIN))
 
 
+class WorkerBackend(Backend, Protocol):
+    """Plain processes of a declared component (env simulators, reward functions, agents)."""
+
+    def workers(self, comp: ComponentPlan, plan: Plan, worker: Worker, ctx: LaunchContext,
+                server_addrs: Sequence[str]) -> list[ProcessSpec]: ...
+
+
+def worker_backend(name: str) -> WorkerBackend:
+    return cast(WorkerBackend, _of_kind(name, registry.WORKER))
+
+
 if TYPE_CHECKING:  # mypy checks the built-in modules against their protocols
-    from launcher.backends import archon, fsdp, megatron, sglang, vllm
+    from launcher.backends import archon, fsdp, megatron, process, sglang, vllm
 
     _vllm: ServeBackend = vllm
     _sglang: ServeBackend = sglang
     _fsdp: TrainBackend = fsdp
     _megatron: TrainBackend = megatron
     _archon: TrainBackend = archon
+    _process: WorkerBackend = process

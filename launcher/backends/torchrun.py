@@ -28,6 +28,7 @@ from launcher.spec.plan import (
     ProcessSpec,
     host_placeholder,
 )
+from launcher.spec.registry import TRAIN
 
 if TYPE_CHECKING:
     from launcher.backends.context import LaunchContext
@@ -55,7 +56,7 @@ def trainer_jobs(plan: "Plan", engines: Mapping[str, "Engine"]) -> list[TrainerJ
     """Training engines grouped into torchrun jobs, in engine order (actor first)."""
     jobs: dict[tuple, TrainerJob] = {}
     for comp in plan.components.values():
-        if comp.kind != registry.TRAIN:
+        if comp.kind != TRAIN:
             continue
         engine = engines[comp.name]
         module = train_backend(comp.backend)

@@ -66,7 +66,8 @@ def install_hints() -> dict[str, str]:
     hints = dict(RECIPE_INSTALL)
     for name in registry.backend_names():
         install = backend(name).INSTALL
-        hints.setdefault(install.package, install.hint)
+        if install is not None:
+            hints.setdefault(install.package, install.hint)
     return hints
 
 
