@@ -70,6 +70,17 @@ def test_a_bare_backend_with_no_gpu_left_shares_the_others_and_releases_memory()
     assert plan["engine_options"]["rollout"]["offload"] is True
 
 
+@pytest.mark.parametrize("placement, rollout, actor", [
+    (("rollout=all", "actor=all"), ("vllm:d8", list(range(8))), ("fsdp:d8", list(range(8)))),
+    (("rollout=0-3", "actor=4-7"), ("vllm:d4", [0, 1, 2, 3]), ("fsdp:d4", [4, 5, 6, 7])),
+])
+def test_placed_bare_backends_take_their_world_from_the_gpus_they_are_placed_on(
+        placement, rollout, actor):
+    """RLinf's way: the placement says where, the world size follows (it was an IndexError)."""
+    plan = plan_on("", "cluster=gpu8", *(f"cluster.component_placement.{p}" for p in placement))
+    assert layout(plan) == {"rollout": rollout, "actor": actor}
+
+
 def test_the_plan_says_what_it_sized():
     out = run("plan", env={"CUDA_VISIBLE_DEVICES": "0,1"})
     assert "note: sized for 2 GPU(s): rollout.backend=vllm:d1 actor.backend=fsdp:d1" in out.stderr

@@ -65,7 +65,7 @@ def size(texts: Mapping[str, Optional[str]], placement: Mapping[str, Optional[st
             out[name] = _text(str(texts[name]).strip(), CPU_SIZE[kind[name]])
         note = "sized for this machine (no GPU): " if todo else ""
     else:
-        extra = _share_gpus(out, todo, total_gpus)
+        extra = _share_gpus(out, todo, total_gpus) if todo else Sizing(out)  # all placed
         out = extra.texts
         note = f"sized for {total_gpus} GPU(s): " if todo else ""
     actor_world = _world(out.get("actor")) or 1
