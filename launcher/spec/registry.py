@@ -15,6 +15,7 @@ importing launcher.backends.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -58,7 +59,7 @@ class Registry:
         """name -> what loads it ("pkg.module" or "pkg.module:attr"); built-ins win a clash."""
         if self._found is None:
             found = dict(self.builtin)
-            for ep in entry_points(group=self.group):
+            for ep in _entry_points().select(group=self.group):
                 found.setdefault(ep.name, ep.value)
             self._found = found
         return self._found
@@ -80,6 +81,13 @@ class Registry:
                                   f"({exc}); reinstall the package that registers it") from None
             self._loaded[name] = obj
         return self._loaded[name]
+
+
+@functools.lru_cache(maxsize=None)
+def _entry_points() -> Any:
+    """Every installed package's entry points, read once: reading them is one pass over all
+    the packages' metadata, whichever group a registry wants."""
+    return entry_points()
 
 
 BACKENDS = Registry(BACKEND_GROUP, BUILTIN_BACKENDS)
