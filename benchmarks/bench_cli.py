@@ -1,8 +1,14 @@
 """`areal-launch plan --json` wall time against the bare import floor, in one run.
 
 The floor is `python -c "import hydra, omegaconf, typer, rich"`: what any launcher built on
-these libraries pays before doing anything. Target: plan <= 2.0x the floor.
-    .venv/bin/python benchmarks/bench_cli.py [--runs N]
+these libraries pays before doing anything. Target: plan <= 1.6x the floor.
+    .venv/bin/python benchmarks/bench_cli.py [--runs N] [--baseline DIR]
+
+The plan runs `launcher.cli.main` of the checkout this file is in (what the `areal-launch`
+script runs, whichever copy that script was installed from), and says which copy it imported;
+--baseline DIR times another checkout's plan too, interleaved (before/after in one run).
+Bytecode is cached as in any install (PYTHONDONTWRITEBYTECODE is dropped; the warm-up run
+writes it).
 """
 from __future__ import annotations
 
@@ -13,34 +19,64 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
-BIN = Path(sys.executable).parent
-ENV = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+ROOT = Path(__file__).resolve().parents[1]
+MAIN = "import sys; from launcher.cli.main import main; sys.argv[0] = 'areal-launch'; main()"
+PLAN = ["plan", "--json", "rollout.backend=sglang:d4t2", "actor.backend=fsdp:d8",
+        "cluster.device=cuda", "cluster.gpus_per_node=8", "cluster.num_nodes=2", "ref=inherit"]
 
 
-def wall(cmd: list[str]) -> float:
+def env_for(root: Optional[Path]) -> dict[str, str]:
+    """The environment of a run: no GPU, bytecode cached, `root`'s launcher first."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    if root is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(root), *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
+def wall(cmd: list[str], env: dict[str, str]) -> float:
+    """Seconds `cmd` takes, run from `/` so `python -c` finds no launcher in its folder."""
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=ENV)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                   cwd="/")
     return time.perf_counter() - t0
+
+
+def imported_from(env: dict[str, str]) -> str:
+    out = subprocess.run([sys.executable, "-c", "import launcher; print(launcher.__file__)"],
+                         check=True, capture_output=True, text=True, env=env, cwd="/").stdout
+    return str(Path(out.strip()).parent)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=7)
-    runs = ap.parse_args().runs
-    floor_cmd = [sys.executable, "-c", "import hydra, omegaconf, typer, rich"]
-    plan_cmd = [str(BIN / "areal-launch"), "plan", "--json", "rollout.backend=sglang:d4t2",
-                "actor.backend=fsdp:d8", "cluster.device=cuda", "cluster.gpus_per_node=8",
-                "cluster.num_nodes=2", "ref=inherit"]
-    wall(floor_cmd), wall(plan_cmd)  # warm the page cache
-    floor, plan = [], []
-    for _ in range(runs):  # interleaved so load changes hit both alike
-        floor.append(wall(floor_cmd))
-        plan.append(wall(plan_cmd))
-    f, p = statistics.median(floor), statistics.median(plan)
-    print(f"import floor  median {f * 1000:7.1f} ms  (min {min(floor) * 1000:.1f})")
-    print(f"plan --json   median {p * 1000:7.1f} ms  (min {min(plan) * 1000:.1f})")
-    print(f"ratio plan/floor: {p / f:.2f}x (target <= 2.0x)")
+    ap.add_argument("--baseline", type=Path, help="another checkout, timed the same way")
+    args = ap.parse_args()
+    plan_cmd = [sys.executable, "-c", MAIN, *PLAN]
+    timed = {"import floor": ([sys.executable, "-c", "import hydra, omegaconf, typer, rich"],
+                              env_for(None)),
+             "plan --json": (plan_cmd, env_for(ROOT))}
+    if args.baseline is not None:
+        timed["baseline plan"] = (plan_cmd, env_for(args.baseline.resolve()))
+    for name, (_, env) in timed.items():
+        if name != "import floor":
+            print(f"{name}: launcher from {imported_from(env)}")
+    for cmd, env in timed.values():
+        wall(cmd, env)  # warm the page cache, write the bytecode
+    times: dict[str, list[float]] = {name: [] for name in timed}
+    for _ in range(args.runs):  # interleaved so load changes hit all alike
+        for name, (cmd, env) in timed.items():
+            times[name].append(wall(cmd, env))
+    median = {name: statistics.median(t) for name, t in times.items()}
+    for name, t in times.items():
+        print(f"{name:<14} median {median[name] * 1000:7.1f} ms  (min {min(t) * 1000:.1f})")
+    floor = median["import floor"]
+    print(f"ratio plan/floor: {median['plan --json'] / floor:.2f}x (target <= 1.6x)")
+    if args.baseline is not None:
+        print(f"ratio baseline/floor: {median['baseline plan'] / floor:.2f}x")
 
 
 if __name__ == "__main__":

@@ -103,16 +103,27 @@ def validated(overrides: list[str]) -> None:
 
 def show_config(hydra: Any, overrides: list[str], kind: str, package: Optional[str],
                 resolve: bool) -> int:
-    """--cfg job|hydra|all [--package P] [--resolve]: Hydra's own printing."""
-    from omegaconf import OmegaConf
+    """--cfg job|hydra|all [--package P] [--resolve]: Hydra's printing (its show_cfg) of the
+    config as the run sees it (compose.shown_config)."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import Container, OmegaConf
 
-    from launcher.config.compose import compose_config
+    from launcher.config.compose import compose_config, shown_config
 
     cfg = compose_config(overrides, with_hydra=True)
     if package not in (None, "_global_") and OmegaConf.select(cfg, str(package)) is None:
         raise LaunchError(f"--package {package}: no such package in the config (try --cfg job)")
-    hydra.show_cfg(config_name=config_name(), overrides=overrides, cfg_type=kind,
-                   package=package, resolve=resolve)
+    HydraConfig.instance().set_config(cfg)  # for ${hydra:...}
+    cfg = hydra.get_sanitized_cfg(shown_config(cfg), kind)
+    found = cfg if package in (None, "_global_") else OmegaConf.select(cfg, str(package))
+    if not isinstance(found, Container):
+        print(found)
+        return 0
+    if package not in (None, "_global_"):
+        print(f"# @package {package}")
+    if resolve:
+        OmegaConf.resolve(found)
+    sys.stdout.write(OmegaConf.to_yaml(found))
     return 0
 
 

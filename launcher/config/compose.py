@@ -21,7 +21,8 @@ from typing import Any, Callable, Optional, Sequence
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from launcher.config.hydra_errors import FREE_FORM, explain_hydra_error, shown
-from launcher.config.schema import LaunchConfig
+from launcher.config.schema import LaunchConfig, backend_of, backend_options
+from launcher.spec import registry
 from launcher.spec.errors import ConfigError
 
 APP_MODULE = "launcher.cli"  # Hydra resolves a relative --config-path from its parent package (launcher/)
@@ -110,6 +111,26 @@ def compose_config(overrides: Sequence[str], with_hydra: bool = False,
         with open_dict(cfg):
             del cfg["hydra"]
     return cfg
+
+
+def shown_config(cfg: DictConfig) -> DictConfig:
+    """`cfg` as `--cfg` prints it: under each engine the options of the backend it runs, with
+    their defaults (the schema types them only for the run), and another backend's only
+    where something is set there."""
+    out = OmegaConf.create(OmegaConf.to_container(cfg))
+    assert isinstance(out, DictConfig)
+    backends = registry.backend_names()
+    for name in ENGINE_GROUPS:
+        node = out.get(name)
+        if not isinstance(node, DictConfig):
+            continue
+        used = backend_of(node.get("backend"))
+        for key in [k for k in node if k in backends]:
+            if key == used:
+                node[key] = OmegaConf.structured(backend_options(name, key, node[key]))
+            elif not node[key]:
+                del node[key]
+    return out
 
 
 def explained(compose: Callable[[], DictConfig], overrides: Sequence[str]) -> DictConfig:
@@ -203,10 +224,17 @@ def check_added_keys(cfg: DictConfig, overrides: Sequence[str]) -> None:
         key = o.lstrip("+").partition("=")[0]
         parent, _, _ = key.rpartition(".")
         node = OmegaConf.select(cfg, parent) if parent else cfg
-        if isinstance(node, DictConfig) and OmegaConf.get_type(node) not in (dict, None):
+        declared = OmegaConf.get_type(node) not in (dict, None) or _backend_options_key(parent)
+        if isinstance(node, DictConfig) and declared:
             raise ConfigError(f"unknown config key {key!r}{suggest(key, overrides)}: `+` adds "
                               f"keys only to {', '.join(f + '*' for f in FREE_FORM)} "
                               "(`areal-launch --cfg job` prints every key)")
+
+
+def _backend_options_key(key: str) -> bool:
+    """`rollout.vllm`: the options of a backend, declared by its Options (schema.py)."""
+    name, _, backend = key.partition(".")
+    return name in ENGINE_GROUPS and backend in registry.backend_names()
 
 
 def suggest(key: str, overrides: Sequence[str] = ()) -> str:
@@ -216,7 +244,7 @@ def suggest(key: str, overrides: Sequence[str] = ()) -> str:
     import difflib
 
     try:
-        node: Any = compose_config(choices_only(overrides))
+        node: Any = shown_config(compose_config(choices_only(overrides)))
     except ConfigError:
         return ""
     parts, fixed = key.split("."), []

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 from omegaconf import MISSING
 
@@ -96,9 +96,11 @@ class TrainEngineBase:
 
 
 def _with_backend_options(base: type, kind: str, name: str) -> type:
-    """`base` plus one sub-key per backend of `kind`, typed by that backend's Options."""
-    extra = [(b, m.Options, field(default_factory=m.Options))
-             for b, m in registry.backend_table().items() if m.KIND == kind]
+    """`base` plus one sub-key per backend of `kind`: what is set under it, a free dict that
+    `backend_options` types by the backend's Options for the engines that use it. Typing every
+    backend's options on every engine here made composing the slowest part of a command."""
+    extra: list[tuple[str, Any, Any]] = [(b, Any, field(default_factory=dict))
+                                         for b in registry.backend_names(kind)]
     return dataclasses.make_dataclass(name, extra, bases=(base,))
 
 
@@ -183,6 +185,47 @@ def engine(spec: LaunchConfig, name: str) -> Any:
     return getattr(spec, name)
 
 
+def backend_of(spec: Optional[str]) -> Optional[str]:
+    """'sglang:d4t2' -> 'sglang'; None (engine off) stays None."""
+    if spec is None:
+        return None
+    return str(spec).partition(":")[0].strip().lower() or None
+
+
+def backend_options(name: str, backend: str, values: Any) -> Any:
+    """`<name>.<backend>.*` as the backend's typed Options: the values set there (a dict, or
+    the Options already) over its defaults. ConfigError for a key the Options do not declare
+    (with the closest one) or a value of the wrong type, as Hydra says them for other keys."""
+    import difflib
+
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    options = registry.backend(backend).Options
+    if isinstance(values, options):
+        return values
+    if isinstance(values, Mapping) and not values:
+        return options()
+    where = f"{name}.{backend}"
+    if not isinstance(values, Mapping):
+        raise ConfigError(f"invalid value in '{where}={values}': {where} holds {backend}'s "
+                          f"options, e.g. {where}.KEY=VALUE")
+    known = [f.name for f in dataclasses.fields(options)]
+    for key in values:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1)
+            hint = f": did you mean '{where}.{close[0]}'?" if close else ""
+            raise ConfigError(f"unknown config key '{where}.{key}'{hint} "
+                              "(`areal-launch --cfg job` prints every key)")
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(options), values))
+    except OmegaConfBaseException as exc:
+        key = str(getattr(exc, "full_key", "") or "")
+        message = str(exc).splitlines()[0].strip()
+        raise ConfigError(f"invalid value in '{where}.{key}={values.get(key)}': {message}") \
+            from None
+
+
 def register_configs() -> None:
     """Register the schemas with Hydra's ConfigStore: the run (conf/config.yaml starts from
     it), each runner's (`<name>_schema` in the launcher group, an external runner's under its
@@ -192,7 +235,7 @@ def register_configs() -> None:
     from recipes.grpo.options import GRPOOptions
 
     store = ConfigStore.instance()
-    store.store(name="base_config", node=LaunchConfig)
+    store.store(name="base_config", node=_open_backend_options())
     for name in registry.runner_names():
         # a built-in's YAML (conf/launcher/<name>.yaml) starts from <name>_schema; another
         # package's runner has no YAML here, so its schema is the option `launcher=<name>`
@@ -200,3 +243,18 @@ def register_configs() -> None:
         store.store(group="launcher", name=f"{name}_schema" if builtin else name,
                     node=registry.runner_module(name).Config)
     store.store(group="recipe", name="grpo_schema", node=GRPOOptions)
+
+
+def _open_backend_options() -> Any:
+    """The run's schema for Hydra with every engine's backend sub-keys open: Hydra closes the
+    composed config before it applies the overrides, and `rollout.vllm.KEY=VALUE` takes no `+`
+    (backend_options checks the key)."""
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.structured(LaunchConfig)
+    backends = registry.backend_names()
+    for name in ENGINES:
+        for key in node[name]:
+            if key in backends:
+                OmegaConf.set_struct(node[name][key], False)
+    return node

@@ -12,7 +12,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-from launcher.config.schema import LaunchConfig, OffloadOptions, engine
+from launcher.config.schema import (LaunchConfig, OffloadOptions, backend_of, backend_options,
+                                    engine)
 from launcher.planning.legacy import apply_allocation_mode
 from launcher.spec import registry
 from launcher.spec.alloc import AllocationError, ModelAllocation, parse_backend
@@ -52,13 +53,6 @@ class Training:
     dtype: str  # float32 | bfloat16 | float16
     gradient_checkpointing: bool
     max_tokens_per_mb: int
-
-
-def backend_of(spec: Optional[str]) -> Optional[str]:
-    """'sglang:d4t2' -> 'sglang'; None (engine off) stays None."""
-    if spec is None:
-        return None
-    return str(spec).partition(":")[0].strip().lower() or None
 
 
 def is_bare(spec: Optional[str]) -> bool:
@@ -105,10 +99,11 @@ def engines(spec: LaunchConfig, allocs: Mapping[str, ModelAllocation],
     for name, alloc in allocs.items():
         source = engine(spec, inherited.get(name, name))  # an inheriting engine: the actor's
         node = engine(spec, name)
-        options = getattr(source, alloc.backend)
+        owner = inherited.get(name, name)
+        options = backend_options(owner, alloc.backend, getattr(source, alloc.backend))
         problem = getattr(options, "problem", lambda: None)()
         if problem:
-            raise ConfigError(f"{inherited.get(name, name)}.{alloc.backend}.{problem}")
+            raise ConfigError(f"{owner}.{alloc.backend}.{problem}")
         if name == "rollout":
             out[name] = Engine(name, alloc, options, rollout_offload(spec),
                                extra_args=tuple(str(a) for a in node.extra_args),
@@ -163,8 +158,8 @@ def check_unused_options(spec: LaunchConfig, chosen: Optional[Mapping[str, Optio
         for backend in registry.backend_names(kind):
             if backend == used:
                 continue
-            value = getattr(engine(spec, name), backend)
-            default = getattr(engine(defaults, name), backend)
+            value = backend_options(name, backend, getattr(engine(spec, name), backend))
+            default = backend_options(name, backend, getattr(engine(defaults, name), backend))
             for f in dataclasses.fields(value):
                 if getattr(value, f.name) != getattr(default, f.name):
                     inherited = name in INHERITING and engine(spec, name).backend == ""

@@ -21,9 +21,8 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
-from launcher.node.console import RunConsole, plain_console
 from launcher.node.logs import follow_logs
 from launcher.node.report import progress_lines
 from launcher.node.runs import RunRecord, write_record
@@ -31,6 +30,9 @@ from launcher.runners import LauncherBase
 from launcher.spec.errors import LaunchError
 from launcher.spec.plan import mask_env
 from launcher.spec.request import LaunchRequest, Materialized, visible_gpus
+
+if TYPE_CHECKING:  # rich is imported by a run, not by a plan
+    from launcher.node.console import RunConsole
 
 HERE = "127.0.0.1"
 
@@ -143,6 +145,8 @@ class Runner:
 def run_console() -> RunConsole:
     """The console of a local run: rich on the terminal, plain prefixed lines otherwise."""
     from rich.console import Console
+
+    from launcher.node.console import RunConsole, plain_console
 
     return RunConsole(Console(highlight=False)) if sys.stdout.isatty() else plain_console()
 

@@ -7,13 +7,15 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import yaml
 
 import launcher
 from launcher.spec.errors import ConfigError
-from launcher.worker.runtime import RuntimePlan
+
+if TYPE_CHECKING:  # the launcher imports this module for its schema: no urllib, no http there
+    from launcher.worker.runtime import RuntimePlan
 
 DEFAULTS_FILE = Path(launcher.__file__).parent / "conf" / "recipe" / "grpo.yaml"
 
