@@ -25,7 +25,11 @@ PLAN_FLAGS = (
     Flag(("--json",), "json", None, "print the plan JSON (schema 1) instead of the table"),
     Flag(("--svg",), "svg", "FILE", "also write the GPU map as SVG to FILE"),
     Flag(("--suggest",), "suggest", None,
-         "print the layouts that fit this model on this cluster, best first, as commands"),
+         "print the layouts that fit this model on this cluster, best first, as commands to "
+         "paste; ranked by a throughput proxy, score = sqrt(generation x training): "
+         "generation = rollout instances x the KV tokens each can use (capped at 512K), "
+         "training = actor.mb_spec.max_tokens_per_mb x the actor's data parallel size; "
+         "collocated layouts count half (their phases take turns)"),
     Flag(("--config-dir", "-cd"), "config_dir", "DIR",
          "a folder of your own configs (presets, clusters, whole configs), as Hydra's -cd"),
     Flag(("--config-name", "-cn"), "config_name", "NAME",

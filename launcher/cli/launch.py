@@ -202,10 +202,6 @@ def warn(plan: Plan, notes: Sequence[str] = (), more: Sequence[str] = ()) -> Non
 
 
 # ----------------------------------------------------------------------------- one run
-def launch_one(overrides: list[str]) -> int:
-    return start(prepare(overrides))
-
-
 def start(prep: Prepared, own_folder: bool = False) -> int:
     """Perform the run with its runner, or (dry run) print exactly what it would perform.
 
@@ -290,15 +286,9 @@ def show_plan(overrides: list[str], json_out: bool, svg: Optional[Path]) -> int:
     return 0
 
 
-SUGGEST_HELP = """\
-layouts that fit this model on this cluster, best first, as commands to paste. Ranked by a
-throughput proxy: sqrt(generation x training), generation = rollout instances x the KV tokens
-each can use (capped at 512K), training = actor.mb_spec.max_tokens_per_mb x the actor's data
-parallel size; collocated layouts count half (their phases take turns)."""
-
-
 def show_suggestions(overrides: list[str]) -> int:
-    """`areal-launch plan --suggest OVERRIDES`: the layouts that fit (see SUGGEST_HELP)."""
+    """`areal-launch plan --suggest OVERRIDES`: the layouts that fit, ranked as
+    `areal-launch plan --help` says (the --suggest flag in cli/flags.py)."""
     from launcher.memory.capacity import resolve_capacity
     from launcher.memory.model_shape import read_model_shape
     from launcher.memory.plan import inference_options, train_options

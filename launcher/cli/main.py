@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from launcher.cli.flags import EXIT_USAGE, PLAN_FLAGS, parse_flags
+from launcher.cli.flags import EXIT_USAGE, PLAN_FLAGS, Flag, parse_flags
 from launcher.spec.errors import LaunchError, error_line
 
 SUBCOMMANDS = ("plan", "status", "cancel", "logs")
@@ -86,9 +86,7 @@ def _unknown_command(word: str) -> str:
 def run_plan(args: list[str]) -> int:
     """`plan [FLAGS] OVERRIDES...`."""
     if {"-h", "--help"} & set(args):
-        flags = "".join(f"  {', '.join(f.names)}{' ' + f.metavar if f.metavar else ''}\n"
-                        f"      {f.help}\n" for f in PLAN_FLAGS)
-        print(PLAN_HELP.format(flags=flags), end="")
+        print(PLAN_HELP.format(flags="".join(map(flag_help, PLAN_FLAGS))), end="")
         return 0
 
     def plan() -> int:
@@ -103,6 +101,15 @@ def run_plan(args: list[str]) -> int:
         svg = given.get("svg")
         return show_plan(overrides, bool(given.get("json")), Path(svg) if svg else None)
     return guarded(plan)
+
+
+def flag_help(flag: Flag) -> str:
+    """One flag in `plan --help`: its spellings, then its help wrapped under them."""
+    import textwrap
+
+    names = f"  {', '.join(flag.names)}{' ' + flag.metavar if flag.metavar else ''}\n"
+    return names + textwrap.fill(flag.help, 94, initial_indent=" " * 6,
+                                 subsequent_indent=" " * 6) + "\n"
 
 
 def guarded(call: Any) -> int:
