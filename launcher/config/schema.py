@@ -22,6 +22,7 @@ from launcher.spec import registry
 from launcher.spec.errors import ConfigError
 from launcher.spec.limits import seconds_problem
 from launcher.spec.plan import ENGINES
+from launcher.spec.request import HEALTH_TIMEOUT_S
 
 DEFAULT_MODEL_PATH = "~/.cache/areal-launch/tiny-llama"
 
@@ -49,7 +50,7 @@ class RolloutBase:
     model_path: Optional[str] = None  # None: the top-level model_path
     offload: bool = False  # release weights/KV between phases (memory saver / sleep mode)
     enable_offload: Optional[bool] = None  # RLinf's spelling of `offload`
-    health_timeout_s: float = 600.0
+    health_timeout_s: float = HEALTH_TIMEOUT_S
     extra_args: List[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:

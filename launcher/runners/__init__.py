@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Proto
 from launcher.spec import registry
 from launcher.spec.errors import ConfigError, LaunchError
 from launcher.spec.limits import MAX_PORT, MIN_PORT, seconds_problem
+from launcher.spec.request import GRACE_PERIOD_S
 
 if TYPE_CHECKING:  # for annotations only: a node's runner code (a Ray actor) loads faster
     from launcher.node.runs import RunRecord
@@ -35,7 +36,7 @@ class LauncherBase:
 
     _target_: str = ""
     dry_run: bool = False  # print what would run (launcher.dry_run=true), start nothing
-    grace_period_s: float = 10.0  # after SIGTERM, before SIGKILL, when a run stops
+    grace_period_s: float = GRACE_PERIOD_S  # after SIGTERM, before SIGKILL, when a run stops
     health_timeout_s: Optional[float] = None  # None: rollout.health_timeout_s
     base_port: Optional[int] = None  # None: the runner's default (free ports, or 30000 up)
     # environment for every process: after engine defaults, before the launcher's contract

@@ -29,6 +29,9 @@ from launcher.spec.plan import (
 )
 
 REQUEST_SCHEMA = 1
+# The one home of these defaults: the schema (launcher.*, rollout.*) and the request read them
+GRACE_PERIOD_S = 10.0  # after SIGTERM, before SIGKILL, when a run stops
+HEALTH_TIMEOUT_S = 600.0  # a server must answer its health probe within this
 
 
 @dataclass(frozen=True)
@@ -42,8 +45,8 @@ class LaunchRequest:
     num_nodes: int
     gpus_per_node: int
     processes: tuple[ProcessSpec, ...]
-    grace_period_s: float = 10.0
-    health_timeout_s: float = 600.0
+    grace_period_s: float = GRACE_PERIOD_S
+    health_timeout_s: float = HEALTH_TIMEOUT_S
     paths: tuple[str, ...] = ()  # folders the processes read (model, trainer entry): mounts
     max_restarts: int = 0  # restarts per run (failed trainer jobs, or a server alone)
     hang_timeout_s: Optional[float] = None  # no trainer progress this long: a failure

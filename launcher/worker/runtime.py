@@ -39,6 +39,7 @@ from launcher.spec.plan import (  # noqa: F401
     ENV_SERVER_ADDRS,
     fill_hosts,
 )
+from launcher.spec.request import HEALTH_TIMEOUT_S
 from launcher.worker import checkpoints, progress
 
 EXPERT_AXES = ("etp", "ep", "edp")  # Megatron's expert grid over the same ranks, fastest first
@@ -331,11 +332,11 @@ class RuntimePlan:
         """The model name the servers answer to in OpenAI requests."""
         return self.env.get(ENV_SERVED_MODEL) or DEFAULT_SERVED_MODEL
 
-    def health_timeout_s(self, default: float = 600.0) -> float:
+    def health_timeout_s(self, default: float = HEALTH_TIMEOUT_S) -> float:
         """How long the launcher waits for the servers' /health: a trainer waits as long."""
         return float(self.data.get("health_timeout_s") or default)
 
-    def wait_for_servers(self, timeout_s: float = 600.0, interval_s: float = 1.0) -> list[str]:
+    def wait_for_servers(self, timeout_s: float = HEALTH_TIMEOUT_S, interval_s: float = 1.0) -> list[str]:
         """Block until every server answers /health with 200; return their addresses."""
         return wait_for_servers(self.server_addrs(), timeout_s, interval_s)
 
@@ -373,7 +374,7 @@ def health_ok(addr: str, timeout_s: float = 2.0) -> bool:
         return False
 
 
-def wait_for_servers(addrs: list[str], timeout_s: float = 600.0,
+def wait_for_servers(addrs: list[str], timeout_s: float = HEALTH_TIMEOUT_S,
                      interval_s: float = 1.0) -> list[str]:
     """Poll each address's /health until all answer 200; TimeoutError names the late ones."""
     if not addrs:
