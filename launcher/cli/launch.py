@@ -35,7 +35,6 @@ class Prepared:
     spec: RunSpec
     planned: Planned
     runner: Runner
-    runner_name: str
     entry: str  # the trainer entry, resolved
     run_dir: Path  # where the run folder goes (the launch makes it unique and sets it here)
     point: Optional[int] = None  # index in a sweep
@@ -82,8 +81,7 @@ def prepare(overrides: list[str], to_run: bool = True,
     if any(not c.is_inference for c in planned.plan.components.values()):
         entry = resolve_entry(entry, must_exist=to_run)
     planned = with_memory(planned, config, here=not runner.more_nodes(device))
-    return Prepared(list(overrides), spec, planned, runner, runners.name_of(config.launcher),
-                    entry, Path(spec.run_dir).absolute())
+    return Prepared(list(overrides), spec, planned, runner, entry, Path(spec.run_dir).absolute())
 
 
 def with_memory(planned: Planned, config: LaunchConfig, here: bool) -> Planned:
@@ -232,7 +230,7 @@ def start(prep: Prepared, own_folder: bool = False) -> int:
             (run_dir / name).parent.mkdir(exist_ok=True)
             write_private(run_dir / name, text)
         write_private(run_dir / "request.json", request.to_json())
-        if prep.runner_name == "local":
+        if prep.runner.runs_here:  # attached here: the console shows where everything runs
             show_plan_summary(plan, run_dir)
         code = prep.runner.run(request)
     from launcher.node.runs import read_record

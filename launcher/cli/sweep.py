@@ -175,9 +175,10 @@ def run_batch(points: Sequence[Point], compose: Callable[[Point], DictConfig]) -
 def _prepared(point: Point, compose: Callable[[Point], DictConfig]) -> Prepared:
     """The point resolved and rehearsed, with its run folder <sweep dir>/<subdir>.
 
-    Slurm points may run at once on one host (jobs with launcher.cpus_per_gpu share nodes), so
-    each takes its own ports, one range after the other from launcher.base_port; local points
-    run in turn and reserve free ports as they start."""
+    A scheduler's points may run at once on one host (Slurm jobs with launcher.cpus_per_gpu
+    share nodes), so each takes its own ports, one range after the other from
+    launcher.base_port; points that run here (Runner.runs_here) run in turn and reserve free
+    ports as they start."""
     try:
         cfg = compose(point)
         prep = prepare(list(point.overrides), composed=cfg)
@@ -185,7 +186,7 @@ def _prepared(point: Point, compose: Callable[[Point], DictConfig]) -> Prepared:
         sweep_dir = Path(prep.spec.sweep_dir).absolute()
         RECORD.sweep_dir = RECORD.sweep_dir or sweep_dir
         prep.run_dir = sweep_dir / str(OmegaConf.select(cfg, "hydra.sweep.subdir"))
-        if prep.runner_name == "local":
+        if prep.runner.runs_here:
             rehearse(prep)
         else:
             launcher = prep.spec.config.launcher

@@ -79,6 +79,10 @@ class Runner(Protocol):
     """What every runner does (TorchX's scheduler API is the model)."""
 
     name: str
+    # the run's processes run on this machine, supervised by this command to its end: its
+    # console is the run's, its ports are this machine's free ones (reserved, one run at a
+    # time); False: a scheduler's nodes run them, and the ports are counted up per node
+    runs_here: bool
 
     def more_nodes(self, device: str) -> bool:
         """Whether a plan may span more nodes than this machine (for advice and checks)."""

@@ -44,6 +44,7 @@ class Config(LauncherBase):
 
 class Runner:
     name = "local"
+    runs_here = True
 
     def __init__(self, config: Config):
         self.config = config

@@ -82,6 +82,7 @@ def for_nodes(request: LaunchRequest) -> LaunchRequest:
 
 class Runner:
     name = "ray"
+    runs_here = False
 
     def __init__(self, config: Config):
         self.config = config

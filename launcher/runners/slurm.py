@@ -94,6 +94,7 @@ def time_limit_s(text: str) -> Optional[int]:
 
 class Runner:
     name = "slurm"
+    runs_here = False
 
     def __init__(self, config: Config):
         self.config = config
