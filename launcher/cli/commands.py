@@ -69,12 +69,10 @@ def logs(run: Optional[str] = typer.Argument(None, help=RUN_HELP),
 
 def _runner(run: Optional[str], verb: str) -> tuple[Runner, RunRecord]:
     from launcher import runners
-    from launcher.node.runs import find_run
 
     if run is None:
         raise LaunchError(f"{verb} needs a run: areal-launch {verb} JOB_ID (or RUN_FOLDER)")
-    record = find_run(run)
-    return runners.for_record(record), record
+    return runners.find(run)
 
 
 def _guarded(call: Callable[[], T]) -> T:

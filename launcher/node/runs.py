@@ -15,13 +15,15 @@ import os
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from launcher.spec.errors import LaunchError
 
 RECORD = "launch.json"
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 MAX_SUFFIX = 10000
+# who started a run an id is indexed for when its folder holds no record (None: nobody knows)
+Unrecorded = Callable[[str, Path], Optional["RunRecord"]]
 
 
 @dataclass(frozen=True)
@@ -103,8 +105,11 @@ def checked_id(handle: str) -> str:
     return text
 
 
-def find_run(handle: str) -> RunRecord:
-    """The record of the run `handle` names: a run folder, or an id a runner printed."""
+def find_run(handle: str, unrecorded: Optional[Unrecorded] = None) -> RunRecord:
+    """The record of the run `handle` names: a run folder, or an id a runner printed.
+
+    An indexed id whose folder holds no record was indexed by an older launcher: `unrecorded`
+    (the runners' business, not the run folder's) says whose run it is."""
     text = str(handle).strip()
     if not text:
         raise LaunchError("no run given: pass the job id areal-launch printed, or the run "
@@ -120,8 +125,12 @@ def find_run(handle: str) -> RunRecord:
     except FileNotFoundError:
         raise LaunchError(f"{text}: no run with that id was started here by this user (the "
                           f"index is {entry.parent}); give its run folder instead") from None
-    if not (run_dir / RECORD).is_file():  # a job id from an older launcher: Slurm's
-        return RunRecord(runner="slurm", run_id=text, run_dir=str(run_dir), job_id=text)
+    if not (run_dir / RECORD).is_file():
+        older = unrecorded(text, run_dir) if unrecorded else None
+        if older is None:
+            raise LaunchError(f"{text}: its run folder {run_dir} has no {RECORD}, so no runner "
+                              "of areal-launch knows the run")
+        return older
     return read_record(run_dir)
 
 

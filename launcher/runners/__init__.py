@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Protocol
 
@@ -144,6 +145,25 @@ def create(config: Any) -> Runner:
     """The runner a `launcher` config selects, built with that config."""
     mod = module(name_of(config))
     return mod.Runner(config)
+
+
+def find(handle: str) -> tuple[Runner, RunRecord]:
+    """The run `handle` names (a run folder, or an id a runner printed) and its runner."""
+    from launcher.node.runs import find_run
+
+    record = find_run(handle, unrecorded=older_record)
+    return for_record(record), record
+
+
+def older_record(job_id: str, run_dir: Path) -> Optional[RunRecord]:
+    """The record of an id an older launcher indexed without one, from the runner that
+    indexed ids then (its module's `older_record`); None when no runner claims it."""
+    for name in names():
+        claim = getattr(module(name), "older_record", None)
+        record = claim(job_id, run_dir) if claim is not None else None
+        if record is not None:
+            return record
+    return None
 
 
 def for_record(record: RunRecord) -> Runner:

@@ -155,6 +155,12 @@ def package_dirs() -> list[str]:
     return [str(root / name) for name in ("launcher", "recipes") if (root / name).is_dir()]
 
 
+def older_record(job_id: str, run_dir: Path) -> RunRecord:
+    """An indexed id whose run folder has no launch.json: the launcher before launch.json
+    indexed Slurm job ids only, so the id is a Slurm job's (runners.older_record asks)."""
+    return RunRecord(runner=Runner.name, run_id=job_id, run_dir=str(run_dir), job_id=job_id)
+
+
 def _job(record: RunRecord) -> str:
     if not record.job_id:
         raise LaunchError(f"{record.run_dir}: the run has no Slurm job id recorded")
