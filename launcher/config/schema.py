@@ -161,14 +161,14 @@ def engine(spec: LaunchConfig, name: str) -> Any:
 
 def register_configs() -> None:
     """Register the schemas with Hydra's ConfigStore: the run (conf/config.yaml starts from
-    it), each runner's (`<name>_schema` in the launcher group) and the default recipe's."""
+    it), each runner's (`<name>_schema` in the launcher group) and each recipe's (`<name>_schema`
+    in the recipe group, named in launcher.spec.registry: the config layer imports no recipe)."""
     from hydra.core.config_store import ConfigStore
-
-    from recipes.grpo.options import GRPOOptions
 
     store = ConfigStore.instance()
     store.store(name="base_config", node=LaunchConfig)
     for name in registry.runner_names():
         store.store(group="launcher", name=f"{name}_schema",
                     node=registry.runner_module(name).Config)
-    store.store(group="recipe", name="grpo_schema", node=GRPOOptions)
+    for name, schema in registry.recipe_schemas().items():
+        store.store(group="recipe", name=f"{name}_schema", node=schema)
