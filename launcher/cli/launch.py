@@ -1,6 +1,6 @@
 """The launch command's steps: compose -> plan -> request -> a runner runs it (or prints it).
 
-Everything up to the request is validation: it raises LaunchError before anything starts. A
+Everything up to the request is validation: it raises UserError before anything starts. A
 dry run takes exactly the path of a launch (the same request, the same runner checks) and
 stops short of the side effects: it writes nothing and starts nothing. A sweep prepares every
 point first, so one bad point stops the whole sweep with nothing started.
@@ -20,7 +20,7 @@ from launcher.config.compose import RunSpec
 from launcher.config.schema import LaunchConfig
 from launcher.planning.build import Planned, explicit_keys
 from launcher.runners import Runner
-from launcher.spec.errors import LaunchError
+from launcher.spec.errors import ConfigError, LaunchError, UserError
 from launcher.spec.plan import Plan
 from launcher.spec.request import LaunchRequest
 
@@ -74,7 +74,7 @@ def prepare(overrides: list[str], to_run: bool = True,
     chosen = {n: str(c.alloc) for n, c in planned.plan.components.items()}
     try:
         check_unused_options(config, chosen)
-    except LaunchError:  # set by the user, or by a preset/group file? only the user's count
+    except ConfigError:  # set by the user, or by a preset/group file? only the user's count
         defaults = run_spec(compose_config(choices_only(overrides))).config
         check_unused_options(config, chosen, defaults)
     entry = str(config.trainer.entry)
@@ -115,8 +115,8 @@ def with_memory(planned: Planned, config: LaunchConfig, here: bool) -> Planned:
     said = list(report.warnings)
     problem = report.error()
     if problem is not None and mode == "error":
-        raise LaunchError(f"does not fit: {problem} (launcher.check_memory=warn starts it "
-                          "anyway)")
+        raise UserError(f"does not fit: {problem} (launcher.check_memory=warn starts it "
+                        "anyway)")
     if problem is not None:
         said.append(f"does not fit: {problem}")
     memory = {**report.to_dict(), "capacity_source": capacity.source}
@@ -137,8 +137,8 @@ def resolve_entry(entry: str, must_exist: bool = True) -> str:
             return str(candidate.absolute())
     if not must_exist:
         return entry
-    raise LaunchError(f"trainer.entry={entry!r}: no such file (relative paths are looked up in "
-                      f"the working directory, then in {REPO_ROOT}); use a path or '-m module'")
+    raise UserError(f"trainer.entry={entry!r}: no such file (relative paths are looked up in "
+                    f"the working directory, then in {REPO_ROOT}); use a path or '-m module'")
 
 
 def job_name(prep: Prepared) -> str:
@@ -237,7 +237,7 @@ def start(prep: Prepared, own_folder: bool = False) -> int:
 
     try:
         prep.job_id = read_record(run_dir).job_id
-    except LaunchError:
+    except LaunchError:  # no record (yet) to read the job id from: the run said its own end
         pass
     return code
 
@@ -270,7 +270,7 @@ def show_plan(overrides: list[str], json_out: bool, svg: Optional[Path]) -> int:
         try:
             svg.write_text(render_svg(the_plan))
         except OSError as exc:
-            raise LaunchError(f"--svg {svg}: cannot write it ({exc.strerror})") from None
+            raise UserError(f"--svg {svg}: cannot write it ({exc.strerror})") from None
     warn(the_plan, prep.planned.notes)
     if json_out:
         sys.stdout.write(the_plan.to_json() + "\n")
@@ -296,8 +296,8 @@ def show_suggestions(overrides: list[str]) -> int:
     plan, config = prep.plan, prep.spec.config
     shape = read_model_shape(plan.meta["model_path"])
     if shape is None:
-        raise LaunchError(f"model_path={plan.meta['model_path']}: no config.json there, so "
-                          "nothing to size: point model_path at a local model folder")
+        raise UserError(f"model_path={plan.meta['model_path']}: no config.json there, so "
+                        "nothing to size: point model_path at a local model folder")
     capacity = resolve_capacity(plan.cluster.device, config.cluster.gpu_memory_gib,
                                 config.cluster.gpu_type, detect=not prep.runner.more_nodes("cuda"))
     engines = prep.planned.engines

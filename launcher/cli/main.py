@@ -5,7 +5,9 @@
     areal-launch plan [FLAGS] OVERRIDES...      the hot path: no typer, no argparse start-up
     areal-launch status|cancel|logs RUN         a run of any runner, by its id or run folder
 
-A user mistake is one `error:` line on stderr and exit code 2; nothing is started.
+A user mistake (UserError) is one `error:` line on stderr and exit code 2; nothing is started.
+A failure on a node or of a scheduler (LaunchError) is one `error:` line too
+(docs/architecture.md §14).
 """
 from __future__ import annotations
 
@@ -14,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from launcher.cli.flags import EXIT_USAGE, PLAN_FLAGS, Flag, parse_flags
-from launcher.spec.errors import LaunchError, error_line
+from launcher.cli.flags import PLAN_FLAGS, Flag, exit_code, parse_flags
+from launcher.spec.errors import LaunchError, UserError, error_line
 
 SUBCOMMANDS = ("plan", "status", "cancel", "logs")
 
@@ -65,7 +67,7 @@ def launch_command(args: list[str]) -> int:
 
     first = next((a for a in args if not a.startswith("-")), None)
     if args and first == args[0] and _looks_like_a_command(first):
-        raise LaunchError(_unknown_command(first))
+        raise UserError(_unknown_command(first))
     return run_app(args, SUBCOMMANDS)
 
 
@@ -113,16 +115,13 @@ def flag_help(flag: Flag) -> str:
 
 
 def guarded(call: Any) -> int:
-    """`call()`'s exit code; a user mistake as one `error:` line and exit code 2."""
+    """`call()`'s exit code; an error the launcher says (a UserError, or a LaunchError from a
+    node or a scheduler) as one `error:` line and its exit code (cli.flags.exit_code)."""
     try:
         return int(call())
     except LaunchError as exc:
-        return fail(exc)
-
-
-def fail(exc: BaseException) -> int:
-    print(error_line(exc), file=sys.stderr)
-    return EXIT_USAGE
+        print(error_line(exc), file=sys.stderr)
+        return exit_code(exc)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Protocol
 
 from launcher.spec import registry
-from launcher.spec.errors import ConfigError, LaunchError
+from launcher.spec.errors import ConfigError, UserError
 from launcher.spec.limits import MAX_PORT, MIN_PORT, seconds_problem
 from launcher.spec.request import GRACE_PERIOD_S
 
@@ -99,7 +99,7 @@ class Runner(Protocol):
         """Where the request's ports come from while it is built (and, if not dry, held)."""
 
     def check(self, request: LaunchRequest) -> list[str]:
-        """Refuse (LaunchError) what this runner cannot run, dry runs the same; return what
+        """Refuse (UserError) what this runner cannot run, dry runs the same; return what
         the user should know about running it here (warnings)."""
 
     def dryrun(self, request: LaunchRequest) -> str:
@@ -137,8 +137,8 @@ def name_of(config: Any) -> str:
     for name, path in registry.RUNNERS.paths().items():
         if target.startswith(path.partition(":")[0] + "."):
             return name
-    raise LaunchError(f"launcher._target_={target!r} is no runner of areal-launch (choose "
-                      f"launcher={' or launcher='.join(names())})")
+    raise UserError(f"launcher._target_={target!r} is no runner of areal-launch (choose "
+                    f"launcher={' or launcher='.join(names())})")
 
 
 def create(config: Any) -> Runner:

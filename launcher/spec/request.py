@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
-from launcher.spec.errors import LaunchError
+from launcher.spec.errors import LaunchError, UserError
 from launcher.spec.plan import (
     ENV_GPUS,
     ENV_HOSTS,
@@ -139,10 +139,10 @@ def gpu_ids(spec: ProcessSpec, visible: Optional[Sequence[str]]) -> str:
     missing = [g for g in spec.gpus if g >= len(visible)]
     if missing:
         shown = ",".join(visible) if visible else "none"
-        raise LaunchError(f"{spec.name} needs GPU {missing[0]} of node {spec.node}, but "
-                          f"{ENV_GPUS} there shows {len(visible)} GPU(s) ({shown}): plan GPU "
-                          f"indices are positions in the visible GPUs; show more GPUs or set "
-                          f"cluster.gpus_per_node={len(visible)}")
+        raise UserError(f"{spec.name} needs GPU {missing[0]} of node {spec.node}, but "
+                        f"{ENV_GPUS} there shows {len(visible)} GPU(s) ({shown}): plan GPU "
+                        f"indices are positions in the visible GPUs; show more GPUs or set "
+                        f"cluster.gpus_per_node={len(visible)}")
     return ",".join(visible[g] for g in spec.gpus)
 
 
