@@ -64,7 +64,7 @@ class ArealLauncher(Launcher):
     def _compose(self, point: Any) -> DictConfig:
         """The point's config as Hydra's BasicLauncher composes it; with `areal_<runner>`, the
         runner chosen for it unless the point chose another one itself."""
-        from launcher.spec.errors import LaunchError
+        from launcher.spec.errors import UserError
 
         assert self.config is not None and self.hydra_context is not None
         overrides = list(point.overrides)
@@ -72,8 +72,8 @@ class ArealLauncher(Launcher):
         chosen = runners.name_of(cfg.launcher)
         if self.runner is not None and chosen != self.runner:
             if any(o.partition("=")[0].lstrip("+") == "launcher" for o in overrides):
-                raise LaunchError(f"hydra/launcher=areal_{self.runner} runs points with "
-                                  f"launcher={self.runner}, this one chose launcher={chosen}")
+                raise UserError(f"hydra/launcher=areal_{self.runner} runs points with "
+                                f"launcher={self.runner}, this one chose launcher={chosen}")
             cfg = self._load(overrides + [f"launcher={self.runner}"], point.index)
         return cfg
 

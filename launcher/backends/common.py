@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-from launcher.spec.errors import LaunchError
+from launcher.spec.errors import UserError
 
 # engine defaults a user may set in their own shell instead (the launcher's contract may not be)
 ENV_DEFAULT_KEYS = ("OMP_NUM_THREADS", "HF_HUB_OFFLINE", "VLLM_CPU_KVCACHE_SPACE",
@@ -16,7 +16,7 @@ ENV_DEFAULT_KEYS = ("OMP_NUM_THREADS", "HF_HUB_OFFLINE", "VLLM_CPU_KVCACHE_SPACE
 
 
 def refuse_flags(args: Iterable[str], refused: Mapping[str, str], where: str) -> None:
-    """LaunchError naming the first flag in `args` found in `refused` (flag -> how to fix).
+    """UserError naming the first flag in `args` found in `refused` (flag -> how to fix).
 
     Matches `--flag`, `--flag=value` and the underscore spelling `--flag_name`.
     """
@@ -27,7 +27,7 @@ def refuse_flags(args: Iterable[str], refused: Mapping[str, str], where: str) ->
         if name.startswith("--"):
             name = "--" + name[2:].replace("_", "-")
         if name in refused:
-            raise LaunchError(f"{where}: {arg!r} {refused[name]}")
+            raise UserError(f"{where}: {arg!r} {refused[name]}")
 
 
 def launcher_owned(flags: Iterable[str]) -> dict[str, str]:

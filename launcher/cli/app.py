@@ -18,8 +18,8 @@ import os
 import sys
 from typing import Any, NoReturn, Optional
 
-from launcher.cli.flags import EXIT_USAGE, PLAN_FLAGS
-from launcher.spec.errors import LaunchError, error_line
+from launcher.cli.flags import PLAN_FLAGS, exit_code
+from launcher.spec.errors import LaunchError, UserError, error_line
 
 COMMANDS = ("run", "multirun", "cfg", "shell_completion", "info")
 EXIT_SWEEPER = 1  # the sweeper ended a sweep that had started points
@@ -27,7 +27,7 @@ SHELLS_SEP = {"fish": "\n"}  # how a shell's completion query lists candidates (
 
 
 def hydra_parser() -> argparse.ArgumentParser:
-    """Hydra's own parser, named areal-launch, whose mistakes raise LaunchError (one line)."""
+    """Hydra's own parser, named areal-launch, whose mistakes raise UserError (one line)."""
     from hydra import __version__ as hydra_version
     from hydra._internal.utils import get_args_parser
 
@@ -40,13 +40,14 @@ def hydra_parser() -> argparse.ArgumentParser:
             action.version = f"areal-launch {__version__} (Hydra {hydra_version})"
 
     def error(message: str) -> NoReturn:
-        raise LaunchError(f"{message} (areal-launch --help)")
+        raise UserError(f"{message} (areal-launch --help)")
     parser.error = error  # type: ignore[method-assign]
     return parser
 
 
 def run_app(args: list[str], subcommands: tuple[str, ...] = ()) -> int:
-    """The launch command; returns its exit code (LaunchError: the caller prints one line)."""
+    """The launch command; returns its exit code (a UserError or LaunchError: the caller
+    prints one line)."""
     from launcher.config.compose import open_config
 
     parser = hydra_parser()
@@ -56,10 +57,10 @@ def run_app(args: list[str], subcommands: tuple[str, ...] = ()) -> int:
         return completion(overrides, subcommands)
     hydra = open_config(source_of(ns))
     if ns.experimental_rerun:
-        raise LaunchError("--experimental-rerun: not supported; run again with the overrides "
-                          "a run folder keeps in .hydra/overrides.yaml")
+        raise UserError("--experimental-rerun: not supported; run again with the overrides "
+                        "a run folder keeps in .hydra/overrides.yaml")
     if ns.resolve and ns.cfg is None and not ns.help:
-        raise LaunchError("--resolve works with --cfg or --help (Hydra's rule)")
+        raise UserError("--resolve works with --cfg or --help (Hydra's rule)")
     if ns.help or ns.hydra_help:
         validated(overrides)
         show = hydra.app_help if ns.help else hydra.hydra_help
@@ -67,8 +68,8 @@ def run_app(args: list[str], subcommands: tuple[str, ...] = ()) -> int:
         return 0
     chosen = [c for c in COMMANDS if getattr(ns, c)]
     if len(chosen) > 1:
-        raise LaunchError("only one of --run, --multirun, --cfg, --info and --shell-completion "
-                          "at a time (Hydra's rule)")
+        raise UserError("only one of --run, --multirun, --cfg, --info and --shell-completion "
+                        "at a time (Hydra's rule)")
     if ns.cfg:
         return show_config(hydra, overrides, ns.cfg, ns.package, ns.resolve)
     if ns.info:
@@ -112,7 +113,7 @@ def show_config(hydra: Any, overrides: list[str], kind: str, package: Optional[s
 
     cfg = compose_config(overrides, with_hydra=True)
     if package not in (None, "_global_") and OmegaConf.select(cfg, str(package)) is None:
-        raise LaunchError(f"--package {package}: no such package in the config (try --cfg job)")
+        raise UserError(f"--package {package}: no such package in the config (try --cfg job)")
     HydraConfig.instance().set_config(cfg)  # for ${hydra:...}
     cfg = hydra.get_sanitized_cfg(shown_config(cfg), kind)
     found = cfg if package in (None, "_global_") else OmegaConf.select(cfg, str(package))
@@ -154,7 +155,7 @@ def multirun(hydra: Any, overrides: list[str]) -> int:
         if not RECORD.outcomes:
             raise
         print(error_line(exc), file=sys.stderr)
-        code = EXIT_USAGE
+        code = exit_code(exc)
     except Exception as exc:  # composing (nothing started yet), or the sweeper's own end
         failure = exc
         if not RECORD.outcomes:
@@ -181,15 +182,15 @@ def completion(overrides: list[str], subcommands: tuple[str, ...]) -> int:
 
     verb, _, shell = overrides[0].partition("=") if len(overrides) == 1 else ("", "", "")
     if verb not in ("install", "uninstall", "query") or not shell:
-        raise LaunchError("--shell-completion takes one of install=SHELL, uninstall=SHELL, "
-                          "query=SHELL (SHELL: bash, zsh, fish), e.g. "
-                          "eval \"$(areal-launch -sc install=bash)\"")
+        raise UserError("--shell-completion takes one of install=SHELL, uninstall=SHELL, "
+                        "query=SHELL (SHELL: bash, zsh, fish), e.g. "
+                        "eval \"$(areal-launch -sc install=bash)\"")
     if verb != "query":  # Hydra prints the shell's script
         try:
             open_config(ConfigSource()).shell_completion(config_name="config",
                                                          overrides=overrides)
         except ValueError as exc:  # a shell Hydra has no plugin for
-            raise LaunchError(f"--shell-completion {overrides[0]}: {flatten(exc)}") from None
+            raise UserError(f"--shell-completion {overrides[0]}: {flatten(exc)}") from None
         return 0
     query = shell
     found = _candidates(os.environ.get("COMP_LINE", ""), overrides, subcommands)

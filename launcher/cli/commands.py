@@ -4,7 +4,7 @@ launcher.cli.main's own fast path; the launch is a Hydra app, launcher.cli.app).
 Thin: `status|cancel|logs RUN` find the run by the id a runner printed (a Slurm job id, a local
 run id, ...) or by its run folder (launcher.node.runs), ask the runner that started it, and print
 its text. A user mistake (no id, a bad id, an unknown run, no Slurm) is one `error:` line and
-exit code 2.
+exit code 2, and so is a scheduler that refuses or does not answer (docs/architecture.md §14).
 """
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from typing import Callable, Optional, TypeVar
 
 import typer
 
-from launcher.cli.flags import EXIT_USAGE
+from launcher.cli.flags import exit_code
 from launcher.node.runs import RunRecord
 from launcher.runners import Runner
-from launcher.spec.errors import LaunchError, error_line
+from launcher.spec.errors import LaunchError, UserError, error_line
 
 T = TypeVar("T")
 
@@ -69,17 +69,15 @@ def logs(run: Optional[str] = typer.Argument(None, help=RUN_HELP),
 
 def _runner(run: Optional[str], verb: str) -> tuple[Runner, RunRecord]:
     from launcher import runners
-    from launcher.node.runs import find_run
 
     if run is None:
-        raise LaunchError(f"{verb} needs a run: areal-launch {verb} JOB_ID (or RUN_FOLDER)")
-    record = find_run(run)
-    return runners.for_record(record), record
+        raise UserError(f"{verb} needs a run: areal-launch {verb} JOB_ID (or RUN_FOLDER)")
+    return runners.find(run)
 
 
 def _guarded(call: Callable[[], T]) -> T:
     try:
         return call()
-    except LaunchError as exc:
+    except LaunchError as exc:  # a mistake, or a scheduler that does not answer: one line
         typer.echo(error_line(exc), err=True)
-        raise typer.Exit(EXIT_USAGE) from None
+        raise typer.Exit(exit_code(exc)) from None

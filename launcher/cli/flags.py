@@ -1,13 +1,21 @@
 """The command line's own flags (`plan`'s table, read by the fast path and by the Hydra app)
-and the usage exit code every entry shares."""
+and the exit codes every entry shares for an error the launcher says."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-from launcher.spec.errors import LaunchError
+from launcher.spec.errors import LaunchError, UserError
 
-EXIT_USAGE = 2  # a user mistake: one `error:` line on stderr, nothing started
+EXIT_USAGE = 2  # a user mistake (UserError): one `error:` line on stderr, nothing started
+# a failure on a node or of a scheduler (LaunchError): one `error:` line too, and 2, the code it
+# has always had, so scripts that read 2 for "areal-launch said why" keep working
+EXIT_FAILURE = 2
+
+
+def exit_code(exc: LaunchError) -> int:
+    """The exit code of a command that ends with `exc` (printed as its one `error:` line)."""
+    return EXIT_USAGE if isinstance(exc, UserError) else EXIT_FAILURE
 
 
 @dataclass(frozen=True)
@@ -25,7 +33,11 @@ PLAN_FLAGS = (
     Flag(("--json",), "json", None, "print the plan JSON (schema 1) instead of the table"),
     Flag(("--svg",), "svg", "FILE", "also write the GPU map as SVG to FILE"),
     Flag(("--suggest",), "suggest", None,
-         "print the layouts that fit this model on this cluster, best first, as commands"),
+         "print the layouts that fit this model on this cluster, best first, as commands to "
+         "paste; ranked by a throughput proxy, score = sqrt(generation x training): "
+         "generation = rollout instances x the KV tokens each can use (capped at 512K), "
+         "training = actor.mb_spec.max_tokens_per_mb x the actor's data parallel size; "
+         "collocated layouts count half (their phases take turns)"),
     Flag(("--config-dir", "-cd"), "config_dir", "DIR",
          "a folder of your own configs (presets, clusters, whole configs), as Hydra's -cd"),
     Flag(("--config-name", "-cn"), "config_name", "NAME",
@@ -47,15 +59,15 @@ def parse_flags(args: list[str], flags: Sequence[Flag], command: str
         flag = by_name.get(name) if a.startswith("-") else None
         if flag is None:
             if a.startswith("-"):
-                raise LaunchError(f"unknown option {a!r} for {command}: flags are "
-                                  f"{', '.join(f.names[0] for f in flags)}; the rest are "
-                                  "KEY=VALUE overrides")
+                raise UserError(f"unknown option {a!r} for {command}: flags are "
+                                f"{', '.join(f.names[0] for f in flags)}; the rest are "
+                                "KEY=VALUE overrides")
             overrides.append(a)
         elif flag.metavar is None:
             given[flag.dest] = True
         else:
             given[flag.dest] = value if eq else next(rest, "")
             if not given[flag.dest]:
-                raise LaunchError(f"{name} needs a {flag.metavar}: areal-launch {command} ... "
-                                  f"{name} {flag.metavar}")
+                raise UserError(f"{name} needs a {flag.metavar}: areal-launch {command} ... "
+                                f"{name} {flag.metavar}")
     return given, overrides

@@ -1,6 +1,6 @@
 """The launch command's steps: compose -> plan -> request -> a runner runs it (or prints it).
 
-Everything up to the request is validation: it raises LaunchError before anything starts. A
+Everything up to the request is validation: it raises UserError before anything starts. A
 dry run takes exactly the path of a launch (the same request, the same runner checks) and
 stops short of the side effects: it writes nothing and starts nothing. A sweep prepares every
 point first, so one bad point stops the whole sweep with nothing started.
@@ -22,7 +22,7 @@ from launcher.config.schema import LaunchConfig
 from launcher.planning.build import Planned, explicit_keys
 from launcher.runners import Runner
 from launcher.spec import registry
-from launcher.spec.errors import LaunchError
+from launcher.spec.errors import ConfigError, LaunchError, UserError
 from launcher.spec.plan import Plan
 from launcher.spec.request import LaunchRequest
 
@@ -37,7 +37,6 @@ class Prepared:
     spec: RunSpec
     planned: Planned
     runner: Runner
-    runner_name: str
     entry: str  # the trainer entry, resolved
     run_dir: Path  # where the run folder goes (the launch makes it unique and sets it here)
     point: Optional[int] = None  # index in a sweep
@@ -77,7 +76,7 @@ def prepare(overrides: list[str], to_run: bool = True,
     chosen = {n: str(c.alloc) for n, c in planned.plan.components.items()}
     try:
         check_unused_options(config, chosen)
-    except LaunchError:  # set by the user, or by a preset/group file? only the user's count
+    except ConfigError:  # set by the user, or by a preset/group file? only the user's count
         defaults = run_spec(compose_config(choices_only(overrides))).config
         check_unused_options(config, chosen, defaults)
     entry = str(config.trainer.entry)
@@ -88,8 +87,7 @@ def prepare(overrides: list[str], to_run: bool = True,
                                                          f"components.{name}.entry"))
         for name, w in planned.workers.items()})
     planned = with_memory(planned, config, here=not runner.more_nodes(device))
-    return Prepared(list(overrides), spec, planned, runner, runners.name_of(config.launcher),
-                    entry, Path(spec.run_dir).absolute())
+    return Prepared(list(overrides), spec, planned, runner, entry, Path(spec.run_dir).absolute())
 
 
 def with_memory(planned: Planned, config: LaunchConfig, here: bool) -> Planned:
@@ -122,8 +120,8 @@ def with_memory(planned: Planned, config: LaunchConfig, here: bool) -> Planned:
     said = list(report.warnings)
     problem = report.error()
     if problem is not None and mode == "error":
-        raise LaunchError(f"does not fit: {problem} (launcher.check_memory=warn starts it "
-                          "anyway)")
+        raise UserError(f"does not fit: {problem} (launcher.check_memory=warn starts it "
+                        "anyway)")
     if problem is not None:
         said.append(f"does not fit: {problem}")
     memory = {**report.to_dict(), "capacity_source": capacity.source}
@@ -144,8 +142,8 @@ def resolve_entry(entry: str, must_exist: bool = True, key: str = "trainer.entry
             return str(candidate.absolute())
     if not must_exist:
         return entry
-    raise LaunchError(f"{key}={entry!r}: no such file (relative paths are looked up in "
-                      f"the working directory, then in {REPO_ROOT}); use a path or '-m module'")
+    raise UserError(f"{key}={entry!r}: no such file (relative paths are looked up in "
+                    f"the working directory, then in {REPO_ROOT}); use a path or '-m module'")
 
 
 def job_name(prep: Prepared) -> str:
@@ -207,10 +205,6 @@ def warn(plan: Plan, notes: Sequence[str] = (), more: Sequence[str] = ()) -> Non
 
 
 # ----------------------------------------------------------------------------- one run
-def launch_one(overrides: list[str]) -> int:
-    return start(prepare(overrides))
-
-
 def start(prep: Prepared, own_folder: bool = False) -> int:
     """Perform the run with its runner, or (dry run) print exactly what it would perform.
 
@@ -241,14 +235,14 @@ def start(prep: Prepared, own_folder: bool = False) -> int:
             (run_dir / name).parent.mkdir(exist_ok=True)
             write_private(run_dir / name, text)
         write_private(run_dir / "request.json", request.to_json())
-        if prep.runner_name == "local":
+        if prep.runner.runs_here:  # attached here: the console shows where everything runs
             show_plan_summary(plan, run_dir)
         code = prep.runner.run(request)
     from launcher.node.runs import read_record
 
     try:
         prep.job_id = read_record(run_dir).job_id
-    except LaunchError:
+    except LaunchError:  # no record (yet) to read the job id from: the run said its own end
         pass
     return code
 
@@ -281,7 +275,7 @@ def show_plan(overrides: list[str], json_out: bool, svg: Optional[Path]) -> int:
         try:
             svg.write_text(render_svg(the_plan))
         except OSError as exc:
-            raise LaunchError(f"--svg {svg}: cannot write it ({exc.strerror})") from None
+            raise UserError(f"--svg {svg}: cannot write it ({exc.strerror})") from None
     warn(the_plan, prep.planned.notes)
     if json_out:
         sys.stdout.write(the_plan.to_json() + "\n")
@@ -295,15 +289,9 @@ def show_plan(overrides: list[str], json_out: bool, svg: Optional[Path]) -> int:
     return 0
 
 
-SUGGEST_HELP = """\
-layouts that fit this model on this cluster, best first, as commands to paste. Ranked by a
-throughput proxy: sqrt(generation x training), generation = rollout instances x the KV tokens
-each can use (capped at 512K), training = actor.mb_spec.max_tokens_per_mb x the actor's data
-parallel size; collocated layouts count half (their phases take turns)."""
-
-
 def show_suggestions(overrides: list[str]) -> int:
-    """`areal-launch plan --suggest OVERRIDES`: the layouts that fit (see SUGGEST_HELP)."""
+    """`areal-launch plan --suggest OVERRIDES`: the layouts that fit, ranked as
+    `areal-launch plan --help` says (the --suggest flag in cli/flags.py)."""
     from launcher.memory.capacity import resolve_capacity
     from launcher.memory.model_shape import read_model_shape
     from launcher.memory.plan import inference_options, train_options
@@ -313,8 +301,8 @@ def show_suggestions(overrides: list[str]) -> int:
     plan, config = prep.plan, prep.spec.config
     shape = read_model_shape(plan.meta["model_path"])
     if shape is None:
-        raise LaunchError(f"model_path={plan.meta['model_path']}: no config.json there, so "
-                          "nothing to size: point model_path at a local model folder")
+        raise UserError(f"model_path={plan.meta['model_path']}: no config.json there, so "
+                        "nothing to size: point model_path at a local model folder")
     capacity = resolve_capacity(plan.cluster.device, config.cluster.gpu_memory_gib,
                                 config.cluster.gpu_type, detect=not prep.runner.more_nodes("cuda"))
     engines = prep.planned.engines

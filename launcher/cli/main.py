@@ -5,17 +5,18 @@
     areal-launch plan [FLAGS] OVERRIDES...      the hot path: no typer, no argparse start-up
     areal-launch status|cancel|logs RUN         a run of any runner, by its id or run folder
 
-A user mistake is one `error:` line on stderr and exit code 2; nothing is started.
+A user mistake (UserError) is one `error:` line on stderr and exit code 2; nothing is started.
+A failure on a node or of a scheduler (LaunchError) is one `error:` line too
+(docs/architecture.md §14).
 """
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from launcher.cli.flags import EXIT_USAGE, PLAN_FLAGS, parse_flags
-from launcher.spec.errors import LaunchError, error_line
+from launcher.cli.flags import PLAN_FLAGS, Flag, exit_code, parse_flags
+from launcher.spec.errors import LaunchError, UserError, error_line
 
 SUBCOMMANDS = ("plan", "status", "cancel", "logs")
 
@@ -65,7 +66,7 @@ def launch_command(args: list[str]) -> int:
 
     first = next((a for a in args if not a.startswith("-")), None)
     if args and first == args[0] and _looks_like_a_command(first):
-        raise LaunchError(_unknown_command(first))
+        raise UserError(_unknown_command(first))
     return run_app(args, SUBCOMMANDS)
 
 
@@ -86,9 +87,7 @@ def _unknown_command(word: str) -> str:
 def run_plan(args: list[str]) -> int:
     """`plan [FLAGS] OVERRIDES...`."""
     if {"-h", "--help"} & set(args):
-        flags = "".join(f"  {', '.join(f.names)}{' ' + f.metavar if f.metavar else ''}\n"
-                        f"      {f.help}\n" for f in PLAN_FLAGS)
-        print(PLAN_HELP.format(flags=flags), end="")
+        print(PLAN_HELP.format(flags="".join(map(flag_help, PLAN_FLAGS))), end="")
         return 0
 
     def plan() -> int:
@@ -105,17 +104,23 @@ def run_plan(args: list[str]) -> int:
     return guarded(plan)
 
 
+def flag_help(flag: Flag) -> str:
+    """One flag in `plan --help`: its spellings, then its help wrapped under them."""
+    import textwrap
+
+    names = f"  {', '.join(flag.names)}{' ' + flag.metavar if flag.metavar else ''}\n"
+    return names + textwrap.fill(flag.help, 94, initial_indent=" " * 6,
+                                 subsequent_indent=" " * 6) + "\n"
+
+
 def guarded(call: Any) -> int:
-    """`call()`'s exit code; a user mistake as one `error:` line and exit code 2."""
+    """`call()`'s exit code; an error the launcher says (a UserError, or a LaunchError from a
+    node or a scheduler) as one `error:` line and its exit code (cli.flags.exit_code)."""
     try:
         return int(call())
     except LaunchError as exc:
-        return fail(exc)
-
-
-def fail(exc: BaseException) -> int:
-    print(error_line(exc), file=sys.stderr)
-    return EXIT_USAGE
+        print(error_line(exc), file=sys.stderr)
+        return exit_code(exc)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from launcher.cli.launch import Prepared, build_request, prepare, start
 from launcher.node.ports import DEFAULT_BASE_PORT, counted_ports
-from launcher.spec.errors import LaunchError
+from launcher.spec.errors import LaunchError, UserError, restated
 from launcher.worker.objective import METRICS_FILE, read_objective
 
 EXIT_FAILED = 1  # a point that could not be started (sbatch refused it, ...)
@@ -146,7 +146,7 @@ def as_typed(override: str) -> str:
 
 # ----------------------------------------------------------------------------- a batch
 def run_batch(points: Sequence[Point], compose: Callable[[Point], DictConfig]) -> list[Outcome]:
-    """Compose, plan and rehearse every point (LaunchError naming the first bad one: nothing
+    """Compose, plan and rehearse every point (an error naming the first bad one: nothing
     started), then start them in turn. SweepStopped when the launcher is interrupted."""
     prepared = [_prepared(p, compose) for p in points]
     outcomes: list[Outcome] = []
@@ -175,9 +175,10 @@ def run_batch(points: Sequence[Point], compose: Callable[[Point], DictConfig]) -
 def _prepared(point: Point, compose: Callable[[Point], DictConfig]) -> Prepared:
     """The point resolved and rehearsed, with its run folder <sweep dir>/<subdir>.
 
-    Slurm points may run at once on one host (jobs with launcher.cpus_per_gpu share nodes), so
-    each takes its own ports, one range after the other from launcher.base_port; local points
-    run in turn and reserve free ports as they start."""
+    A scheduler's points may run at once on one host (Slurm jobs with launcher.cpus_per_gpu
+    share nodes), so each takes its own ports, one range after the other from
+    launcher.base_port; points that run here (Runner.runs_here) run in turn and reserve free
+    ports as they start."""
     try:
         cfg = compose(point)
         prep = prepare(list(point.overrides), composed=cfg)
@@ -185,7 +186,7 @@ def _prepared(point: Point, compose: Callable[[Point], DictConfig]) -> Prepared:
         sweep_dir = Path(prep.spec.sweep_dir).absolute()
         RECORD.sweep_dir = RECORD.sweep_dir or sweep_dir
         prep.run_dir = sweep_dir / str(OmegaConf.select(cfg, "hydra.sweep.subdir"))
-        if prep.runner_name == "local":
+        if prep.runner.runs_here:
             rehearse(prep)
         else:
             launcher = prep.spec.config.launcher
@@ -193,11 +194,11 @@ def _prepared(point: Point, compose: Callable[[Point], DictConfig]) -> Prepared:
             launcher.base_port = base
             RECORD.next_port = base + rehearse(prep)
             if RECORD.next_port > 65536:
-                raise LaunchError(f"the points need ports {base}..{RECORD.next_port - 1}, past "
-                                  "65535: set a lower launcher.base_port")
+                raise UserError(f"the points need ports {base}..{RECORD.next_port - 1}, past "
+                                "65535: set a lower launcher.base_port")
     except LaunchError as exc:
-        raise LaunchError(f"sweep point {point.index} ({point.label}): {exc}; nothing was "
-                          "started") from None
+        raise restated(exc, f"sweep point {point.index} ({point.label}): {exc}; nothing was "
+                            "started") from None
     return prep
 
 

@@ -22,6 +22,7 @@ from launcher.spec import registry
 from launcher.spec.errors import ConfigError
 from launcher.spec.limits import seconds_problem
 from launcher.spec.plan import ENGINES
+from launcher.spec.request import HEALTH_TIMEOUT_S
 
 DEFAULT_MODEL_PATH = "~/.cache/areal-launch/tiny-llama"
 
@@ -49,7 +50,7 @@ class RolloutBase:
     model_path: Optional[str] = None  # None: the top-level model_path
     offload: bool = False  # release weights/KV between phases (memory saver / sleep mode)
     enable_offload: Optional[bool] = None  # RLinf's spelling of `offload`
-    health_timeout_s: float = 600.0
+    health_timeout_s: float = HEALTH_TIMEOUT_S
     extra_args: List[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -229,10 +230,9 @@ def backend_options(name: str, backend: str, values: Any) -> Any:
 def register_configs() -> None:
     """Register the schemas with Hydra's ConfigStore: the run (conf/config.yaml starts from
     it), each runner's (`<name>_schema` in the launcher group, an external runner's under its
-    own name) and the default recipe's."""
+    own name) and each recipe's (`<name>_schema` in the recipe group, named in
+    launcher.spec.registry: the config layer imports no recipe)."""
     from hydra.core.config_store import ConfigStore
-
-    from recipes.grpo.options import GRPOOptions
 
     store = ConfigStore.instance()
     store.store(name="base_config", node=_open_backend_options())
@@ -242,7 +242,8 @@ def register_configs() -> None:
         builtin = name in registry.BUILTIN_RUNNERS
         store.store(group="launcher", name=f"{name}_schema" if builtin else name,
                     node=registry.runner_module(name).Config)
-    store.store(group="recipe", name="grpo_schema", node=GRPOOptions)
+    for name, schema in registry.recipe_schemas().items():
+        store.store(group="recipe", name=f"{name}_schema", node=schema)
 
 
 def _open_backend_options() -> Any:

@@ -8,7 +8,7 @@ teacher only run forwards; the critic has a value head.
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Optional
 
 from launcher.memory.estimate import EngineInput, MemoryReport
 from launcher.memory.fix import memory_report
@@ -63,9 +63,3 @@ def plan_memory(plan: Plan, engines: dict[str, Engine], shape: Optional[ModelSha
     """The memory report of the plan (pure: the shape and capacity come from the edge)."""
     return memory_report(engine_inputs(plan, engines, shape), plan.cluster, capacity_gib)
 
-
-def engines_memory_line(report: MemoryReport, names: Sequence[str]) -> str:
-    """`rollout 61.6 GiB, actor 34.2 GiB per GPU`: what `plan` prints under its table."""
-    parts = [f"{n} {report.engines[n].per_gpu_gib:.1f} GiB" for n in names
-             if n in report.engines and report.engines[n].per_gpu_gib is not None]
-    return ", ".join(parts) + " per GPU" if parts else ""

@@ -36,7 +36,7 @@ from launcher.memory.train import Offload, TrainOptions
 from launcher.spec import registry
 from launcher.spec.alloc import ModelAllocation
 from launcher.spec.cluster import ClusterSpec
-from launcher.spec.errors import LaunchError
+from launcher.spec.errors import UserError
 from launcher.spec.plan import ComponentPlan
 
 POWERS = (1, 2, 4, 8, 16, 32, 64)
@@ -209,8 +209,8 @@ def suggest(shape: ModelShape, cluster: ClusterSpec, capacity_gib: Optional[floa
             options: SuggestOptions = SuggestOptions()) -> list[Suggestion]:
     """The best layouts that fit (at most options.top), each checked by memory_report."""
     if capacity_gib is None:
-        raise LaunchError("plan --suggest needs the GPU memory: set cluster.gpu_memory_gib "
-                          "(an 80 GB card reports about 79.1)")
+        raise UserError("plan --suggest needs the GPU memory: set cluster.gpu_memory_gib "
+                        "(an 80 GB card reports about 79.1)")
     limit = (capacity_gib - margin_gib(capacity_gib)) * GIB
     # one sample must fit a micro-batch: the rollout's context when the user set one
     least = options.infer.context_length or TOKEN_STEP

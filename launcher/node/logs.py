@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
-from launcher.spec.errors import LaunchError
+from launcher.spec.errors import UserError
 
 
 def log_files(run_dir: Path, engine: Optional[str] = None, must_match: bool = True,
@@ -38,8 +38,8 @@ def engine_processes(run_dir: Path, engine: str, names: Sequence[str] = (),
               or n == engine or n.startswith(engine + "-")]
     if not chosen and must_match:
         have = sorted({c for comps in serves.values() for c in comps}) or names
-        raise LaunchError(f"{run_dir}: no process serves engine {engine!r}; "
-                          f"choose one of: {', '.join(have) or 'none yet'}")
+        raise UserError(f"{run_dir}: no process serves engine {engine!r}; "
+                        f"choose one of: {', '.join(have) or 'none yet'}")
     return chosen
 
 

@@ -22,7 +22,7 @@ import socket
 from pathlib import Path
 from typing import Callable, Optional
 
-from launcher.spec.errors import LaunchError
+from launcher.spec.errors import LaunchError, UserError
 from launcher.spec.limits import MAX_PORT, MIN_PORT
 
 LOCK_DIR = Path(os.environ.get("AREAL_LAUNCH_PORT_DIR", "/tmp/areal-launch-ports"))
@@ -55,14 +55,14 @@ def _bindable(port: int) -> bool:
 
 def counted_ports(base: int) -> Callable[[], int]:
     """Ports counted up from `base`, for plans and for nodes that are not this machine (nothing
-    to reserve here); LaunchError past 65535."""
+    to reserve here); UserError past 65535 (launcher.base_port is too high)."""
     counter = iter(range(base, MAX_PORT + 1))
 
     def take() -> int:
         port = next(counter, None)
         if port is None:
-            raise LaunchError(f"the run needs ports past {MAX_PORT}: set a lower "
-                              "launcher.base_port")
+            raise UserError(f"the run needs ports past {MAX_PORT}: set a lower "
+                            "launcher.base_port")
         return port
     return take
 
@@ -89,15 +89,16 @@ class PortReserver:
             base_port = random.randrange(LOWEST, top)
             floor, self._ceiling = LOWEST, top - 1
         if not MIN_PORT <= base_port <= MAX_PORT:
-            raise LaunchError(f"launcher.base_port={base_port}: choose a port from {MIN_PORT} "
-                              f"to {MAX_PORT} (or leave it unset: free ports are chosen)")
+            raise UserError(f"launcher.base_port={base_port}: choose a port from {MIN_PORT} "
+                            f"to {MAX_PORT} (or leave it unset: free ports are chosen)")
         self.base_port = base_port
         self._floor = floor
         self._next = base_port
         self._held: dict[int, int] = {}  # port -> fd of its lock file
 
     def take(self) -> int:
-        """A port free now and locked for this launch; LaunchError if none is left."""
+        """A port free now and locked for this launch; LaunchError (this machine's, not the
+        user's) if none is left."""
         if self.locking:
             self._ensure_dir()
         tried = 0

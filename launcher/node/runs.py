@@ -15,13 +15,15 @@ import os
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
-from launcher.spec.errors import LaunchError
+from launcher.spec.errors import LaunchError, UserError
 
 RECORD = "launch.json"
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 MAX_SUFFIX = 10000
+# who started a run an id is indexed for when its folder holds no record (None: nobody knows)
+Unrecorded = Callable[[str, Path], Optional["RunRecord"]]
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,7 @@ def free_run_dir(wanted: Path) -> Path:
         path = wanted if k == 0 else wanted.with_name(f"{wanted.name}-{k}")
         if not path.exists():
             return path
-    raise LaunchError(f"{wanted}: {MAX_SUFFIX} run folders of that name exist; set hydra.run.dir")
+    raise UserError(f"{wanted}: {MAX_SUFFIX} run folders of that name exist; set hydra.run.dir")
 
 
 def claim_run_dir(path: Path) -> bool:
@@ -98,30 +100,37 @@ def checked_id(handle: str) -> str:
     """A job or run id as typed: ASCII letters, digits, '.', '_', '-' (no paths, no newlines)."""
     text = str(handle).strip()
     if not _ID.match(text):
-        raise LaunchError(f"{text!r} is not a job id or run folder: give the id areal-launch "
-                          "printed when it started the run (e.g. 1234), or the run folder")
+        raise UserError(f"{text!r} is not a job id or run folder: give the id areal-launch "
+                        "printed when it started the run (e.g. 1234), or the run folder")
     return text
 
 
-def find_run(handle: str) -> RunRecord:
-    """The record of the run `handle` names: a run folder, or an id a runner printed."""
+def find_run(handle: str, unrecorded: Optional[Unrecorded] = None) -> RunRecord:
+    """The record of the run `handle` names: a run folder, or an id a runner printed.
+
+    An indexed id whose folder holds no record was indexed by an older launcher: `unrecorded`
+    (the runners' business, not the run folder's) says whose run it is."""
     text = str(handle).strip()
     if not text:
-        raise LaunchError("no run given: pass the job id areal-launch printed, or the run "
-                          "folder (e.g. outputs/areal/run/2026-12-01_10-00-00)")
+        raise UserError("no run given: pass the job id areal-launch printed, or the run "
+                        "folder (e.g. outputs/areal/run/2026-12-01_10-00-00)")
     folder = Path(text)
     if "/" in text or folder.is_dir():
         if not (folder / RECORD).is_file():
-            raise LaunchError(f"{text}: not a run folder of areal-launch (no {RECORD} in it)")
+            raise UserError(f"{text}: not a run folder of areal-launch (no {RECORD} in it)")
         return read_record(folder)
     entry = jobs_index_dir() / checked_id(text)
     try:
         run_dir = Path(entry.read_text().strip())
     except FileNotFoundError:
-        raise LaunchError(f"{text}: no run with that id was started here by this user (the "
-                          f"index is {entry.parent}); give its run folder instead") from None
-    if not (run_dir / RECORD).is_file():  # a job id from an older launcher: Slurm's
-        return RunRecord(runner="slurm", run_id=text, run_dir=str(run_dir), job_id=text)
+        raise UserError(f"{text}: no run with that id was started here by this user (the "
+                        f"index is {entry.parent}); give its run folder instead") from None
+    if not (run_dir / RECORD).is_file():
+        older = unrecorded(text, run_dir) if unrecorded else None
+        if older is None:
+            raise UserError(f"{text}: its run folder {run_dir} has no {RECORD}, so no runner "
+                            "of areal-launch knows the run")
+        return older
     return read_record(run_dir)
 
 

@@ -12,8 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-from launcher.config.schema import (LaunchConfig, OffloadOptions, backend_of, backend_options,
-                                    engine)
+from launcher.config.schema import LaunchConfig, OffloadOptions, backend_of, backend_options, engine
 from launcher.planning.legacy import apply_allocation_mode
 from launcher.spec import registry
 from launcher.spec.alloc import AllocationError, ModelAllocation, parse_backend

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Protocol, cast
 
 from launcher.spec import registry
-from launcher.spec.errors import ConfigError, LaunchError
+from launcher.spec.errors import ConfigError, UserError
 from launcher.spec.limits import MAX_PORT, MIN_PORT, seconds_problem
+from launcher.spec.request import GRACE_PERIOD_S
 
 if TYPE_CHECKING:  # for annotations only: a node's runner code (a Ray actor) loads faster
     from launcher.node.runs import RunRecord
@@ -36,7 +38,7 @@ class LauncherBase:
 
     _target_: str = ""
     dry_run: bool = False  # print what would run (launcher.dry_run=true), start nothing
-    grace_period_s: float = 10.0  # after SIGTERM, before SIGKILL, when a run stops
+    grace_period_s: float = GRACE_PERIOD_S  # after SIGTERM, before SIGKILL, when a run stops
     health_timeout_s: Optional[float] = None  # None: rollout.health_timeout_s
     base_port: Optional[int] = None  # None: the runner's default (free ports, or 30000 up)
     # environment for every process: after engine defaults, before the launcher's contract
@@ -79,6 +81,10 @@ class Runner(Protocol):
     """What every runner does (TorchX's scheduler API is the model)."""
 
     name: str
+    # the run's processes run on this machine, supervised by this command to its end: its
+    # console is the run's, its ports are this machine's free ones (reserved, one run at a
+    # time); False: a scheduler's nodes run them, and the ports are counted up per node
+    runs_here: bool
 
     def more_nodes(self, device: str) -> bool:
         """Whether a plan may span more nodes than this machine (for advice and checks)."""
@@ -94,7 +100,7 @@ class Runner(Protocol):
         """Where the request's ports come from while it is built (and, if not dry, held)."""
 
     def check(self, request: LaunchRequest) -> list[str]:
-        """Refuse (LaunchError) what this runner cannot run, dry runs the same; return what
+        """Refuse (UserError) what this runner cannot run, dry runs the same; return what
         the user should know about running it here (warnings)."""
 
     def dryrun(self, request: LaunchRequest) -> str:
@@ -140,14 +146,33 @@ def name_of(config: Any) -> str:
     for name, path in registry.RUNNERS.paths().items():
         if target.startswith(path.partition(":")[0] + "."):
             return name
-    raise LaunchError(f"launcher._target_={target!r} is no runner of areal-launch (choose "
-                      f"launcher={' or launcher='.join(names())})")
+    raise UserError(f"launcher._target_={target!r} is no runner of areal-launch (choose "
+                    f"launcher={' or launcher='.join(names())})")
 
 
 def create(config: Any) -> Runner:
     """The runner a `launcher` config selects, built with that config."""
     mod = module(name_of(config))
     return mod.Runner(config)
+
+
+def find(handle: str) -> tuple[Runner, RunRecord]:
+    """The run `handle` names (a run folder, or an id a runner printed) and its runner."""
+    from launcher.node.runs import find_run
+
+    record = find_run(handle, unrecorded=older_record)
+    return for_record(record), record
+
+
+def older_record(job_id: str, run_dir: Path) -> Optional[RunRecord]:
+    """The record of an id an older launcher indexed without one, from the runner that
+    indexed ids then (its module's `older_record`); None when no runner claims it."""
+    for name in names():
+        claim = getattr(module(name), "older_record", None)
+        record = claim(job_id, run_dir) if claim is not None else None
+        if record is not None:
+            return record
+    return None
 
 
 def for_record(record: RunRecord) -> Runner:

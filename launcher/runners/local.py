@@ -27,7 +27,7 @@ from launcher.node.logs import follow_logs
 from launcher.node.report import progress_lines
 from launcher.node.runs import RunRecord, write_record
 from launcher.runners import LauncherBase
-from launcher.spec.errors import LaunchError
+from launcher.spec.errors import UserError
 from launcher.spec.plan import mask_env
 from launcher.spec.request import LaunchRequest, Materialized, visible_gpus
 
@@ -46,6 +46,7 @@ class Config(LauncherBase):
 
 class Runner:
     name = "local"
+    runs_here = True
 
     def __init__(self, config: Config):
         self.config = config
@@ -69,15 +70,15 @@ class Runner:
     def check(self, request: LaunchRequest) -> list[str]:
         nodes = request.nodes_needed()
         if nodes > 1 and request.device == "cuda":
-            raise LaunchError(f"the plan spans {nodes} nodes; launcher=local runs on this "
-                              "machine only: use launcher=slurm or launcher=ray, or a plan for "
-                              "one node (cluster.num_nodes=1)")
+            raise UserError(f"the plan spans {nodes} nodes; launcher=local runs on this "
+                            "machine only: use launcher=slurm or launcher=ray, or a plan for "
+                            "one node (cluster.num_nodes=1)")
         from launcher.node.preflight import problems
 
         missing = problems(self.materialized(request), request.paths)  # and a GPU the mask hides
         if missing:
             more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-            raise LaunchError(f"not ready to run: {missing[0]}{more}")
+            raise UserError(f"not ready to run: {missing[0]}{more}")
         return []
 
     def materialized(self, request: LaunchRequest) -> list[Materialized]:

@@ -40,7 +40,7 @@ from launcher.runners.rayjob import (
     ray_job,
 )
 from launcher.runners.sbatch import REQUEST_FILE
-from launcher.spec.errors import ConfigError, LaunchError
+from launcher.spec.errors import ConfigError, LaunchError, UserError
 from launcher.spec.limits import seconds_problem
 from launcher.spec.request import LaunchRequest
 
@@ -82,6 +82,7 @@ def for_nodes(request: LaunchRequest) -> LaunchRequest:
 
 class Runner:
     name = "ray"
+    runs_here = False
 
     def __init__(self, config: Config):
         self.config = config
@@ -106,11 +107,11 @@ class Runner:
 
     def check(self, request: LaunchRequest) -> list[str]:
         if not request.processes:
-            raise LaunchError("the plan has no processes to run on Ray: enable rollout or actor")
+            raise UserError("the plan has no processes to run on Ray: enable rollout or actor")
         if request.nodes_needed() > request.num_nodes:
-            raise LaunchError(f"the plan needs {request.nodes_needed()} nodes but "
-                              f"cluster.num_nodes={request.num_nodes}; set cluster.num_nodes="
-                              f"{request.nodes_needed()}")
+            raise UserError(f"the plan needs {request.nodes_needed()} nodes but "
+                            f"cluster.num_nodes={request.num_nodes}; set cluster.num_nodes="
+                            f"{request.nodes_needed()}")
         try:
             nodes = self.cluster_nodes()
         except LaunchError as exc:
@@ -119,7 +120,7 @@ class Runner:
             raise
         problem = fit_problem(self.job(request), nodes, f"launcher.address={self.config.address}")
         if problem:
-            raise LaunchError(problem)
+            raise UserError(problem)
         return []
 
     def cluster_nodes(self) -> list[RayNode]:
@@ -196,8 +197,8 @@ class Runner:
             return self._attached().cancel(record)
         info = _job_info(record)
         if info is None:
-            raise LaunchError(f"job {record.job_id}: not known to the Ray cluster at "
-                              f"{record.address}")
+            raise UserError(f"job {record.job_id}: not known to the Ray cluster at "
+                            f"{record.address}")
         if str(info.status) in FINISHED:
             return f"job {record.job_id}: already {info.status}; nothing to cancel"
         client = job_client(str(record.address))
@@ -246,8 +247,8 @@ def _import_ray() -> Any:
     try:
         import ray
     except ImportError as exc:
-        raise LaunchError(f"launcher=ray needs Ray here ({exc}): pip install -e '.[ray]' "
-                          "(ray[default]==2.60.0, the version the cluster runs)") from None
+        raise UserError(f"launcher=ray needs Ray here ({exc}): pip install -e '.[ray]' "
+                        "(ray[default]==2.60.0, the version the cluster runs)") from None
 
     logging.getLogger("ray").setLevel(logging.WARNING)  # after import: ray sets its own
     return ray

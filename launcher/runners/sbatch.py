@@ -19,7 +19,7 @@ import shlex
 from typing import Any, Optional, Sequence
 
 from launcher.node import restarts
-from launcher.spec.errors import LaunchError
+from launcher.spec.errors import UserError
 from launcher.spec.request import LaunchRequest
 from launcher.worker import checkpoints
 
@@ -51,19 +51,19 @@ def render_sbatch(request: LaunchRequest, opts: Any, python: str,
 
     python: the interpreter on the nodes (inside the container, with one). A job that takes
     every GPU of its nodes (request.gpus_per_node) takes whole nodes. package_dirs: the launcher's package folders, mounted into a container at the same path.
-    Raises LaunchError for what cannot be run: no processes, more nodes than the plan's cluster,
+    Raises UserError for what cannot be run: no processes, more nodes than the plan's cluster,
     more GPUs than a node has, a value that cannot be written into the script.
     """
     if not request.processes:
-        raise LaunchError("the plan has no processes to run on Slurm: enable rollout or actor")
+        raise UserError("the plan has no processes to run on Slurm: enable rollout or actor")
     n_nodes = request.nodes_needed()
     if n_nodes > request.num_nodes:
-        raise LaunchError(f"the plan needs {n_nodes} nodes but cluster.num_nodes="
-                          f"{request.num_nodes}; set cluster.num_nodes={n_nodes}")
+        raise UserError(f"the plan needs {n_nodes} nodes but cluster.num_nodes="
+                        f"{request.num_nodes}; set cluster.num_nodes={n_nodes}")
     gpus = gpus_per_node(request)
     if gpus > request.gpus_per_node:
-        raise LaunchError(f"the plan uses {gpus} GPUs on a node but nodes have "
-                          f"cluster.gpus_per_node={request.gpus_per_node}")
+        raise UserError(f"the plan uses {gpus} GPUs on a node but nodes have "
+                        f"cluster.gpus_per_node={request.gpus_per_node}")
     whole = _opt(opts, "cpus_per_gpu") is None and gpus in (request.gpus_per_node, 0)
     lines = ["#!/bin/bash",
              f"# areal-launch: {len(request.processes)} process(es) on {n_nodes} node(s); one "
@@ -80,7 +80,7 @@ def _directive_value(key: str, value: Any) -> str:
     would end the line and make the rest a shell command, so it is refused."""
     text = str(value)
     if any(c in text for c in "\n\r\0"):
-        raise LaunchError(f"{key}={text!r}: #SBATCH values cannot hold line breaks; remove them")
+        raise UserError(f"{key}={text!r}: #SBATCH values cannot hold line breaks; remove them")
     return shlex.quote(text).replace("\\", "\\\\")
 
 
@@ -120,7 +120,7 @@ def _opt(opts: Any, key: str) -> Optional[Any]:
 
 def shell_word(value: str) -> str:
     if "\0" in value:
-        raise LaunchError(f"{value!r}: a NUL byte cannot be passed to a process; remove it")
+        raise UserError(f"{value!r}: a NUL byte cannot be passed to a process; remove it")
     return shlex.quote(value)
 
 

@@ -24,7 +24,7 @@ from launcher.node.report import progress_lines
 from launcher.node.runs import RunRecord, write_private, write_record
 from launcher.runners import LauncherBase
 from launcher.runners.sbatch import REQUEST_FILE, cpu_warning, render_sbatch
-from launcher.spec.errors import ConfigError, LaunchError
+from launcher.spec.errors import ConfigError, LaunchError, UserError
 from launcher.spec.request import LaunchRequest
 
 SCRIPT_NAME = "job.sbatch"
@@ -94,6 +94,7 @@ def time_limit_s(text: str) -> Optional[int]:
 
 class Runner:
     name = "slurm"
+    runs_here = False
 
     def __init__(self, config: Config):
         self.config = config
@@ -152,6 +153,12 @@ def package_dirs() -> list[str]:
 
     root = Path(launcher.__file__).resolve().parent.parent
     return [str(root / name) for name in ("launcher", "recipes") if (root / name).is_dir()]
+
+
+def older_record(job_id: str, run_dir: Path) -> RunRecord:
+    """An indexed id whose run folder has no launch.json: the launcher before launch.json
+    indexed Slurm job ids only, so the id is a Slurm job's (runners.older_record asks)."""
+    return RunRecord(runner=Runner.name, run_id=job_id, run_dir=str(run_dir), job_id=job_id)
 
 
 def _job(record: RunRecord) -> str:
@@ -254,8 +261,8 @@ def cancel(job_id: str) -> str:
 def checked_job_id(job_id: str) -> str:
     text = str(job_id).strip()
     if not _JOB_ID.match(text):
-        raise LaunchError(f"job id {text!r}: expected the number areal-launch printed when it "
-                          "submitted the job, e.g. 1234")
+        raise UserError(f"job id {text!r}: expected the number areal-launch printed when it "
+                        "submitted the job, e.g. 1234")
     return text
 
 
@@ -264,8 +271,8 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess:
         return subprocess.run(argv, capture_output=True, text=True, timeout=60,
                               env={**os.environ, "SLURM_TIME_FORMAT": "standard"})
     except FileNotFoundError:
-        raise LaunchError(f"{argv[0]} not found: launcher=slurm needs Slurm's commands "
-                          "(sbatch, squeue, sacct, scancel) on PATH") from None
+        raise UserError(f"{argv[0]} not found: launcher=slurm needs Slurm's commands "
+                        "(sbatch, squeue, sacct, scancel) on PATH") from None
     except subprocess.TimeoutExpired:
         raise LaunchError(f"{argv[0]} did not answer within 60 s: is slurmctld up?") from None
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from launcher.spec import registry
-from launcher.spec.errors import LaunchError
+from launcher.spec.errors import UserError
 from launcher.spec.limits import MAX_GPUS
 
 DIM_NAMES = {"d": "data", "t": "tensor", "p": "pipeline", "c": "context", "e": "expert"}
@@ -38,7 +38,7 @@ def example(backend: str) -> str:
     return str(registry.backend(backend).EXAMPLE)
 
 
-class AllocationError(LaunchError):
+class AllocationError(UserError):
     """A backend string the grammar rejects; the message names the spec, the column and a fix."""
 
     def __init__(self, spec: str, message: str, column: Optional[int] = None, hint: str = ""):

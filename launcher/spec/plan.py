@@ -265,6 +265,12 @@ _KNOWN_KEYS = ("schema", "cluster", "mode", "components", "weight_sync", "proces
                "warnings")
 
 
+def plan_meta(d: Mapping[str, Any]) -> dict:
+    """The run facts of a plan dict (every key but the structure's): `Plan.meta`, and what the
+    runtime API reads from a dict that holds run facts only (a recipe's unit test)."""
+    return {k: v for k, v in d.items() if k not in _KNOWN_KEYS}
+
+
 @dataclass(frozen=True)
 class Plan:
     cluster: ClusterSpec
@@ -313,4 +319,4 @@ class Plan:
                    weight_sync=tuple(WeightSync.from_dict(w) for w in d.get("weight_sync", ())),
                    processes=tuple(ProcessSpec.from_dict(p) for p in d.get("processes", ())),
                    warnings=tuple(d.get("warnings", ())),
-                   meta={k: v for k, v in d.items() if k not in _KNOWN_KEYS})
+                   meta=plan_meta(d))

@@ -1,17 +1,19 @@
-"""The two registries: backends and runners, found by name (docs/architecture.md, "Registries").
+"""The registries: backends, runners and recipe schemas, found by name (docs/architecture.md,
+"Registries").
 
-Both are filled the same way, as TorchX fills its scheduler table: the built-in entries below
+All are filled the same way, as TorchX fills its scheduler table: the built-in entries below
 (module paths, imported on first use, so `plan` never loads Ray and a Slurm node never loads a
-backend it does not run), then the Python entry points of the groups `areal_launch.backends`
-and `areal_launch.runners`, so a package outside this repository adds a backend or a runner
-with one line in its own pyproject.toml:
+backend it does not run), then the Python entry points of the groups `areal_launch.backends`,
+`areal_launch.runners` and `areal_launch.recipes`, so a package outside this repository adds a
+backend, a runner or a recipe's schema with one line in its own pyproject.toml:
 
     [project.entry-points."areal_launch.backends"]
     mylm = "mylm_backend"             # a module that satisfies launcher.backends.protocol
 
 This module sits at the bottom layer and names the upper ones only as strings: the grammar
 (launcher.spec.alloc) and the config schema read each backend's facts through it without
-importing launcher.backends.
+importing launcher.backends, and the schema finds the recipes' options without importing
+recipes.
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ KIND_WORDS = {SERVE: "inference", TRAIN: "training", WORKER: "worker"}  # in mes
 
 BACKEND_GROUP = "areal_launch.backends"
 RUNNER_GROUP = "areal_launch.runners"
+RECIPE_GROUP = "areal_launch.recipes"
 BUILTIN_BACKENDS = {
     "vllm": "launcher.backends.vllm",
     "sglang": "launcher.backends.sglang",
@@ -43,6 +46,10 @@ BUILTIN_RUNNERS = {
     "local": "launcher.runners.local",
     "slurm": "launcher.runners.slurm",
     "ray": "launcher.runners.ray",
+}
+# recipe name -> its options' schema (the `recipe` group's `<name>_schema`)
+BUILTIN_RECIPES = {
+    "grpo": "recipes.grpo.options:GRPOOptions",
 }
 
 
@@ -86,17 +93,18 @@ class Registry:
 @lru_cache(maxsize=None)
 def _entry_points() -> dict[str, tuple[tuple[str, str], ...]]:
     """Our groups' (name, value) pairs, from one scan of the installed distributions: each
-    scan reads every distribution's metadata (~5 ms with a few hundred installed), so both
+    scan reads every distribution's metadata (~5 ms with a few hundred installed), so the
     registries share one, and importlib.metadata is imported only then."""
     from importlib.metadata import entry_points
 
     found = entry_points()
     return {group: tuple((ep.name, ep.value) for ep in found.select(group=group))
-            for group in (BACKEND_GROUP, RUNNER_GROUP)}
+            for group in (BACKEND_GROUP, RUNNER_GROUP, RECIPE_GROUP)}
 
 
 BACKENDS = Registry(BACKEND_GROUP, BUILTIN_BACKENDS)
 RUNNERS = Registry(RUNNER_GROUP, BUILTIN_RUNNERS)
+RECIPES = Registry(RECIPE_GROUP, BUILTIN_RECIPES)
 _ordered: Optional[dict[str, Any]] = None
 
 
@@ -135,3 +143,8 @@ def runner_module(name: str) -> Any:
     if name not in RUNNERS.paths():
         raise ConfigError(f"no runner {name!r}: choose one of {', '.join(RUNNERS.names())}")
     return RUNNERS.load(name)
+
+
+def recipe_schemas() -> dict[str, Any]:
+    """Recipe name -> the dataclass its options are typed by (imported here, on first use)."""
+    return {name: RECIPES.load(name) for name in RECIPES.names()}

@@ -10,18 +10,16 @@ the node; dry runs run it too, so what they print is what would run.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
-from launcher.spec.errors import LaunchError
+from launcher.spec.errors import LaunchError, UserError
 from launcher.spec.plan import (
     ENV_GPUS,
     ENV_HOSTS,
     ENV_RUN_MARKER,
     INDENT_UP_TO,
-    Plan,
     ProcessSpec,
     fill_hosts,
     mask_env,
@@ -29,6 +27,9 @@ from launcher.spec.plan import (
 )
 
 REQUEST_SCHEMA = 1
+# The one home of these defaults: the schema (launcher.*, rollout.*) and the request read them
+GRACE_PERIOD_S = 10.0  # after SIGTERM, before SIGKILL, when a run stops
+HEALTH_TIMEOUT_S = 600.0  # a server must answer its health probe within this
 
 
 @dataclass(frozen=True)
@@ -42,8 +43,8 @@ class LaunchRequest:
     num_nodes: int
     gpus_per_node: int
     processes: tuple[ProcessSpec, ...]
-    grace_period_s: float = 10.0
-    health_timeout_s: float = 600.0
+    grace_period_s: float = GRACE_PERIOD_S
+    health_timeout_s: float = HEALTH_TIMEOUT_S
     paths: tuple[str, ...] = ()  # folders the processes read (model, trainer entry): mounts
     max_restarts: int = 0  # restarts per run (failed trainer jobs, or a server alone)
     hang_timeout_s: Optional[float] = None  # no trainer progress this long: a failure
@@ -136,10 +137,10 @@ def gpu_ids(spec: ProcessSpec, visible: Optional[Sequence[str]]) -> str:
     missing = [g for g in spec.gpus if g >= len(visible)]
     if missing:
         shown = ",".join(visible) if visible else "none"
-        raise LaunchError(f"{spec.name} needs GPU {missing[0]} of node {spec.node}, but "
-                          f"{ENV_GPUS} there shows {len(visible)} GPU(s) ({shown}): plan GPU "
-                          f"indices are positions in the visible GPUs; show more GPUs or set "
-                          f"cluster.gpus_per_node={len(visible)}")
+        raise UserError(f"{spec.name} needs GPU {missing[0]} of node {spec.node}, but "
+                        f"{ENV_GPUS} there shows {len(visible)} GPU(s) ({shown}): plan GPU "
+                        f"indices are positions in the visible GPUs; show more GPUs or set "
+                        f"cluster.gpus_per_node={len(visible)}")
     return ",".join(visible[g] for g in spec.gpus)
 
 

@@ -24,7 +24,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from launcher.planning.ranks import AXES
 from launcher.spec.errors import LaunchError
@@ -37,8 +37,15 @@ from launcher.spec.plan import (  # noqa: F401
     ENV_RUN_DIR,
     ENV_SERVED_MODEL,
     ENV_SERVER_ADDRS,
+    SCHEMA,
+    ComponentPlan,
+    Plan,
+    ProcessSpec,
+    Rank,
     fill_hosts,
+    plan_meta,
 )
+from launcher.spec.request import HEALTH_TIMEOUT_S
 from launcher.worker import checkpoints, progress
 
 EXPERT_AXES = ("etp", "ep", "edp")  # Megatron's expert grid over the same ranks, fastest first
@@ -64,13 +71,30 @@ class MeshLayout:
 
 @dataclass(frozen=True)
 class RuntimePlan:
-    """A plan dict plus the environment of this process; every answer is a pure lookup."""
+    """A plan dict plus the environment of this process; every answer is a pure lookup.
+
+    The structure (components, ranks, instances, weight sync, processes) is read by the
+    launcher's own reader, `Plan.from_dict`, once, on the first question about it; the run facts
+    (recipe, engine options, model) are `plan_meta`, so a dict of run facts alone answers those."""
 
     data: Mapping[str, Any]
     env: Mapping[str, str] = field(default_factory=dict)
     path: Optional[str] = None
     # the last heartbeat written and the stack signal registered: the one mutable part
     _beat: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    _read: dict[str, Plan] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def plan(self) -> Plan:
+        """The plan as the launcher reads it (read once)."""
+        if "plan" not in self._read:
+            self._read["plan"] = read_plan(self.data, self.path)
+        return self._read["plan"]
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """The plan's run facts (Plan.meta), read without its structure."""
+        return plan_meta(self.data)
 
     # ------------------------------------------------------------------ who am I
     def components(self) -> list[str]:
@@ -78,12 +102,11 @@ class RuntimePlan:
         named = self.env.get(ENV_COMPONENT, "")
         if named.strip():
             return [c.strip() for c in named.split(",") if c.strip()]
-        return [name for name, comp in self.data.get("components", {}).items()
-                if "ranks" in comp]
+        return [name for name, comp in self.plan.components.items() if not comp.is_inference]
 
     def has_component(self, engine: str) -> bool:
         """True when the plan runs `engine` (disabled engines are absent from the plan)."""
-        return engine in self.data.get("components", {})
+        return engine in self.plan.components
 
     def rank(self, rank: Optional[int] = None) -> int:
         """`rank` when given, else torchrun's $RANK, else 0 (a single process)."""
@@ -97,68 +120,68 @@ class RuntimePlan:
         return os.path.dirname(os.path.abspath(self.path)) if self.path else None
 
     def device(self) -> str:
-        return str(self.data.get("cluster", {}).get("device", "cuda"))
+        return self.plan.cluster.device
 
     def model_path(self, default: Optional[str] = None) -> Optional[str]:
         """The model the rollout servers started from (the plan's model_path), else `default`."""
-        path = self.data.get("model_path") or default
+        path = self.meta.get("model_path") or default
         return os.path.expanduser(path) if isinstance(path, str) else path
 
     def recipe_options(self, defaults: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
         """The plan's free-form `recipe` dict laid over `defaults`."""
         out = dict(defaults or {})
-        out.update(self.data.get("recipe") or {})
+        out.update(self.meta.get("recipe") or {})
         return out
 
     # ------------------------------------------------------------------ training ranks
     def component(self, engine: str) -> Mapping[str, Any]:
+        """The engine's entry in the plan JSON (docs/architecture.md §6)."""
+        return self._component(engine).to_dict()
+
+    def _component(self, engine: str) -> ComponentPlan:
         try:
-            return self.data["components"][engine]
+            return self.plan.components[engine]
         except KeyError:
-            have = ", ".join(self.data.get("components", {})) or "none"
+            have = ", ".join(self.plan.components) or "none"
             raise LaunchError(f"the plan has no {engine!r} component (it has: {have})") from None
 
-    def ranks(self, engine: str = "actor") -> list[Mapping[str, Any]]:
-        comp = self.component(engine)
-        if "ranks" not in comp:
+    def _ranks(self, engine: str) -> tuple[Rank, ...]:
+        comp = self._component(engine)
+        if comp.is_inference:
             raise LaunchError(f"{engine!r} is an inference engine: it has instances, not ranks")
-        return list(comp["ranks"])
+        return comp.ranks
+
+    def ranks(self, engine: str = "actor") -> list[Mapping[str, Any]]:
+        return [r.to_dict() for r in self._ranks(engine)]
 
     def world_size(self, engine: str = "actor") -> int:
-        return len(self.ranks(engine))
+        return len(self._ranks(engine))
 
     def coords(self, rank: Optional[int] = None, engine: str = "actor") -> dict[str, int]:
         """dp/tp/pp/cp/gpu/node/local_gpu of one rank of `engine`, as the plan placed it."""
         r = self.rank(rank)
-        for entry in self.ranks(engine):
-            if entry["rank"] == r:
-                return {k: int(entry[k]) for k in ("rank", "dp", "tp", "pp", "cp", "gpu",
-                                                    "node", "local_gpu") if k in entry}
+        for entry in self._ranks(engine):
+            if entry.rank == r:
+                return entry.to_dict()
         raise LaunchError(f"rank {r} is not in {engine!r} (world size "
                           f"{self.world_size(engine)}); check RANK and the plan")
 
     def size(self, axis: str, engine: str = "actor") -> int:
         """How many ranks one `axis` group has (1 + the largest coordinate on that axis)."""
         _check_axis(axis)
-        return 1 + max(int(e[axis]) for e in self.ranks(engine))
+        return 1 + max(getattr(e, axis) for e in self._ranks(engine))
 
     def group(self, axis: str, rank: Optional[int] = None, engine: str = "actor") -> list[int]:
         """The ranks that share every coordinate with `rank` except `axis`, in axis order."""
         _check_axis(axis)
         mine = self.coords(rank, engine)
         others = [a for a in AXES if a != axis]
-        members = [e for e in self.ranks(engine) if all(int(e[a]) == mine[a] for a in others)]
-        return [int(e["rank"]) for e in sorted(members, key=lambda e: int(e[axis]))]
+        members = [e for e in self._ranks(engine) if all(getattr(e, a) == mine[a] for a in others)]
+        return [e.rank for e in sorted(members, key=lambda e: getattr(e, axis))]
 
     def parallel(self, engine: str = "actor") -> dict[str, int]:
-        """The engine's parallel sizes (dp, tp, pp, cp, ep, etp, edp): the plan's `parallel`
-        dict; for a plan without one, the sizes of its rank grid and no experts."""
-        given = self.component(engine).get("parallel")
-        if given:
-            return {k: int(v) for k, v in given.items()}
-        sizes = {axis: self.size(axis, engine) for axis in AXES}
-        world = self.world_size(engine)
-        return {**sizes, "ep": 1, "etp": 1, "edp": world // sizes["pp"]}
+        """The engine's parallel sizes (dp, tp, pp, cp, ep, etp, edp), from its backend spec."""
+        return dict(self._component(engine).alloc.to_dict())
 
     def mesh_layout(self, dims: tuple[str, ...] = ("dp", "cp", "tp"),
                     engine: str = "actor") -> MeshLayout:
@@ -167,20 +190,19 @@ class RuntimePlan:
         place of the grid must hold exactly one rank, else LaunchError naming the rank."""
         for axis in dims:
             _check_axis(axis)
-        ranks = self.ranks(engine)
         for axis in AXES:
             if axis not in dims and self.size(axis, engine) > 1:
                 raise LaunchError(f"{engine} has {self.size(axis, engine)} {axis} ranks but a "
                                   f"mesh of {', '.join(dims)} has no {axis} axis")
         shape = [self.size(axis, engine) for axis in dims]
         grid: dict[tuple[int, ...], int] = {}
-        for entry in ranks:
-            place = tuple(int(entry[axis]) for axis in dims)
+        for entry in self._ranks(engine):
+            place = tuple(getattr(entry, axis) for axis in dims)
             if place in grid:
                 where = " ".join(f"{a} {c}" for a, c in zip(dims, place))
-                raise LaunchError(f"rank {entry['rank']}: {where} is rank {grid[place]}'s place "
+                raise LaunchError(f"rank {entry.rank}: {where} is rank {grid[place]}'s place "
                                   f"too in the {engine} plan")
-            grid[place] = int(entry["rank"])
+            grid[place] = entry.rank
         if len(grid) != _product(shape):
             raise LaunchError(f"{engine}: {len(grid)} ranks do not fill a "
                               f"{' x '.join(map(str, shape))} ({', '.join(dims)}) grid")
@@ -214,33 +236,34 @@ class RuntimePlan:
         others = [a for a in order if a != axis]
         return [o for o in range(world) if all(coords[a][o] == coords[a][r] for a in others)]
 
+    def _engine_options(self, engine: str) -> Mapping[str, Any]:
+        return (self.meta.get("engine_options") or {}).get(engine) or {}
+
     def engine_options(self, engine: str = "actor") -> dict[str, Any]:
         """The engine's options from the plan (actor.fsdp.*, actor.megatron.*, rollout.vllm.*
         ...: the sub-key its backend selects); {} when the plan carries none."""
-        opts = (self.data.get("engine_options") or {}).get(engine) or {}
-        return dict(opts.get("options") or {})
+        return dict(self._engine_options(engine).get("options") or {})
 
     def training(self, engine: str = "actor") -> dict[str, Any]:
         """How a training engine trains, from the plan: dtype, gradient_checkpointing,
         max_tokens_per_mb (the launcher's defaults where the plan carries none)."""
-        opts = (self.data.get("engine_options") or {}).get(engine) or {}
         default = "float32" if self.device() == "cpu" else "bfloat16"
         return {"dtype": default, "gradient_checkpointing": False, "max_tokens_per_mb": 10240,
-                **(opts.get("training") or {})}
+                **(self._engine_options(engine).get("training") or {})}
 
     def offload(self, engine: str = "actor") -> Any:
         """The engine's offload setting from the plan: {"weight", "optimizer", "grad"} for a
         training engine, a bool for rollout; falsy when the plan carries none."""
-        opts = (self.data.get("engine_options") or {}).get(engine) or {}
-        return opts.get("offload") or ({} if engine != "rollout" else False)
+        return self._engine_options(engine).get("offload") or ({} if engine != "rollout"
+                                                               else False)
 
     def shares_gpus(self, first: str = "actor", second: str = "rollout") -> bool:
         """True when both engines run in the plan and their GPU sets (virtual slots on cpu)
         overlap: their phases then compete for the same memory."""
-        comps = self.data.get("components", {})
+        comps = self.plan.components
         if first not in comps or second not in comps:
             return False
-        return bool(set(comps[first].get("gpus", [])) & set(comps[second].get("gpus", [])))
+        return bool(set(comps[first].gpus) & set(comps[second].gpus))
 
     # ------------------------------------------------------------------ surviving failures
     def restart(self) -> int:
@@ -300,22 +323,18 @@ class RuntimePlan:
 
     # ------------------------------------------------------------------ rollout side
     def instances(self, engine: str = "rollout") -> list[Mapping[str, Any]]:
-        return list(self.component(engine).get("instances", []))
+        return [i.to_dict() for i in self._component(engine).instances]
 
     def rollout_backend(self) -> Optional[str]:
-        comp = self.data.get("components", {}).get("rollout")
-        return comp.get("backend") if comp else None
+        comp = self.plan.components.get("rollout")
+        return comp.backend if comp else None
 
     def weight_targets(self, rank: Optional[int] = None, src: str = "actor",
                        dst: str = "rollout") -> list[tuple[int, int]]:
         """(instance, tp rank) pairs that training rank `rank` of `src` feeds in `dst`."""
         r = self.rank(rank)
-        out: list[tuple[int, int]] = []
-        for sync in self.data.get("weight_sync", []):
-            if sync.get("from") == src and sync.get("to") == dst:
-                out += [(int(p["instance"]), int(p["tp"])) for p in sync["pairs"]
-                        if int(p["rank"]) == r]
-        return sorted(out)
+        return sorted((p.instance, p.tp) for sync in self.plan.weight_sync
+                      if sync.src == src and sync.dst == dst for p in sync.pairs if p.rank == r)
 
     def server_addrs(self) -> list[str]:
         """host:port of every rollout server: $AREAL_LLM_SERVER_ADDRS, else the plan's servers
@@ -325,17 +344,18 @@ class RuntimePlan:
         if named.strip():
             return [a.strip() for a in named.split(",") if a.strip()]
         hosts = [h for h in self.env.get(ENV_HOSTS, "").split(",") if h]
-        return _addrs_from_processes(self.data.get("processes", []), hosts)
+        return _addrs_from_processes(self.plan.processes, hosts)
 
     def served_model_name(self) -> str:
         """The model name the servers answer to in OpenAI requests."""
         return self.env.get(ENV_SERVED_MODEL) or DEFAULT_SERVED_MODEL
 
-    def health_timeout_s(self, default: float = 600.0) -> float:
+    def health_timeout_s(self, default: float = HEALTH_TIMEOUT_S) -> float:
         """How long the launcher waits for the servers' /health: a trainer waits as long."""
-        return float(self.data.get("health_timeout_s") or default)
+        return float(self.meta.get("health_timeout_s") or default)
 
-    def wait_for_servers(self, timeout_s: float = 600.0, interval_s: float = 1.0) -> list[str]:
+    def wait_for_servers(self, timeout_s: float = HEALTH_TIMEOUT_S,
+                         interval_s: float = 1.0) -> list[str]:
         """Block until every server answers /health with 200; return their addresses."""
         return wait_for_servers(self.server_addrs(), timeout_s, interval_s)
 
@@ -352,16 +372,25 @@ def _check_axis(axis: str) -> None:
         raise LaunchError(f"unknown parallel axis {axis!r}; use one of {', '.join(AXES)}")
 
 
-def _addrs_from_processes(processes: list[Mapping[str, Any]], hosts: list[str]) -> list[str]:
+def _addrs_from_processes(processes: Sequence[ProcessSpec], hosts: list[str]) -> list[str]:
     """Servers' addresses from their health URLs, hosts filled in (no hosts: every node is this
     machine), in plan order; followers of multi-node instances have no URL of their own."""
     out = []
     for proc in processes:
-        if proc.get("role") != "server" or not proc.get("health_url"):
+        if not proc.is_server or not proc.health_url:
             continue
-        url = fill_hosts(str(proc["health_url"]), hosts or ["127.0.0.1"] * (1 + int(proc["node"])))
+        url = fill_hosts(proc.health_url, hosts or ["127.0.0.1"] * (1 + proc.node))
         out.append(urllib.parse.urlsplit(url).netloc)
     return out
+
+
+def read_plan(data: Mapping[str, Any], path: Optional[str] = None) -> Plan:
+    """`data` read by the launcher's reader; a dict it cannot read is said in one line."""
+    try:
+        return Plan.from_dict(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise LaunchError(f"{path or 'the plan'}: not a plan of schema {SCHEMA} the launcher "
+                          f"wrote ({type(exc).__name__}: {exc})") from None
 
 
 def health_ok(addr: str, timeout_s: float = 2.0) -> bool:
@@ -373,7 +402,7 @@ def health_ok(addr: str, timeout_s: float = 2.0) -> bool:
         return False
 
 
-def wait_for_servers(addrs: list[str], timeout_s: float = 600.0,
+def wait_for_servers(addrs: list[str], timeout_s: float = HEALTH_TIMEOUT_S,
                      interval_s: float = 1.0) -> list[str]:
     """Poll each address's /health until all answer 200; TimeoutError names the late ones."""
     if not addrs:
