@@ -84,3 +84,15 @@ def test_a_newline_in_a_value_keeps_the_error_on_one_line():
 def test_an_unknown_runner_option_is_an_error_for_that_runner():
     line = one_error_line(run("plan", "launcher=slurm", "launcher.partiton=gpu"))
     assert "launcher.partiton" in line
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("recipe.lr=nan", "--json"), "recipe.lr=nan: not a finite number"),
+    (("recipe.lr=-inf",), "recipe.lr=-inf: not a finite number"),
+    (("--svg", "--json"), "--svg needs a FILE, not the flag '--json'"),
+])
+def test_plan_output_stays_valid_and_a_flag_is_no_file_name(tmp_path, args, needle):
+    """The plan JSON has no NaN (no JSON parser takes it), and `--svg --json` writes no file
+    named --json."""
+    assert needle in one_error_line(run("plan", *args, cwd=tmp_path))
+    assert list(tmp_path.iterdir()) == []

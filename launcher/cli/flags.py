@@ -67,6 +67,10 @@ def parse_flags(args: list[str], flags: Sequence[Flag], command: str
             given[flag.dest] = True
         else:
             given[flag.dest] = value if eq else next(rest, "")
+            if not eq and given[flag.dest].startswith("-"):  # `--svg --json`: not a FILE
+                raise UserError(f"{name} needs a {flag.metavar}, not the flag "
+                                f"{given[flag.dest]!r}: areal-launch {command} ... {name} "
+                                f"{flag.metavar} (or {name}=./{given[flag.dest]})")
             if not given[flag.dest]:
                 raise UserError(f"{name} needs a {flag.metavar}: areal-launch {command} ... "
                                 f"{name} {flag.metavar}")

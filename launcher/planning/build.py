@@ -170,6 +170,7 @@ def plan_meta(spec: LaunchConfig) -> dict:
     if dataclasses.is_dataclass(recipe) and not isinstance(recipe, type):
         recipe = dataclasses.asdict(recipe)
     recipe = dict(recipe or {})
+    _finite(recipe, "recipe")
     return {
         "experiment_name": spec.experiment_name,
         "trial_name": spec.trial_name,
@@ -177,6 +178,19 @@ def plan_meta(spec: LaunchConfig) -> dict:
         "health_timeout_s": health_timeout_s(spec),
         "recipe": recipe,
     }
+
+
+def _finite(value: object, key: str) -> None:
+    """ConfigError for a NaN or infinite number (`recipe.lr=nan`): the plan is JSON, which has
+    neither, and no entry point trains with one."""
+    import math
+
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{key}={value}: not a finite number; give a value such as 1e-6")
+    items = value.items() if isinstance(value, dict) else \
+        enumerate(value) if isinstance(value, (list, tuple)) else ()
+    for k, v in items:
+        _finite(v, f"{key}.{k}" if isinstance(value, dict) else f"{key}[{k}]")
 
 
 def health_timeout_s(spec: LaunchConfig) -> float:
