@@ -69,10 +69,10 @@ def test_worker_processes_get_entry_args_env_gpus_and_the_run_contract(tmp_path)
     ({"sim": {**SIM, "kind": "serve"}}, {}, "a declared component is a worker"),
     ({"actor": SIM}, {}, "actor is a built-in engine"),
     ({"Sim": SIM}, {}, "lowercase letters"),
-    ({"sim": {**SIM, "procesess": 2}}, {}, "did you mean components.sim.processes"),
+    ({"sim": {**SIM, "procesess": 2}}, {}, "did you mean 'components.sim.processes'"),
     ({"sim": {**SIM, "processes": 0}}, {}, "components.sim.processes=0: choose 1 to"),
     ({"sim": {**SIM, "processes": 10**12}}, {}, "choose 1 to 4096"),
-    ({"sim": {**SIM, "processes": "two"}}, {}, "expected a whole number"),
+    ({"sim": {**SIM, "processes": "two"}}, {}, "could not be converted to Integer"),
     ({"sim": {**SIM, "backend": "vllm"}}, {}, "choose a worker backend (process)"),
     ({"sim": SIM}, {"sim": "0-99"}, "cluster.component_placement.sim"),
     ({"sim": SIM}, {"sim": "0", "rollout,sim": "1"}, "sim is placed twice"),
@@ -92,7 +92,7 @@ def test_the_command_line_declares_a_component_and_the_map_draws_it_with_its_own
     assert lanes == [["sim", "S0-1", "S2-3", "·"]]
     assert "S sim process:d4 (4 processes on 2 GPUs)" in out.stdout
     line = one_error_line(run("plan", "+components.sim.entyr=sim.py"))
-    assert "components.sim.entyr" in line and "did you mean components.sim.entry" in line
+    assert "components.sim.entyr" in line and "did you mean 'components.sim.entry'" in line
 
 
 # ----------------------------------------------------------------------------- a real run

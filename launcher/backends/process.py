@@ -72,7 +72,7 @@ def workers(comp: "ComponentPlan", plan: "Plan", worker: "Worker", ctx: "LaunchC
         out.append(ProcessSpec(
             name=f"{comp.name}-{inst.index}", component=comp.name, role="worker", node=node,
             argv=(ctx.python, *entry_argv(worker.entry), *worker.args),
-            env=layered_env({}, {**ctx.extra_env, **worker.environment}, contract),
+            env=layered_env({}, {**ctx.extra_env, **worker.env}, contract),
             gpus=local_gpus(plan, inst, node), ports=(port,) if port is not None else (),
             health_url=health))
     return out

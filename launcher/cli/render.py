@@ -307,7 +307,8 @@ def render_gpu_map(plan: Plan) -> Group:
             lines.append(gib)
     lines.append(Text(""))
     lines.extend(Text(w, style="bold") for w in memory_words(plan))
-    lines.extend(Text(text, style=marks(plan)[name][1]) for name, text in legend(plan))
+    colors = marks(plan)
+    lines.extend(Text(text, style=colors[name][1]) for name, text in legend(plan))
     lines.extend(Text(line) for line in sync_summary(plan))
     lines.append(Text("numbers: instance (rollout) or rank (training); [..] one instance or "
                       "tp group; A+R: engines sharing a GPU", style="dim"))

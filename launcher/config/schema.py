@@ -195,23 +195,29 @@ def backend_of(spec: Optional[str]) -> Optional[str]:
 
 def backend_options(name: str, backend: str, values: Any) -> Any:
     """`<name>.<backend>.*` as the backend's typed Options: the values set there (a dict, or
-    the Options already) over its defaults. ConfigError for a key the Options do not declare
-    (with the closest one) or a value of the wrong type, as Hydra says them for other keys."""
+    the Options already) over its defaults."""
+    return typed(f"{name}.{backend}", registry.backend(backend).Options, values,
+                 f"{backend}'s options")
+
+
+def typed(where: str, schema: type, values: Any, what: str) -> Any:
+    """`values` written at `where` (a dict, or the `schema` dataclass already) as `schema`,
+    over its defaults. ConfigError for a key the schema does not declare (with the closest
+    one) or a value of the wrong type, as Hydra says them for other keys. `what`: what the
+    key holds, for the error when it is no mapping."""
     import difflib
 
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    options = registry.backend(backend).Options
-    if isinstance(values, options):
+    if isinstance(values, schema):
         return values
     if isinstance(values, Mapping) and not values:
-        return options()
-    where = f"{name}.{backend}"
+        return schema()
     if not isinstance(values, Mapping):
-        raise ConfigError(f"invalid value in '{where}={values}': {where} holds {backend}'s "
-                          f"options, e.g. {where}.KEY=VALUE")
-    known = [f.name for f in dataclasses.fields(options)]
+        raise ConfigError(f"invalid value in '{where}={values}': {where} holds {what}, e.g. "
+                          f"{where}.KEY=VALUE")
+    known = [f.name for f in dataclasses.fields(schema)]
     for key in values:
         if key not in known:
             close = difflib.get_close_matches(str(key), known, n=1)
@@ -219,7 +225,7 @@ def backend_options(name: str, backend: str, values: Any) -> Any:
             raise ConfigError(f"unknown config key '{where}.{key}'{hint} "
                               "(`areal-launch --cfg job` prints every key)")
     try:
-        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(options), values))
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), values))
     except OmegaConfBaseException as exc:
         key = str(getattr(exc, "full_key", "") or "")
         message = str(exc).splitlines()[0].strip()

@@ -10,13 +10,11 @@ kind. Pure: no I/O.
 """
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from launcher.config.schema import ComponentConfig
+from launcher.config.schema import ComponentConfig, typed
 from launcher.spec import registry
 from launcher.spec.alloc import ModelAllocation
 from launcher.spec.cluster import ClusterSpec
@@ -26,9 +24,6 @@ from launcher.spec.plan import ENGINES, ComponentPlan, Instance
 
 MAX_PROCESSES = 4096  # per component: a typo of many digits is an error, not a fork bomb
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,31}$")
-_TYPES: dict[str, type] = {"kind": str, "backend": str, "entry": str, "args": list, "env": dict,
-                           "processes": int, "processes_per_gpu": int, "health_path": str}
-_WORDS = {str: "a string", list: "a list", dict: "a mapping", int: "a whole number"}
 
 
 @dataclass(frozen=True)
@@ -39,40 +34,17 @@ class Worker:
     backend: str
     entry: str
     args: tuple[str, ...] = ()
-    env: tuple[tuple[str, str], ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
     processes: int = 1
     processes_per_gpu: int = 1
     health_path: Optional[str] = None
 
-    @property
-    def environment(self) -> dict[str, str]:
-        return dict(self.env)
-
 
 def workers(declared: Mapping[str, Any]) -> dict[str, Worker]:
     """`components.*` as written -> typed workers, in the order written."""
-    return {str(name): _worker(str(name), _config(str(name), node))
+    return {str(name): _worker(str(name), typed(f"components.{name}", ComponentConfig, node,
+                                                "a component's keys"))
             for name, node in declared.items()}
-
-
-def _config(name: str, node: Any) -> ComponentConfig:
-    """What the user wrote for one component, as its schema (one error line per mistake)."""
-    key = f"components.{name}"
-    if not isinstance(node, Mapping):
-        raise ConfigError(f"{key}={node!r}: a component is a mapping of its keys "
-                          f"(+{key}.entry=worker.py)")
-    known = {f.name: f for f in dataclasses.fields(ComponentConfig)}
-    for k, value in node.items():
-        if k not in known:
-            close = difflib.get_close_matches(str(k), known, n=1)
-            hint = f"did you mean {key}.{close[0]}? " if close else ""
-            raise ConfigError(f"{key}.{k}: unknown key; {hint}a component has "
-                              f"{', '.join(known)}")
-        want = _TYPES[k]
-        if not (isinstance(value, want) and not (want is int and isinstance(value, bool))) \
-                and value is not None:
-            raise ConfigError(f"{key}.{k}={value!r}: expected {_WORDS[want]}")
-    return ComponentConfig(**{str(k): v for k, v in node.items()})
 
 
 def _worker(name: str, node: ComponentConfig) -> Worker:
@@ -105,7 +77,7 @@ def _worker(name: str, node: ComponentConfig) -> Worker:
                           "(or null: no probe)")
     return Worker(name=name, backend=backend, entry=entry,
                   args=tuple(str(a) for a in node.args),
-                  env=tuple((str(k), str(v)) for k, v in dict(node.env).items()),
+                  env={str(k): str(v) for k, v in dict(node.env).items()},
                   processes=int(node.processes), processes_per_gpu=int(node.processes_per_gpu),
                   health_path=None if health is None else str(health))
 
