@@ -76,6 +76,8 @@ def test_worker_processes_get_entry_args_env_gpus_and_the_run_contract(tmp_path)
     ({"sim": {**SIM, "backend": "vllm"}}, {}, "choose a worker backend (process)"),
     ({"sim": SIM}, {"sim": "0-99"}, "cluster.component_placement.sim"),
     ({"sim": SIM}, {"sim": "0", "rollout,sim": "1"}, "sim is placed twice"),
+    ({"sim": {**SIM, "processes": 3}}, {"sim": "0"}, "processes=3 is for a worker without a"),
+    ({"sim": {**SIM, "processes_per_gpu": 2}}, {}, "processes_per_gpu=2 is for a worker placed"),
 ])
 def test_wrong_components_are_one_clear_error(components, placement, needle):
     with pytest.raises((ConfigError, PlacementError)) as err:

@@ -120,6 +120,14 @@ def _key(name: str) -> str:
 def worker_plan(worker: Worker, text: Optional[str], cluster: ClusterSpec) -> ComponentPlan:
     """The worker's plan entry: one instance per process, on its GPUs or CPU-only (node 0)."""
     key = _key(worker.name)
+    unread = ("processes_per_gpu", worker.processes_per_gpu) if text is None else \
+        ("processes", worker.processes)
+    if unread[1] != 1:  # the other one counts: say so rather than ignore what was set
+        raise ConfigError(f"components.{worker.name}.{unread[0]}={unread[1]} is for a worker "
+                          f"{'placed on GPUs' if text is None else 'without a placement'}; "
+                          + (f"place it ({key}=0-1) or set components.{worker.name}.processes"
+                             if text is None else
+                             f"on {key}={text} set components.{worker.name}.processes_per_gpu"))
     if text is None:
         count = worker.processes
         instances = tuple(Instance(i, (), (0,)) for i in range(count))
