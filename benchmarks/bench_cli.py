@@ -9,6 +9,10 @@ script runs, whichever copy that script was installed from), and says which copy
 --baseline DIR times another checkout's plan too, interleaved (before/after in one run).
 Bytecode is cached as in any install (PYTHONDONTWRITEBYTECODE is dropped; the warm-up run
 writes it).
+
+A third line, "hydra app", is the least any Hydra app pays: the same imports, then Hydra's
+compose of a one-key config with one override (Hydra's own `hydra` config, its plugin scan, the
+override grammar). It says how much of the goal is left to the launcher's own code.
 """
 from __future__ import annotations
 
@@ -23,6 +27,15 @@ from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 MAIN = "import sys; from launcher.cli.main import main; sys.argv[0] = 'areal-launch'; main()"
+HYDRA_APP = """
+import sys, tempfile, pathlib
+import hydra, omegaconf, typer, rich
+from hydra import compose, initialize_config_dir
+d = tempfile.mkdtemp()
+pathlib.Path(d, "config.yaml").write_text("a: 1\\n")
+with initialize_config_dir(config_dir=d, version_base=None):
+    compose(config_name="config", overrides=["a=2"])
+"""
 PLAN = ["plan", "--json", "rollout.backend=sglang:d4t2", "actor.backend=fsdp:d8",
         "cluster.device=cuda", "cluster.gpus_per_node=8", "cluster.num_nodes=2", "ref=inherit"]
 
@@ -58,11 +71,12 @@ def main() -> None:
     plan_cmd = [sys.executable, "-c", MAIN, *PLAN]
     timed = {"import floor": ([sys.executable, "-c", "import hydra, omegaconf, typer, rich"],
                               env_for(None)),
+             "hydra app": ([sys.executable, "-c", HYDRA_APP], env_for(None)),
              "plan --json": (plan_cmd, env_for(ROOT))}
     if args.baseline is not None:
         timed["baseline plan"] = (plan_cmd, env_for(args.baseline.resolve()))
     for name, (_, env) in timed.items():
-        if name != "import floor":
+        if name not in ("import floor", "hydra app"):
             print(f"{name}: launcher from {imported_from(env)}")
     for cmd, env in timed.values():
         wall(cmd, env)  # warm the page cache, write the bytecode
@@ -75,6 +89,7 @@ def main() -> None:
         print(f"{name:<14} median {median[name] * 1000:7.1f} ms  (min {min(t) * 1000:.1f})")
     floor = median["import floor"]
     print(f"ratio plan/floor: {median['plan --json'] / floor:.2f}x (target <= 1.6x)")
+    print(f"ratio hydra app/floor: {median['hydra app'] / floor:.2f}x (Hydra's own share)")
     if args.baseline is not None:
         print(f"ratio baseline/floor: {median['baseline plan'] / floor:.2f}x")
 

@@ -18,8 +18,12 @@ recipes.
 from __future__ import annotations
 
 import importlib
+import os
+import re
+import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Optional
 
 from launcher.spec.errors import ConfigError
@@ -92,14 +96,47 @@ class Registry:
 
 @lru_cache(maxsize=None)
 def _entry_points() -> dict[str, tuple[tuple[str, str], ...]]:
-    """Our groups' (name, value) pairs, from one scan of the installed distributions: each
-    scan reads every distribution's metadata (~5 ms with a few hundred installed), so the
-    registries share one, and importlib.metadata is imported only then."""
-    from importlib.metadata import entry_points
+    """Our groups' (name, value) pairs, from one scan of the installed distributions, shared by
+    the registries. Read straight from each distribution's `entry_points.txt` (PyPA's entry
+    points file format) on sys.path, first distribution of a name wins as in
+    importlib.metadata: importing and running importlib.metadata costs ~30 ms of every
+    command's start-up (it parses every distribution's METADATA with the email package); this
+    costs ~2 ms."""
+    groups = (BACKEND_GROUP, RUNNER_GROUP, RECIPE_GROUP)
+    found: dict[str, list[tuple[str, str]]] = {g: [] for g in groups}
+    seen: set[str] = set()
+    for folder in sys.path:
+        try:
+            entries = sorted(e.name for e in os.scandir(folder or ".")
+                             if e.name.endswith((".dist-info", ".egg-info")))
+        except OSError:  # a zip, or a folder that is not there
+            continue
+        for entry in entries:
+            dist = re.sub(r"[-_.]+", "_", entry.rpartition(".")[0].split("-")[0]).lower()
+            if dist in seen:
+                continue
+            seen.add(dist)
+            try:
+                text = Path(folder or ".", entry, "entry_points.txt").read_text()
+            except OSError:
+                continue
+            for group, name, value in _entry_lines(text):
+                if group in found:
+                    found[group].append((name, value))
+    return {g: tuple(pairs) for g, pairs in found.items()}
 
-    found = entry_points()
-    return {group: tuple((ep.name, ep.value) for ep in found.select(group=group))
-            for group in (BACKEND_GROUP, RUNNER_GROUP, RECIPE_GROUP)}
+
+def _entry_lines(text: str) -> list[tuple[str, str, str]]:
+    """(group, name, value) of an entry_points.txt: `[group]` sections of `name = value`."""
+    out, group = [], ""
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("[") and line.endswith("]"):
+            group = line[1:-1].strip()
+        elif "=" in line and not line.startswith(("#", ";")):
+            name, _, value = line.partition("=")
+            out.append((group, name.strip(), value.strip()))
+    return out
 
 
 BACKENDS = Registry(BACKEND_GROUP, BUILTIN_BACKENDS)
