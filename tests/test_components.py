@@ -71,7 +71,7 @@ def test_worker_processes_get_entry_args_env_gpus_and_the_run_contract(tmp_path)
     ({"Sim": SIM}, {}, "lowercase letters"),
     ({"sim": {**SIM, "procesess": 2}}, {}, "did you mean 'components.sim.processes'"),
     ({"sim": {**SIM, "processes": 0}}, {}, "components.sim.processes=0: choose 1 to"),
-    ({"sim": {**SIM, "processes": 10**12}}, {}, "choose 1 to 4096"),
+    ({"sim": {**SIM, "processes": 10**12}}, {}, "choose 1 to 1048576"),
     ({"sim": {**SIM, "processes": "two"}}, {}, "could not be converted to Integer"),
     ({"sim": {**SIM, "backend": "vllm"}}, {}, "choose a worker backend (process)"),
     ({"sim": SIM}, {"sim": "0-99"}, "cluster.component_placement.sim"),

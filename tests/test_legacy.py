@@ -68,7 +68,7 @@ def test_colocated_parts_need_equal_world_sizes():
 def test_names_are_engine_names():
     assert error_of("sglang[r]:d2+fsdp[a]:d4") == (
         "sglang[r]:d2+fsdp[a]:d4: column 0: unknown engine name 'r' "
-        "(areal-launch runs the engines rollout, actor, critic, ref, teacher)")
+        "(areal-launch runs the engines rollout, actor, critic, ref, teacher, inference)")
 
 
 def test_name_must_fit_the_backend_kind():

@@ -273,7 +273,8 @@ def render_gpu_map(plan: Plan) -> Group:
     if detail:
         tokens += [len(c.label) + 2 for cs in cells.values() for c in cs]  # "[A12]"
     width = max(tokens + [4]) + 1
-    title_width = max([len(r.title) for r in rows] + [9]) + 2
+    title_width = max([len(r.title) for r in rows] + [9]
+                      + ([len(n) + 3 for n in plan.components] if detail else [])) + 2
     lines = [Text(f"GPU map: {plan.mode}, {_cluster_words(plan)}", style="bold")]
     gpu_cols = rows[0].gpus if rows and rows[0].gpus else ()
     lines.append(Text(" " * title_width + "".join(

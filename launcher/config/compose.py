@@ -21,14 +21,15 @@ from typing import Any, Callable, Optional, Sequence
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from launcher.config.hydra_errors import FREE_FORM, explain_hydra_error, shown
-from launcher.config.schema import LaunchConfig, backend_of, backend_options
+from launcher.config.schema import OPEN_NODES, LaunchConfig, backend_of, backend_options
 from launcher.spec import registry
 from launcher.spec.errors import ConfigError
+from launcher.spec.plan import ENGINES
 
 APP_MODULE = "launcher.cli"  # Hydra resolves a relative --config-path from its parent package (launcher/)
 CONFIG_PATH = "conf"
 TASK_NAME = "areal-launch"  # hydra.job.name
-ENGINE_GROUPS = ("rollout", "actor", "critic", "ref", "teacher")
+ENGINE_GROUPS = ENGINES  # the config groups of the built-in engines
 
 
 @dataclass(frozen=True)
@@ -156,10 +157,34 @@ def run_spec(cfg: DictConfig) -> RunSpec:
         with open_dict(job):
             del job["hydra"]
     spec = _resolved(lambda: OmegaConf.to_object(job))
+    _resolved(lambda: _keep_open_keys(job, spec))
     run_dir = _resolved(lambda: str(OmegaConf.select(cfg, "hydra.run.dir") or "outputs"))
     sweep_dir = _resolved(lambda: str(OmegaConf.select(cfg, "hydra.sweep.dir") or "multirun"))
     assert isinstance(spec, LaunchConfig)
     return RunSpec(spec, run_dir, sweep_dir, cfg)
+
+
+def _keep_open_keys(cfg: DictConfig, spec: Any) -> None:
+    """The keys of the open nodes (RLinf's env.*, actor.model.*, ...) that their dataclass does
+    not declare go to its `options`, handed to the entry point in the plan: to_object alone
+    would drop them without a word."""
+    import dataclasses
+
+    for path in OPEN_NODES + tuple(f"{name}.model" for name in ENGINES):
+        if path.startswith("cluster."):
+            continue
+        node = OmegaConf.select(cfg, path)
+        target: Any = spec
+        for part in path.split("."):
+            target = getattr(target, part, None)
+        if not isinstance(node, DictConfig) or not hasattr(target, "options"):
+            continue
+        declared = {f.name for f in dataclasses.fields(target)}
+        values = OmegaConf.to_container(node, resolve=True)
+        assert isinstance(values, dict)
+        extra = {str(k): v for k, v in values.items() if k not in declared}
+        if extra:
+            target.options = {**target.options, **extra}
 
 
 def hydra_record(spec: RunSpec, run_dir: Path) -> dict[str, str]:

@@ -11,7 +11,8 @@ import re
 from typing import Callable, Optional, Sequence
 
 # dicts whose keys the user chooses: Hydra wants `+` there (a declared component, its env)
-FREE_FORM = ("launcher.env.", "components.", "cluster.component_placement.")
+FREE_FORM = ("launcher.env.", "components.", "cluster.component_placement.", "env.", "reward.",
+             "agent.")
 
 
 Suggest = Callable[[str, Sequence[str]], str]  # key, overrides -> ": did you mean 'a.b'?" or ""

@@ -50,6 +50,13 @@ class RolloutBase:
     model_path: Optional[str] = None  # None: the top-level model_path
     offload: bool = False  # release weights/KV between phases (memory saver / sleep mode)
     enable_offload: Optional[bool] = None  # RLinf's spelling of `offload`
+    # RLinf's keys for a backend written without dims and placed: the world size comes from
+    # the placement, tp and pp from these (launcher.planning.sizing)
+    tensor_parallel_size: Optional[int] = None
+    pipeline_parallel_size: Optional[int] = None
+    # env and rollout take turns in this many stages of a batch each (RLinf's pipelined
+    # rollout); the recipe reads it from the plan's engine options
+    pipeline_stage_num: int = 1
     health_timeout_s: float = HEALTH_TIMEOUT_S
     extra_args: List[str] = field(default_factory=list)
 
@@ -78,6 +85,18 @@ class MicroBatchSpec:
 
 
 @dataclass
+class ModelParallel:
+    """RLinf's `actor.model.*` parallel sizes, read for a backend written without dims and
+    placed (the world size from the placement). The node is open: RLinf's other model keys
+    are kept and handed to the entry point with the engine's options."""
+
+    tensor_model_parallel_size: Optional[int] = None
+    pipeline_model_parallel_size: Optional[int] = None
+    context_parallel_size: Optional[int] = None
+    options: Dict[str, Any] = field(default_factory=dict)  # RLinf's other model keys
+
+
+@dataclass
 class TrainEngineBase:
     """actor, critic, ref, teacher. backend None = off; "" = the actor's backend and options;
     a bare name (`fsdp`) = that backend sized for the machine. dtype, gradient_checkpointing
@@ -89,6 +108,8 @@ class TrainEngineBase:
     gradient_checkpointing: bool = False  # recompute each layer in backward (less memory)
     mb_spec: MicroBatchSpec = field(default_factory=MicroBatchSpec)
     offload: OffloadOptions = field(default_factory=OffloadOptions)
+    enable_offload: Optional[bool] = None  # RLinf's: offload weights and optimizer states
+    model: ModelParallel = field(default_factory=ModelParallel)
     extra_args: List[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -137,11 +158,38 @@ class ComponentConfig:
     # an HTTP path to poll (`/health`): each process gets a port (AREAL_WORKER_PORT) and the
     # run waits for it like a server's; None: running is healthy
     health_path: Optional[str] = None
+    # memory per process in GiB, counted on its GPU (or the host, CPU-only) by the memory check
+    mem_gib: Optional[float] = None
+    offload: bool = False  # releases its GPU memory between phases (where it shares GPUs)
+    enable_offload: Optional[bool] = None  # RLinf's spelling of `offload`
+    # handed to the entry point in the plan (`components.<name>.options` in its JSON); under
+    # env/reward/agent also every key the schema does not declare (RLinf's own)
+    options: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class WorkerConfig(ComponentConfig):
+    """env, reward, agent: the worker components RLinf's configs name at the top level. Each
+    runs when it is placed (`cluster.component_placement.env=0-3`) or when anything under it
+    is set (CPU-only then); env and reward start the examples the project ships unless `entry`
+    says otherwise. The node is open: RLinf's own keys (`env.train.*`, ...) are handed to the
+    entry point with the component's options in the plan."""
 
 
 # ----------------------------------------------------------------------------- cluster
-def _engine_keys() -> Dict[str, Optional[str]]:
-    return {name: None for name in ENGINES}
+@dataclass
+class NodeGroupConfig:
+    """One of `cluster.node_groups` (RLinf's form): a label for some node ranks, with what the
+    processes there get (env_configs: node_ranks, python_interpreter_path, env_vars) and what
+    the nodes are (hardware.type; `gpus_per_node: 0` or a non-GPU hardware type: CPU-only)."""
+
+    label: str = MISSING
+    node_ranks: Any = MISSING  # 0-1, 3, or a list
+    env_configs: List[Any] = field(default_factory=list)
+    hardware: Any = None  # {type: Franka, configs: [...]}, or a type name
+    gpus_per_node: Optional[int] = None  # None: the cluster's; 0: CPU-only
+    env: Dict[str, str] = field(default_factory=dict)  # ours: for every node of the group
+    python: Optional[str] = None  # ours: the interpreter for every node of the group
 
 
 @dataclass
@@ -149,8 +197,10 @@ class ClusterConfig:
     num_nodes: Optional[int] = None  # None: this machine (1), or what the plan needs on cpu
     gpus_per_node: Optional[int] = None  # None: the GPUs this machine shows
     device: str = "auto"  # auto | cuda | cpu
-    # keys: engine names, or comma lists of them in YAML ("actor,rollout": all)
-    component_placement: Dict[str, Optional[str]] = field(default_factory=_engine_keys)
+    # keys: component names, or comma lists of them in YAML ("actor,rollout": all); values:
+    # GPU sets, process maps, {node_group, placement} or lists of those (planning.forms)
+    component_placement: Dict[str, Any] = field(default_factory=dict)
+    node_groups: List[Any] = field(default_factory=list)  # NodeGroupConfig each
     # memory per GPU for the memory check; None: what NVML reports here (this machine's
     # GPUs), else `gpu_type`'s from launcher/memory/capacity.py's table (e.g. h100), else unknown
     gpu_memory_gib: Optional[float] = None
@@ -169,6 +219,11 @@ class LaunchConfig:
     critic: TrainEngineBase = field(default_factory=TrainEngineConfig)
     ref: TrainEngineBase = field(default_factory=TrainEngineConfig)
     teacher: TrainEngineBase = field(default_factory=TrainEngineConfig)
+    # RLinf's forward-only copy of the policy (log-probs): on when placed, or backend set
+    inference: TrainEngineBase = field(default_factory=TrainEngineConfig)
+    env: WorkerConfig = field(default_factory=WorkerConfig)  # simulators (RLinf's env)
+    reward: WorkerConfig = field(default_factory=WorkerConfig)  # reward workers or a server
+    agent: WorkerConfig = field(default_factory=WorkerConfig)  # agent/tool processes (CPU)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     # components the user declares by name (+components.sim.entry=sim.py), beside the built-in
@@ -264,4 +319,13 @@ def _open_backend_options() -> Any:
         for key in node[name]:
             if key in backends:
                 OmegaConf.set_struct(node[name][key], False)
+        if "model" in node[name]:
+            OmegaConf.set_struct(node[name]["model"], False)
+    for name in OPEN_NODES:
+        OmegaConf.set_struct(OmegaConf.select(node, name), False)
     return node
+
+
+# nodes whose unknown keys are kept (RLinf's own keys, handed to the entry point) or checked
+# by the planner (placement names) rather than refused by Hydra
+OPEN_NODES = ("env", "reward", "agent", "cluster.component_placement")

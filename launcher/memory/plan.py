@@ -19,7 +19,7 @@ from launcher.planning.resolve import Engine
 from launcher.spec import registry
 from launcher.spec.plan import Plan
 
-FORWARD_ONLY = ("ref", "teacher")
+FORWARD_ONLY = ("ref", "teacher", "inference")
 
 
 def inference_options(engine: Engine) -> InferenceOptions:

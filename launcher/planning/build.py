@@ -6,18 +6,26 @@ config plans the same way everywhere and tests need no GPU.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 from launcher.config.schema import ClusterConfig, LaunchConfig
 from launcher.planning import resolve
-from launcher.planning.components import Worker, split_placement, worker_plan, workers
-from launcher.planning.components import slots_needed as worker_slots
+from launcher.planning.components import (
+    Worker,
+    placed_names,
+    split_placement,
+    worker_plan,
+    workers,
+)
+from launcher.planning.forms import UNBOUNDED, engine_sets, read_placement, virtual_slots
+from launcher.planning.nodes import node_groups
 from launcher.planning.placement import place, slots_needed
 from launcher.planning.ranks import component_plan, weight_sync
-from launcher.planning.sizing import size
+from launcher.planning.sizing import Dims, size
 from launcher.spec.alloc import ModelAllocation
-from launcher.spec.cluster import ClusterSpec
+from launcher.spec.cluster import ClusterSpec, NodeGroup
 from launcher.spec.errors import ConfigError
 from launcher.spec.gpuset import parse_gpu_set
 from launcher.spec.limits import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_NODES
@@ -47,32 +55,44 @@ def build_plan(spec: LaunchConfig, local_gpus: GPUCount = 0,
     give the plan more nodes (Slurm, Ray) or not (this machine): errors advise accordingly.
     """
     warnings: list[str] = []
-    texts, placement = resolve.chosen_backends(spec, explicit, warnings)
-    declared = workers(spec.components)
-    placement, worker_sets = split_placement(placement, declared)
+    texts, raw = resolve.chosen_backends(spec, explicit, warnings)
+    declared = workers(spec, placed_names(raw))
+    raw, worker_raw = split_placement(raw, declared)
     count = local_gpus if callable(local_gpus) else (lambda: local_gpus)
     device = _device(spec.cluster, count)
+    groups = spec.cluster.node_groups
     cluster = None
     if device == "cuda":
         cluster = cuda_cluster(spec.cluster, count, warnings)
+    elif groups or spec.cluster.gpus_per_node is not None:
+        cluster = cpu_cluster(spec.cluster, lambda: max(1, virtual_slots(raw, worker_raw)))
+    # RLinf's forms (process maps, node groups) as global GPU sets: against an unbounded
+    # cluster while a CPU run's size is not known yet (place() checks them again)
+    placement, per_process = engine_sets(raw, cluster or UNBOUNDED)
+    dims = _dims(spec, per_process)
     total = cluster.total_gpus if cluster else 0
+    sized_alone = _placed_inheritors(texts, placement)
+    inheriting = frozenset(n for n in texts if sized_alone[n] != texts[n])
+    texts = sized_alone
     sizing = size(texts, placement, device, total,
-                  lambda text: len(parse_gpu_set(text, cluster)) if cluster else 1)
+                  lambda text: len(parse_gpu_set(text, cluster or UNBOUNDED)), dims)
     texts = sizing.texts
     placement = {**placement, **sizing.placement}
     spec = resolve.with_offload(spec, sizing.release)
-    allocs, inherited = _parse(texts)
+    allocs, inherited = _parse(texts, inheriting)
+    _check_dims(spec, allocs, dims, per_process)
     if cluster is None:
         cluster = cpu_cluster(spec.cluster, lambda: max(slots_needed(allocs, placement),
-                                                        worker_slots(worker_sets)))
+                                                        virtual_slots({}, worker_raw)))
     engines = resolve.engines(spec, allocs, inherited, model_path(spec), cluster.device)
     placed = place(allocs, cluster, placement, {n: e.offload for n, e in engines.items()},
                    more_nodes=more_nodes)
     warnings += placed.warnings
     components = {name: component_plan(name, a, placed.gpus[name], cluster, inherited.get(name))
                   for name, a in allocs.items()}
-    components.update({name: worker_plan(w, worker_sets.get(name), cluster)
-                       for name, w in declared.items()})
+    for name, w in declared.items():
+        at = read_placement(name, worker_raw[name], cluster) if name in worker_raw else None
+        components[name] = worker_plan(w, at, cluster)
     syncs: tuple[WeightSync, ...] = ()
     if "actor" in components and "rollout" in components:
         syncs = (weight_sync(components["actor"], components["rollout"], cluster),)
@@ -83,11 +103,77 @@ def build_plan(spec: LaunchConfig, local_gpus: GPUCount = 0,
     return Planned(plan, engines, spec, (sizing.note,) if sizing.note else (), declared)
 
 
-def _parse(texts: dict[str, Optional[str]]
+def _dims(spec: LaunchConfig, per_process: dict[str, int]) -> Dims:
+    """Each engine's tp/pp/cp for sizing a bare backend: RLinf's keys, else a serving process
+    map's GPUs per process (`0-7:0-3`: 2 GPUs an instance)."""
+    parallel: dict[str, tuple[int, int, int]] = {}
+    said: dict[str, str] = {}
+    for name, keys in _rlinf_parallel(spec).items():
+        sizes = [v or 1 for _, v in keys]
+        for key, v in keys:
+            if v is not None and (isinstance(v, bool) or not 1 <= v <= MAX_GPUS_PER_NODE):
+                raise ConfigError(f"{key}={v}: choose 1 to {MAX_GPUS_PER_NODE}")
+        if any(v is not None for _, v in keys):
+            parallel[name] = (sizes[0], sizes[1], sizes[2])
+            said[name] = " ".join(f"{k}={v}" for k, v in keys if v is not None)
+        elif per_process.get(name, 1) > 1:
+            parallel[name] = (per_process[name], 1, 1)
+            said[name] = f"cluster.component_placement.{name} ({per_process[name]} GPUs a process)"
+    return Dims(parallel, said)
+
+
+def _rlinf_parallel(spec: LaunchConfig) -> dict[str, list[tuple[str, Optional[int]]]]:
+    """engine -> [(key, tp), (key, pp), (key, cp)] as RLinf writes them."""
+    out = {"rollout": [("rollout.tensor_parallel_size", spec.rollout.tensor_parallel_size),
+                       ("rollout.pipeline_parallel_size", spec.rollout.pipeline_parallel_size),
+                       ("rollout.context_parallel_size", None)]}
+    for name in ENGINES[1:]:
+        model = getattr(spec, name).model
+        out[name] = [(f"{name}.model.tensor_model_parallel_size",
+                      model.tensor_model_parallel_size),
+                     (f"{name}.model.pipeline_model_parallel_size",
+                      model.pipeline_model_parallel_size),
+                     (f"{name}.model.context_parallel_size", model.context_parallel_size)]
+    return out
+
+
+def _check_dims(spec: LaunchConfig, allocs: dict[str, ModelAllocation], dims: Dims,
+                per_process: dict[str, int]) -> None:
+    """RLinf's tp keys and a serving process map must agree with dims written in the backend."""
+    for name, alloc in allocs.items():
+        if name in dims.parallel:
+            tp, pp, cp = dims.parallel[name]
+            if (alloc.tp, alloc.pp, alloc.cp) != (tp, pp, cp) and not alloc.hybrid:
+                raise ConfigError(f"{dims.said[name]} but {name}.backend={alloc} has tp "
+                                  f"{alloc.tp}, pp {alloc.pp}, cp {alloc.cp}: say it once (drop "
+                                  "the dims or the keys)")
+        if name in per_process and alloc.is_inference and \
+                per_process[name] != alloc.tp * alloc.pp:
+            raise ConfigError(f"cluster.component_placement.{name} gives each process "
+                              f"{per_process[name]} GPUs but {name}.backend={alloc} has "
+                              f"{alloc.tp * alloc.pp} an instance")
+
+
+def _placed_inheritors(texts: dict[str, Optional[str]], placement: dict[str, Any]
+                       ) -> dict[str, Optional[str]]:
+    """An engine that takes the actor's backend ("") and is placed takes its world size from
+    its placement (RLinf's `inference: 10-11` beside `actor: 12-15`): the actor's backend name,
+    sized like any bare one."""
+    placed = placed_names(placement)
+    out = dict(texts)
+    for name in INHERITING:
+        actor = texts.get("actor")
+        if texts[name] == "" and name in placed and actor is not None:
+            out[name] = str(actor).partition(":")[0].strip() or actor
+    return out
+
+
+def _parse(texts: dict[str, Optional[str]], inheriting: frozenset[str] = frozenset()
            ) -> tuple[dict[str, ModelAllocation], dict[str, str]]:
-    """Parsed allocations of the active engines; "" means the actor's backend."""
+    """Parsed allocations of the active engines; "" means the actor's backend (and so do the
+    names in `inheriting`, sized by their placement already)."""
     allocs: dict[str, ModelAllocation] = {}
-    inherited: dict[str, str] = {}
+    inherited: dict[str, str] = {n: "actor" for n in inheriting}
     for name in ENGINES:
         text = texts[name]
         if text is None:
@@ -130,7 +216,7 @@ def _nodes(cluster: ClusterConfig) -> int:
 def cuda_cluster(cluster: ClusterConfig, count: Callable[[], int],
                  warnings: list[str]) -> ClusterSpec:
     """cluster.* -> ClusterSpec for GPUs: the machine's count unless given."""
-    nodes = _nodes(cluster)
+    groups, cpu_nodes, nodes = _groups(cluster)
     per_node = cluster.gpus_per_node
     if per_node is None:
         per_node = count()
@@ -142,16 +228,35 @@ def cuda_cluster(cluster: ClusterConfig, count: Callable[[], int],
     if nodes * per_node > MAX_GPUS:
         raise ConfigError(f"cluster.num_nodes={nodes} x {per_node} GPUs is more than the "
                           f"{MAX_GPUS} GPUs areal-launch plans for")
-    return ClusterSpec(num_nodes=nodes, gpus_per_node=per_node, device="cuda")
+    node_groups(cluster.node_groups, nodes, per_node)  # the group's GPU count against ours
+    return ClusterSpec(num_nodes=nodes, gpus_per_node=per_node, device="cuda", groups=groups,
+                       cpu_nodes=cpu_nodes)
 
 
 def cpu_cluster(cluster: ClusterConfig, needed: Callable[[], int]) -> ClusterSpec:
     """cluster.* -> ClusterSpec on cpu: GPU slots are virtual, by default what the plan needs."""
-    nodes = _nodes(cluster)
+    groups, cpu_nodes, nodes = _groups(cluster)
     per_node = cluster.gpus_per_node
     if per_node is None:
-        per_node = -(-needed() // nodes)
-    return ClusterSpec(num_nodes=nodes, gpus_per_node=per_node, device="cpu")
+        if any(g.gpus for g in groups):
+            raise ConfigError("cluster.node_groups with GPUs on a CPU run: set "
+                              "cluster.gpus_per_node (the virtual GPU slots of each node)")
+        per_node = max(1, -(-needed() // max(1, nodes - cpu_nodes)))
+    return ClusterSpec(num_nodes=nodes, gpus_per_node=per_node, device="cpu", groups=groups,
+                       cpu_nodes=cpu_nodes)
+
+
+def _groups(cluster: ClusterConfig) -> tuple[tuple[NodeGroup, ...], int, int]:
+    """The node groups, how many nodes are CPU-only (the last ones), and the node count."""
+    if not cluster.node_groups:
+        return (), 0, _nodes(cluster)
+    groups, cpu_nodes, nodes = node_groups(list(cluster.node_groups), cluster.num_nodes,
+                                           cluster.gpus_per_node)
+    if nodes == cpu_nodes:
+        raise ConfigError("cluster.node_groups: every node is CPU-only; the engines need GPU "
+                          "nodes (add nodes: raise cluster.num_nodes)")
+    _nodes(dataclasses.replace(cluster, num_nodes=nodes))
+    return groups, cpu_nodes, nodes
 
 
 def model_path(spec: LaunchConfig) -> str:

@@ -1,11 +1,12 @@
-"""Declared components (`components.<name>`): checked, typed, placed and planned
-(docs/architecture.md §12).
+"""Worker components: checked, typed, placed and planned (docs/architecture.md §12, §15).
 
-The built-in engines (rollout, actor, critic, ref, teacher) go through launcher.planning.resolve;
-any other name the user declares is a component of a kind, today `worker`: plain processes on a
-GPU set (`cluster.component_placement.<name>`, `processes_per_gpu` on each GPU) or CPU-only
-(`processes` of them on the first node). Its plan entry is a ComponentPlan like any other, with
-one instance per process, so placement, the GPU map, the supervisor and the runtime read it by
+The built-in engines (rollout, actor, critic, ref, teacher, inference) go through
+launcher.planning.resolve; workers are plain processes: RLinf's `env`, `reward` and `agent`
+(top-level keys, on when placed or when anything under them is set) and any other name the
+user declares under `components.<name>`. A worker sits on a GPU set (`processes_per_gpu` on
+each GPU), on a process map (`0-3:0-7`, `0-1:0`), on a CPU-only node group, or CPU-only on the
+first node (`processes` of them). Its plan entry is a ComponentPlan like any other, with one
+instance per process, so placement, the GPU map, the supervisor and the runtime read it by
 kind. Pure: no I/O.
 """
 from __future__ import annotations
@@ -14,16 +15,20 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from launcher.config.schema import ComponentConfig, typed
+from launcher.config.schema import ComponentConfig, LaunchConfig, WorkerConfig, typed
+from launcher.planning.forms import Placed
 from launcher.spec import registry
 from launcher.spec.alloc import ModelAllocation
 from launcher.spec.cluster import ClusterSpec
 from launcher.spec.errors import ConfigError, PlacementError
-from launcher.spec.gpuset import parse_gpu_set
-from launcher.spec.plan import ENGINES, ComponentPlan, Instance
+from launcher.spec.plan import ENGINES, WORKERS, ComponentPlan, Instance
 
-MAX_PROCESSES = 4096  # per component: a typo of many digits is an error, not a fork bomb
+MAX_PROCESSES = 1 << 20  # per component: a typo of many digits is an error, not a fork bomb
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,31}$")
+# what RLinf's worker names start when no entry is given: the examples the project ships,
+# each an HTTP service (its health path) the recipe talks to
+SHIPPED = {"env": ("-m recipes.workers.text_env", "/health"),
+           "reward": ("-m recipes.workers.reward_server", "/health")}
 
 
 @dataclass(frozen=True)
@@ -38,17 +43,30 @@ class Worker:
     processes: int = 1
     processes_per_gpu: int = 1
     health_path: Optional[str] = None
+    mem_gib: Optional[float] = None
+    offload: bool = False
+    options: Mapping[str, Any] = field(default_factory=dict)
 
 
-def workers(declared: Mapping[str, Any]) -> dict[str, Worker]:
-    """`components.*` as written -> typed workers, in the order written."""
-    return {str(name): _worker(str(name), typed(f"components.{name}", ComponentConfig, node,
-                                                "a component's keys"))
-            for name, node in declared.items()}
+def workers(spec: LaunchConfig, placed: frozenset[str] = frozenset()) -> dict[str, Worker]:
+    """The run's workers: RLinf's env, reward and agent where on (placed, or something set
+    under them), then `components.*` in the order written."""
+    out: dict[str, Worker] = {}
+    for name in WORKERS:
+        node: WorkerConfig = getattr(spec, name)
+        if name in placed or node != WorkerConfig():
+            out[name] = _worker(name, node, name)
+    for name, raw in spec.components.items():
+        name = str(name)
+        if name in WORKERS:
+            raise ConfigError(f"components.{name}: {name} is a built-in worker; set {name}.* "
+                              f"instead (e.g. {name}.entry=...)")
+        out[name] = _worker(name, typed(f"components.{name}", ComponentConfig, raw,
+                                        "a component's keys"), f"components.{name}")
+    return out
 
 
-def _worker(name: str, node: ComponentConfig) -> Worker:
-    key = f"components.{name}"
+def _worker(name: str, node: ComponentConfig, key: str) -> Worker:
     if name in ENGINES:
         raise ConfigError(f"{key}: {name} is a built-in engine; set {name}.* instead, or "
                           f"declare the component under another name")
@@ -64,14 +82,21 @@ def _worker(name: str, node: ComponentConfig) -> Worker:
         raise ConfigError(f"{key}.backend={backend!r}: choose a worker backend "
                           f"({', '.join(registry.backend_names(registry.WORKER))})")
     entry = str(node.entry or "").strip()
-    if not entry or entry == "-m":
-        raise ConfigError(f"{key}.entry is not set: give the script or module its processes "
-                          f"run (+{key}.entry=path/to/worker.py or '+{key}.entry=-m pkg.mod')")
-    for field in ("processes", "processes_per_gpu"):
-        n = getattr(node, field)
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_PROCESSES:
-            raise ConfigError(f"{key}.{field}={n!r}: choose 1 to {MAX_PROCESSES}")
     health = node.health_path
+    if not entry and name in SHIPPED:
+        entry, health = SHIPPED[name][0], health or SHIPPED[name][1]
+    if not entry or entry == "-m":
+        plus = "+" if key.startswith("components.") else ""
+        raise ConfigError(f"{key}.entry is not set: give the script or module its processes "
+                          f"run ({plus}{key}.entry=path/to/worker.py or "
+                          f"'{plus}{key}.entry=-m pkg.mod')")
+    for count_key in ("processes", "processes_per_gpu"):
+        n = getattr(node, count_key)
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_PROCESSES:
+            raise ConfigError(f"{key}.{count_key}={n!r}: choose 1 to {MAX_PROCESSES}")
+    mem = node.mem_gib
+    if mem is not None and (isinstance(mem, bool) or not 0 <= mem <= 1 << 20):
+        raise ConfigError(f"{key}.mem_gib={mem!r}: GiB per process, from 0 to {1 << 20}")
     if health is not None and (not str(health).strip() or any(c.isspace() for c in str(health))):
         raise ConfigError(f"{key}.health_path={health!r}: an HTTP path such as /health "
                           "(or null: no probe)")
@@ -79,17 +104,20 @@ def _worker(name: str, node: ComponentConfig) -> Worker:
                   args=tuple(str(a) for a in node.args),
                   env={str(k): str(v) for k, v in dict(node.env).items()},
                   processes=int(node.processes), processes_per_gpu=int(node.processes_per_gpu),
-                  health_path=None if health is None else str(health))
+                  health_path=None if health is None else str(health),
+                  mem_gib=None if mem is None else float(mem),
+                  offload=bool(node.offload or node.enable_offload),
+                  options=dict(node.options))
 
 
 def split_placement(placement: Mapping[str, Any], names: Mapping[str, Worker]
-                    ) -> tuple[dict[str, Any], dict[str, str]]:
-    """cluster.component_placement -> (what the engines' placement reads, worker -> GPU set).
+                    ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """cluster.component_placement -> (what the engines' placement reads, worker -> value).
 
-    A comma key may join workers and engines (`actor,env_sim: all`): each gets the same set.
+    A comma key may join workers and engines (`actor,env_sim: all`): each gets the same value.
     """
     engines: dict[str, Any] = {}
-    placed: dict[str, str] = {}
+    placed: dict[str, Any] = {}
     for key, value in placement.items():
         parts = [p.strip() for p in str(key).split(",")]
         mine = [p for p in parts if p in names]
@@ -98,48 +126,51 @@ def split_placement(placement: Mapping[str, Any], names: Mapping[str, Worker]
                 if name in placed:
                     raise PlacementError(f"cluster.component_placement: {name} is placed twice "
                                          f"(place each component once)")
-                placed[name] = str(value)
+                placed[name] = value
         rest = [p for p in parts if p not in names]
         if rest:
             engines[",".join(rest)] = value
     return engines, placed
 
 
-def slots_needed(placed: Mapping[str, str]) -> int:
-    """The GPU slots a CPU run needs for the workers' sets: the highest index + 1 (`all`
-    needs none of its own: it is whatever the engines need)."""
-    unbounded = ClusterSpec(1, 1 << 16, "cpu")  # more virtual slots than any machine runs
-    return max((max(parse_gpu_set(text, unbounded, key=_key(name))) + 1
-                for name, text in placed.items() if text.strip().lower() != "all"), default=0)
+def placed_names(placement: Mapping[str, Any]) -> frozenset[str]:
+    """Every name a placement key holds (`actor,rollout` holds two)."""
+    return frozenset(p.strip() for k, v in placement.items() if v is not None
+                     for p in str(k).split(","))
 
 
 def _key(name: str) -> str:
     return f"cluster.component_placement.{name}"
 
 
-def worker_plan(worker: Worker, text: Optional[str], cluster: ClusterSpec) -> ComponentPlan:
-    """The worker's plan entry: one instance per process, on its GPUs or CPU-only (node 0)."""
+def worker_plan(worker: Worker, placed: Optional[Placed], cluster: ClusterSpec) -> ComponentPlan:
+    """The worker's plan entry: one instance per process, on its GPUs, its process map, its
+    CPU-only nodes, or CPU-only on node 0."""
     key = _key(worker.name)
-    unread = ("processes_per_gpu", worker.processes_per_gpu) if text is None else \
-        ("processes", worker.processes)
-    if unread[1] != 1:  # the other one counts: say so rather than ignore what was set
-        raise ConfigError(f"components.{worker.name}.{unread[0]}={unread[1]} is for a worker "
-                          f"{'placed on GPUs' if text is None else 'without a placement'}; "
-                          + (f"place it ({key}=0-1) or set components.{worker.name}.processes"
-                             if text is None else
-                             f"on {key}={text} set components.{worker.name}.processes_per_gpu"))
-    if text is None:
-        count = worker.processes
-        instances = tuple(Instance(i, (), (0,)) for i in range(count))
+    where = f"components.{worker.name}" if worker.name not in WORKERS else worker.name
+    if placed is None:
+        if worker.processes_per_gpu != 1:
+            raise ConfigError(f"{where}.processes_per_gpu={worker.processes_per_gpu} is for a "
+                              f"worker placed on GPUs; place it ({key}=0-1) or set "
+                              f"{where}.processes")
+        instances = tuple(Instance(i, (), (0,)) for i in range(worker.processes))
         gpus: tuple[int, ...] = ()
     else:
-        gpus = parse_gpu_set(text, cluster, key=key)
+        if worker.processes != 1:
+            raise ConfigError(f"{where}.processes={worker.processes} is for a worker without "
+                              f"a placement; on {key}={placed.text} "
+                              + ("write the count in the process map (GPUS:0-N)" if placed.mapped
+                                 else f"set {where}.processes_per_gpu"))
         per = worker.processes_per_gpu
-        if len(gpus) * per > MAX_PROCESSES:
-            raise PlacementError(f"{key}={text} with components.{worker.name}.processes_per_gpu="
-                                 f"{per} is {len(gpus) * per} processes; at most "
+        if placed.mapped and per != 1:
+            raise ConfigError(f"{where}.processes_per_gpu={per} and the process map {key}="
+                              f"{placed.text} both say how many: keep the map")
+        if len(placed.processes) * per > MAX_PROCESSES:
+            raise PlacementError(f"{key}={placed.text} with {where}.processes_per_gpu={per} is "
+                                 f"{len(placed.processes) * per} processes; at most "
                                  f"{MAX_PROCESSES}")
-        instances = tuple(Instance(i * per + j, (g,), (cluster.node_of(g),))
-                          for i, g in enumerate(gpus) for j in range(per))
+        gpus = placed.gpus
+        instances = tuple(Instance(i * per + j, g, (node,))
+                          for i, (g, node) in enumerate(placed.processes) for j in range(per))
     alloc = ModelAllocation(worker.backend, dp=len(instances))
     return ComponentPlan(name=worker.name, alloc=alloc, gpus=gpus, instances=instances)

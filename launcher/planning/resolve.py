@@ -17,7 +17,7 @@ from launcher.planning.legacy import apply_allocation_mode
 from launcher.spec import registry
 from launcher.spec.alloc import AllocationError, ModelAllocation, parse_backend
 from launcher.spec.errors import ConfigError
-from launcher.spec.plan import ENGINES, INHERITING
+from launcher.spec.plan import ENGINES, INHERITING, ON_WHEN_PLACED
 
 EXAMPLE_DIMS = {registry.SERVE: "d1", registry.TRAIN: "d2"}
 
@@ -68,6 +68,10 @@ def chosen_backends(spec: LaunchConfig, explicit: frozenset[str], warnings: list
     if spec.allocation_mode:
         texts, placement = apply_allocation_mode(str(spec.allocation_mode), texts, placement,
                                                  explicit, warnings)
+    placed = {p.strip() for k, v in placement.items() if v is not None for p in str(k).split(",")}
+    for name in ON_WHEN_PLACED:
+        if texts[name] is None and name in placed:
+            texts[name] = ""  # RLinf's inference: placed means on, a copy of the actor
     return texts, placement
 
 
@@ -109,6 +113,8 @@ def engines(spec: LaunchConfig, allocs: Mapping[str, ModelAllocation],
                                model_path=model_path)
         else:
             parts: OffloadOptions = node.offload
+            if node.enable_offload:  # RLinf's: weights and optimizer states between phases
+                parts = OffloadOptions(optimizer=True, weight=True, grad=parts.grad)
             extra = source.extra_args if name in inherited else node.extra_args
             training = Training(source.dtype or ("float32" if device == "cpu" else "bfloat16"),
                                 bool(source.gradient_checkpointing),

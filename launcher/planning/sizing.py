@@ -17,6 +17,7 @@ from typing import Callable, Mapping, Optional
 
 from launcher.spec import registry
 from launcher.spec.alloc import parse_backend
+from launcher.spec.errors import ConfigError
 
 CPU_SIZE = {registry.SERVE: 1, registry.TRAIN: 2}  # the demo: 1 vLLM server, 2 ranks
 
@@ -32,8 +33,28 @@ class Sizing:
     note: str = ""
 
 
-def _text(backend: str, d: int) -> str:
-    return f"{backend}:d{d}"
+@dataclass(frozen=True)
+class Dims:
+    """How a world size becomes dims: each engine's tp, pp and cp where asked for (RLinf's
+    `rollout.tensor_parallel_size`, `actor.model.tensor_model_parallel_size`, ...), else one
+    instance or rank per GPU (`vllm:d4`)."""
+
+    parallel: Mapping[str, tuple[int, int, int]] = field(default_factory=dict)  # tp, pp, cp
+    said: Mapping[str, str] = field(default_factory=dict)  # engine -> the keys that asked
+
+    def group(self, name: str) -> int:
+        tp, pp, cp = self.parallel.get(name, (1, 1, 1))
+        return tp * pp * cp
+
+    def text(self, name: str, backend: str, world: int) -> str:
+        tp, pp, cp = self.parallel.get(name, (1, 1, 1))
+        unit = tp * pp * cp
+        if world % unit:
+            raise ConfigError(f"{self.said[name]}: {unit} GPUs per copy do not divide the "
+                              f"{world} GPU(s) {name} gets; place it on a multiple of {unit}")
+        parts = [f"d{world // unit}"] + [f"{a}{n}" for a, n in (("t", tp), ("p", pp), ("c", cp))
+                                         if n > 1]
+        return f"{backend}:{''.join(parts)}"
 
 
 def _world(text: Optional[str]) -> int:
@@ -41,7 +62,8 @@ def _world(text: Optional[str]) -> int:
 
 
 def size(texts: Mapping[str, Optional[str]], placement: Mapping[str, Optional[str]],
-         device: str, total_gpus: int, placed_count: Callable[[str], int]) -> Sizing:
+         device: str, total_gpus: int, placed_count: Callable[[str], int],
+         dims: Dims = Dims()) -> Sizing:
     """Fill the dims of bare backend names in `texts` (engine -> text; "" inherits the actor).
 
     total_gpus: the cluster's GPUs (cuda). placed_count(text): how many GPUs a placement text
@@ -57,26 +79,28 @@ def size(texts: Mapping[str, Optional[str]], placement: Mapping[str, Optional[st
     placed = {n.strip(): str(v) for k, v in placement.items() if v is not None
               for n in str(k).split(",")}
     for name in [n for n in bare if n in placed]:
-        out[name] = _text(str(texts[name]).strip(), placed_count(placed[name]))
+        out[name] = dims.text(name, str(texts[name]).strip(), placed_count(placed[name]))
     todo = [n for n in bare if n not in placed and n in ("rollout", "actor")]
     extra = Sizing(out)
     if device == "cpu":
         for name in todo:
-            out[name] = _text(str(texts[name]).strip(), CPU_SIZE[kind[name]])
+            out[name] = dims.text(name, str(texts[name]).strip(),
+                                  CPU_SIZE[kind[name]] * dims.group(name))
         note = "sized for this machine (no GPU): " if todo else ""
     else:
-        extra = _share_gpus(out, todo, total_gpus) if todo else Sizing(out)  # all placed
+        extra = _share_gpus(out, todo, total_gpus, dims) if todo else Sizing(out)  # all placed
         out = extra.texts
         note = f"sized for {total_gpus} GPU(s): " if todo else ""
     actor_world = _world(out.get("actor")) or 1
     for name in [n for n in bare if n not in placed and n not in ("rollout", "actor")]:
-        out[name] = _text(str(texts[name]).strip(), actor_world)
+        out[name] = dims.text(name, str(texts[name]).strip(), actor_world)
     sized = [f"{n}.backend={out[n]}" for n in bare]
     return Sizing(out, extra.placement, extra.release,
                   (note or "sized: ") + " ".join(sized))
 
 
-def _share_gpus(texts: dict[str, Optional[str]], todo: list[str], total: int) -> Sizing:
+def _share_gpus(texts: dict[str, Optional[str]], todo: list[str], total: int,
+                dims: Dims) -> Sizing:
     """Size bare rollout/actor into the GPUs the other engines leave free (see module doc)."""
     out = dict(texts)
     fixed = {n: _world(t) for n, t in texts.items() if n not in todo and t}
@@ -86,19 +110,20 @@ def _share_gpus(texts: dict[str, Optional[str]], todo: list[str], total: int) ->
     free = total - need
     names = {n: str(texts[n]).strip() for n in todo}
     if len(todo) == 2 and free >= 2:
-        out["rollout"] = _text(names["rollout"], free // 2)
-        out["actor"] = _text(names["actor"], free - free // 2)
+        out["rollout"] = dims.text("rollout", names["rollout"], free // 2)
+        out["actor"] = dims.text("actor", names["actor"], free - free // 2)
         return Sizing(out)
     if len(todo) == 1 and free >= 1:
-        out[todo[0]] = _text(names[todo[0]], free)
+        out[todo[0]] = dims.text(todo[0], names[todo[0]], free)
         return Sizing(out)
     if len(todo) == 2:  # one GPU (or none) left: both on it, taking turns
-        out["rollout"], out["actor"] = _text(names["rollout"], 1), _text(names["actor"], 1)
+        out["rollout"] = dims.text("rollout", names["rollout"], 1)
+        out["actor"] = dims.text("actor", names["actor"], 1)
         first = max(0, min(need, total - 1))
         return Sizing(out, {"actor,rollout": str(first)}, ("rollout", "actor"))
     name = todo[0]  # no GPU left: share the other engine's GPUs
     other = "actor" if name == "rollout" else "rollout"
     world = max(1, fixed.get(other, 1))
-    out[name] = _text(names[name], world)
+    out[name] = dims.text(name, names[name], world)
     gpus = "0" if world == 1 else f"0-{world - 1}"  # where the default places the other
     return Sizing(out, {"actor,rollout": gpus}, (name, other))

@@ -1,21 +1,55 @@
-"""The cluster as the pure core sees it: node count, GPUs per node, device kind.
+"""The cluster as the pure core sees it: nodes, GPUs per node, device kind, node groups.
 
-GPUs are numbered globally: g = node * gpus_per_node + local.
+GPUs are numbered globally over the nodes that have them: g = node * gpus_per_node + local.
+Node groups (RLinf's `cluster.node_groups`, docs/architecture.md §15) label sets of nodes, may
+carry their own environment and Python, and may have no GPUs: CPU-only nodes come after every
+GPU node (`cpu_nodes` of the `num_nodes`), so the numbering above holds unchanged.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+ANY_NODE = "node"  # RLinf's reserved label: every node, by node rank
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    """A labelled set of nodes: its ranks, whether they have GPUs, what processes there get."""
+
+    label: str
+    nodes: tuple[int, ...]
+    gpus: bool = True  # False: CPU-only nodes (reward, agent, simulator workers)
+    env: Mapping[str, str] = field(default_factory=dict)  # added to every process there
+    python: Optional[str] = None  # the interpreter processes there run (None: the launcher's)
+    hardware: Optional[str] = None  # what the nodes are (H100, Franka, ...), for people
+
+    def to_dict(self) -> dict:
+        return {"label": self.label, "nodes": list(self.nodes), "gpus": self.gpus,
+                "env": dict(self.env), "python": self.python, "hardware": self.hardware}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "NodeGroup":
+        return cls(str(d["label"]), tuple(int(n) for n in d["nodes"]), bool(d.get("gpus", True)),
+                   {str(k): str(v) for k, v in (d.get("env") or {}).items()}, d.get("python"),
+                   d.get("hardware"))
 
 
 @dataclass(frozen=True)
 class ClusterSpec:
-    num_nodes: int
-    gpus_per_node: int
+    num_nodes: int  # every node, CPU-only ones included
+    gpus_per_node: int  # on each node that has GPUs
     device: str = "cuda"  # "cuda" or "cpu" (cpu: GPU slots are virtual)
+    groups: tuple[NodeGroup, ...] = ()  # declared node groups (none: one group of all nodes)
+    cpu_nodes: int = 0  # the last `cpu_nodes` nodes have no GPUs
+
+    @property
+    def gpu_nodes(self) -> int:
+        return self.num_nodes - self.cpu_nodes
 
     @property
     def total_gpus(self) -> int:
-        return self.num_nodes * self.gpus_per_node
+        return self.gpu_nodes * self.gpus_per_node
 
     def node_of(self, gpu: int) -> int:
         return gpu // self.gpus_per_node
@@ -23,5 +57,23 @@ class ClusterSpec:
     def local_of(self, gpu: int) -> int:
         return gpu % self.gpus_per_node
 
+    def group(self, label: str) -> Optional[NodeGroup]:
+        return next((g for g in self.groups if g.label == label), None)
+
+    def group_of(self, node: int) -> Optional[NodeGroup]:
+        """The first declared group holding `node` (None: no group does)."""
+        return next((g for g in self.groups if node in g.nodes), None)
+
     def to_dict(self) -> dict:
-        return {"num_nodes": self.num_nodes, "gpus_per_node": self.gpus_per_node, "device": self.device}
+        out: dict[str, Any] = {"num_nodes": self.num_nodes, "gpus_per_node": self.gpus_per_node,
+                               "device": self.device}
+        if self.groups or self.cpu_nodes:
+            out["cpu_nodes"] = self.cpu_nodes
+            out["node_groups"] = [g.to_dict() for g in self.groups]
+        return out
+
+    @classmethod
+    def from_dict(cls, c: Mapping[str, Any]) -> "ClusterSpec":
+        return cls(int(c["num_nodes"]), int(c["gpus_per_node"]), str(c.get("device", "cuda")),
+                   tuple(NodeGroup.from_dict(g) for g in c.get("node_groups", ())),
+                   int(c.get("cpu_nodes", 0)))

@@ -22,7 +22,7 @@ def _fail(text: str, key: str, problem: str, fix: str) -> PlacementError:
 
 def _cluster_words(cluster: ClusterSpec) -> str:
     nodes = "node" if cluster.num_nodes == 1 else "nodes"
-    return (f"GPUs 0-{cluster.total_gpus - 1} ({cluster.num_nodes} {nodes} x "
+    return (f"GPUs 0-{cluster.total_gpus - 1} ({cluster.gpu_nodes} {nodes} x "
             f"{cluster.gpus_per_node})")
 
 

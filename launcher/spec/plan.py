@@ -18,8 +18,10 @@ from launcher.spec.cluster import ClusterSpec
 from launcher.spec.registry import TRAIN, WORKER
 
 SCHEMA = 1
-ENGINES = ("rollout", "actor", "critic", "ref", "teacher")  # engine order, everywhere
-INHERITING = ("critic", "ref", "teacher")  # may take the actor's backend ("") and share its GPUs
+ENGINES = ("rollout", "actor", "critic", "ref", "teacher", "inference")  # engine order, everywhere
+INHERITING = ("critic", "ref", "teacher", "inference")  # may take the actor's backend ("") and share its GPUs
+ON_WHEN_PLACED = ("inference",)  # off by default, the actor's backend when placed (RLinf's)
+WORKERS = ("env", "reward", "agent")  # RLinf's worker components, top-level keys of the config
 
 # ----------------------------------------------------------------------------- environment
 # What a started process is told (docs/architecture.md §7). Every reader and writer imports these names.
@@ -310,9 +312,7 @@ class Plan:
         """The plan a `to_dict` wrote (the launcher's own JSON; not for untrusted input)."""
         if d.get("schema") != SCHEMA:
             raise ValueError(f"plan schema {d.get('schema')!r}: this launcher reads {SCHEMA}")
-        c = d["cluster"]
-        return cls(cluster=ClusterSpec(int(c["num_nodes"]), int(c["gpus_per_node"]),
-                                       str(c.get("device", "cuda"))),
+        return cls(cluster=ClusterSpec.from_dict(d["cluster"]),
                    mode=str(d["mode"]),
                    components={n: ComponentPlan.from_dict(n, comp)
                                for n, comp in d["components"].items()},
