@@ -2,7 +2,8 @@
 
 All five engines on 1024 nodes x 8 GPUs (8192 GPUs: rollout 4096, actor and critic sharing 2048,
 ref 1024, teacher 1024), and the same layout scaled down to 128 nodes, measured in one run.
-Targets: 1024 nodes <= 100 ms; 1024 nodes / 128 nodes <= 10x (8x the GPUs: linear or better).
+Targets: 1024 nodes <= 100 ms; 1024 nodes / 128 nodes <= 10x (8x the GPUs: linear or better);
+the same 1024 nodes plus 100 CPU agent processes a node (102400 processes) <= 2x without them.
 The GPU map (terminal and SVG) of the big plan is timed too, for information, and so is the
 whole of `areal-launch plan --json` at 1024 nodes in process (compose the Hydra config, resolve,
 build every process's command line, dump the JSON): target <= 1 s.
@@ -19,6 +20,8 @@ from rich.console import Console
 
 from launcher.cli.launch import counted_request, prepare
 from launcher.cli.render import render_gpu_map, render_svg
+from launcher.planning.components import Worker, worker_plan
+from launcher.planning.forms import read_placement
 from launcher.planning.placement import place
 from launcher.planning.ranks import component_plan, weight_sync
 from launcher.spec.alloc import parse_backend
@@ -35,12 +38,22 @@ def specs(nodes: int) -> dict[str, str]:
             "teacher": f"fsdp:d{128 * k}"}
 
 
-def plan(nodes: int) -> Plan:
+AGENT = Worker(name="agent", backend="process", entry="agent.py")
+
+
+def plan(nodes: int, agents_per_node: int = 0) -> Plan:
+    """The layout above; with `agents_per_node`, CPU agent processes on every node too
+    (RLinf's `agent: {node_group: node, placement: 0-1023:0-102399}`)."""
     cluster = ClusterSpec(nodes, 8)
     allocs = {name: parse_backend(spec) for name, spec in specs(nodes).items()}
     placed = place(allocs, cluster, {}, {name: True for name in allocs})
     components = {name: component_plan(name, alloc, placed.gpus[name], cluster)
                   for name, alloc in allocs.items()}
+    if agents_per_node:
+        value = {"node_group": "node",
+                 "placement": f"0-{nodes - 1}:0-{nodes * agents_per_node - 1}"}
+        components["agent"] = worker_plan(AGENT, read_placement("agent", value, cluster),
+                                          cluster)
     sync = weight_sync(components["actor"], components["rollout"], cluster)
     return Plan(cluster, placed.mode, components, (sync,), warnings=placed.warnings)
 
@@ -75,10 +88,11 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=15)
     runs = ap.parse_args().runs
     plan(128).to_dict(), plan(1024).to_dict()  # warm up
-    small, big, loop = [], [], []
+    small, big, agents, loop = [], [], [], []
     for _ in range(runs):  # interleaved so load changes hit all alike
         small += timed(lambda: plan(128).to_dict(), 1)
         big += timed(lambda: plan(1024).to_dict(), 1)
+        agents += timed(lambda: plan(1024, agents_per_node=100).to_dict(), 1)
         loop += timed(reference_loop, 1)
     s, b = statistics.median(small), statistics.median(big)
     p = plan(1024)
@@ -87,6 +101,9 @@ def main() -> None:
     print(f"plan 1024 nodes x 8  median {b * 1000:7.1f} ms  (min {min(big) * 1000:.1f})  "
           f"target <= 100 ms; {pairs} weight-sync pairs")
     print(f"ratio 1024/128 nodes: {b / s:.2f}x (8x the GPUs; target <= 10x)")
+    a = statistics.median(agents)
+    print(f"plan 1024 nodes + 100 CPU agents a node  median {a * 1000:7.1f} ms  "
+          f"(min {min(agents) * 1000:.1f}); ratio to without: {a / b:.2f}x (target <= 2x)")
     print(f"reference loop (machine load) median {statistics.median(loop) * 1000:.1f} ms "
           f"(min {min(loop) * 1000:.1f})")
     console = Console(file=io.StringIO(), width=200, color_system=None)

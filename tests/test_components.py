@@ -14,6 +14,7 @@ from launcher.backends.context import LaunchContext
 from launcher.backends.processes import build_processes
 from launcher.planning.build import build_plan
 from launcher.spec.errors import ConfigError, PlacementError
+from launcher.spec.plan import Plan
 from tests.areal_launch import ROOT, one_error_line, run
 from tests.plans import config
 
@@ -29,7 +30,8 @@ def test_a_cpu_worker_is_a_component_of_kind_worker_with_one_instance_per_proces
     sim = plan["components"]["sim"]
     assert (sim["kind"], sim["backend"], sim["world_size"], sim["gpus"]) == \
         ("worker", "process", 3, [])
-    assert [i["index"] for i in sim["instances"]] == [0, 1, 2]
+    assert sim["runs"] == [{"first": 0, "count": 3, "gpus": [], "node": 0}]  # one run
+    assert [i.index for i in Plan.from_dict(plan).components["sim"].instances] == [0, 1, 2]
     assert plan["components"]["actor"]["kind"] == "train"
     assert plan["components"]["rollout"]["kind"] == "serve"
 

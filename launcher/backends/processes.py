@@ -10,7 +10,14 @@ from launcher.backends.context import LaunchContext
 from launcher.backends.protocol import serve_backend, worker_backend
 from launcher.backends.servers import served_model_name
 from launcher.backends.torchrun import trainer_processes
-from launcher.spec.plan import Plan, ProcessSpec
+from launcher.spec.plan import (
+    CONTRACT_PREFIX,
+    MAX_ENV_ADDRS,
+    Plan,
+    ProcessSpec,
+    component_addrs_env,
+    host_placeholder,
+)
 
 
 def build_processes(planned: Any, entry: str, entry_args: Sequence[str],
@@ -31,13 +38,39 @@ def build_processes(planned: Any, entry: str, entry_args: Sequence[str],
             addrs += made.addrs
             warnings += made.warnings
             served = served_model_name(engine.options)
-    trainers = trainer_processes(plan, planned.engines, entry, entry_args, ctx, addrs, served)
     workers = [p for comp in plan.components.values() if comp.is_worker
                for p in worker_backend(comp.backend).workers(
                    comp, plan, planned.workers[comp.name], ctx, addrs)]
-    processes = tuple(servers) + tuple(workers) + tuple(trainers)
+    trainers = trainer_processes(plan, planned.engines, entry, entry_args, ctx, addrs, served)
+    told = coordination(workers)
+    processes = tuple(servers) + tuple(on_node(plan, p, ctx.python, told)
+                                       for p in workers + trainers)
     names = [p.name for p in processes]
     if len(set(names)) != len(names):  # a bug here, not a user mistake
         raise AssertionError(f"duplicate process names: {names}")
     return dataclasses.replace(plan, processes=processes,
                                warnings=tuple(plan.warnings) + tuple(warnings))
+
+
+def coordination(workers: Sequence[ProcessSpec]) -> dict[str, str]:
+    """`AREAL_<NAME>_ADDRS` for each worker component that answers on a port (host:port,...,
+    in process order), as AREAL_LLM_SERVER_ADDRS is for the servers; the plan has them too."""
+    addrs: dict[str, list[str]] = {}
+    for p in workers:
+        if p.ports:
+            addrs.setdefault(p.component, []).append(f"{host_placeholder(p.node)}:{p.ports[0]}")
+    told = {component_addrs_env(name): ",".join(a) for name, a in addrs.items()}
+    return {k: v for k, v in told.items() if len(v) <= MAX_ENV_ADDRS}
+
+
+def on_node(plan: Plan, p: ProcessSpec, python: str, told: dict[str, str]) -> ProcessSpec:
+    """A trainer or worker as its node group has it (the group's environment below the
+    launcher's own variables, the group's interpreter), told where every worker answers."""
+    group = plan.cluster.group_of(p.node)
+    env = {**p.env, **told}
+    argv = p.argv
+    if group is not None:
+        env.update({k: v for k, v in group.env.items() if not k.startswith(CONTRACT_PREFIX)})
+        if group.python and argv and argv[0] == python:
+            argv = (group.python, *argv[1:])
+    return dataclasses.replace(p, env=env, argv=argv)

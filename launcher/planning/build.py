@@ -85,14 +85,16 @@ def build_plan(spec: LaunchConfig, local_gpus: GPUCount = 0,
         cluster = cpu_cluster(spec.cluster, lambda: max(slots_needed(allocs, placement),
                                                         virtual_slots({}, worker_raw)))
     engines = resolve.engines(spec, allocs, inherited, model_path(spec), cluster.device)
-    placed = place(allocs, cluster, placement, {n: e.offload for n, e in engines.items()},
-                   more_nodes=more_nodes)
+    at = {name: read_placement(name, value, cluster) for name, value in worker_raw.items()}
+    offload = {**{n: e.offload for n, e in engines.items()},
+               **{n: w.offload for n, w in declared.items()}}
+    placed = place(allocs, cluster, placement, offload, more_nodes=more_nodes,
+                   workers={n: a.gpus for n, a in at.items()})
     warnings += placed.warnings
     components = {name: component_plan(name, a, placed.gpus[name], cluster, inherited.get(name))
                   for name, a in allocs.items()}
     for name, w in declared.items():
-        at = read_placement(name, worker_raw[name], cluster) if name in worker_raw else None
-        components[name] = worker_plan(w, at, cluster)
+        components[name] = worker_plan(w, at.get(name), cluster)
     syncs: tuple[WeightSync, ...] = ()
     if "actor" in components and "rollout" in components:
         syncs = (weight_sync(components["actor"], components["rollout"], cluster),)

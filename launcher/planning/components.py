@@ -21,7 +21,7 @@ from launcher.spec import registry
 from launcher.spec.alloc import ModelAllocation
 from launcher.spec.cluster import ClusterSpec
 from launcher.spec.errors import ConfigError, PlacementError
-from launcher.spec.plan import ENGINES, WORKERS, ComponentPlan, Instance
+from launcher.spec.plan import ENGINES, WORKERS, ComponentPlan, Runs
 
 MAX_PROCESSES = 1 << 20  # per component: a typo of many digits is an error, not a fork bomb
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,31}$")
@@ -153,7 +153,7 @@ def worker_plan(worker: Worker, placed: Optional[Placed], cluster: ClusterSpec) 
             raise ConfigError(f"{where}.processes_per_gpu={worker.processes_per_gpu} is for a "
                               f"worker placed on GPUs; place it ({key}=0-1) or set "
                               f"{where}.processes")
-        instances = tuple(Instance(i, (), (0,)) for i in range(worker.processes))
+        instances = Runs([(0, worker.processes, (), 0)])
         gpus: tuple[int, ...] = ()
     else:
         if worker.processes != 1:
@@ -165,12 +165,15 @@ def worker_plan(worker: Worker, placed: Optional[Placed], cluster: ClusterSpec) 
         if placed.mapped and per != 1:
             raise ConfigError(f"{where}.processes_per_gpu={per} and the process map {key}="
                               f"{placed.text} both say how many: keep the map")
-        if len(placed.processes) * per > MAX_PROCESSES:
+        if placed.processes * per > MAX_PROCESSES:
             raise PlacementError(f"{key}={placed.text} with {where}.processes_per_gpu={per} is "
-                                 f"{len(placed.processes) * per} processes; at most "
+                                 f"{placed.processes * per} processes; at most "
                                  f"{MAX_PROCESSES}")
         gpus = placed.gpus
-        instances = tuple(Instance(i * per + j, g, (node,))
-                          for i, (g, node) in enumerate(placed.processes) for j in range(per))
+        runs, first = [], 0
+        for g, node, count in placed.runs:
+            runs.append((first, count * per, g, node))
+            first += count * per
+        instances = Runs(runs)
     alloc = ModelAllocation(worker.backend, dp=len(instances))
     return ComponentPlan(name=worker.name, alloc=alloc, gpus=gpus, instances=instances)

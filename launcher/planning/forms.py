@@ -21,17 +21,18 @@ from launcher.spec.errors import PlacementError
 from launcher.spec.gpuset import format_gpu_set, parse_gpu_set
 
 MAX_MAPPED = 1 << 20  # processes in one process map: bounded before any list is built
+Run = tuple[tuple[int, ...], int, int]  # (GPUs, node, how many processes hold them)
 
 
 @dataclass(frozen=True)
 class Placed:
-    """Where one component goes: its GPUs (global; empty: CPU-only) and, for each of its
-    processes, the GPUs it holds and its node."""
+    """Where one component goes: its GPUs (global; empty: CPU-only) and its processes as runs
+    of processes that hold the same GPUs on the same node (a hundred agents a node: one run)."""
 
     key: str  # the placement key, for messages (`env`, `actor,rollout`)
     text: str  # as the user wrote it, for messages
     gpus: tuple[int, ...]
-    processes: tuple[tuple[tuple[int, ...], int], ...]  # (gpus, node) per process
+    runs: tuple[Run, ...]
     mapped: bool  # written as a process map (or on a CPU-only group)
     groups: tuple[str, ...] = ()  # node-group labels it names
 
@@ -40,8 +41,12 @@ class Placed:
         return not self.gpus
 
     @property
+    def processes(self) -> int:
+        return sum(r[2] for r in self.runs)
+
+    @property
     def gpus_per_process(self) -> int:
-        return max((len(g) for g, _ in self.processes), default=1)
+        return max((len(r[0]) for r in self.runs), default=1)
 
 
 def shown(value: Any) -> str:
@@ -64,7 +69,7 @@ def read_placement(key: str, value: Any, cluster: ClusterSpec) -> Placed:
         raise _fail(key, value, "an empty list", "give a GPU set or {node_group: ..., "
                     "placement: ...} items")
     gpus: list[int] = []
-    procs: list[tuple[tuple[int, ...], int]] = []
+    runs: list[Run] = []
     labels: list[str] = []
     mapped = False
     for item in items:
@@ -72,18 +77,24 @@ def read_placement(key: str, value: Any, cluster: ClusterSpec) -> Placed:
         if label is not None:
             labels.append(label)
         part = _one(key, item, label, text, cluster)
+        first, done = _first_process(text), sum(r[2] for r in runs)
+        if first is not None and first != done:
+            word = "placed twice" if first < done else "left out"
+            span = f"{first}-{done - 1}" if first < done else f"{done}-{first - 1}"
+            raise _fail(key, value, f"processes {span} are {word}", "number each item's "
+                        f"processes on from the last one's (here from {done})")
         for g in part.gpus:
             if g in gpus:
                 raise _fail(key, value, f"GPU {g} is placed twice", "give each item its own GPUs")
         gpus += part.gpus
-        procs += part.processes
+        runs += part.runs
         mapped = mapped or part.mapped
-        if len(procs) > MAX_MAPPED:
+        if sum(r[2] for r in runs) > MAX_MAPPED:
             raise _fail(key, value, f"more than {MAX_MAPPED} processes", "use fewer")
-    if gpus and len({bool(g) for g, _ in procs}) > 1:
+    if gpus and len({bool(r[0]) for r in runs}) > 1:
         raise _fail(key, value, "mixes GPU and CPU-only items", "place a component on GPUs or "
                     "on CPU-only nodes, not both")
-    return Placed(key, shown(value), tuple(gpus), tuple(procs), mapped, tuple(labels))
+    return Placed(key, shown(value), tuple(gpus), tuple(runs), mapped, tuple(labels))
 
 
 def _label_and_text(key: str, item: Any, cluster: ClusterSpec) -> tuple[Optional[str], str]:
@@ -117,7 +128,7 @@ def _one(key: str, item: Any, label: Optional[str], text: str, cluster: ClusterS
         nodes = _nodes(key, item, left, label, group, cluster)
         count = len(nodes) if not colon else _count(key, item, right)
         return Placed(key, text, (), _spread(key, item, [((), n) for n in nodes], count),
-                      True, ())
+                      True)
     universe = _gpu_universe(group, cluster)
     local = parse_gpu_set(left, ClusterSpec(1, len(universe), cluster.device), key=key) \
         if universe else ()
@@ -125,7 +136,8 @@ def _one(key: str, item: Any, label: Optional[str], text: str, cluster: ClusterS
         raise _fail(key, item, "the cluster has no GPUs", "place it on a CPU-only group")
     gpus = tuple(universe[i] for i in local)
     if not colon:
-        return Placed(key, text, gpus, tuple(((g,), cluster.node_of(g)) for g in gpus), False)
+        return Placed(key, text, gpus, tuple(((g,), cluster.node_of(g), 1) for g in gpus),
+                      False)
     count = _count(key, item, right)
     slots = [((g,), cluster.node_of(g)) for g in gpus]
     return Placed(key, text, gpus, _spread(key, item, slots, count, cluster), True)
@@ -152,6 +164,13 @@ def _nodes(key: str, item: Any, text: str, label: Optional[str], group: Optional
     return [pool[i] for i in local]
 
 
+def _first_process(text: str) -> Optional[int]:
+    """The first process a process map names (None: not a map)."""
+    left, colon, right = text.partition(":")
+    head = right.strip().split("-")[0].strip()
+    return int(head) if colon and head.isdigit() and len(head) <= 7 else None
+
+
 def _count(key: str, item: Any, text: str) -> int:
     """How many processes PROCESSES names: a contiguous range from 0 (`0-7`) or one (`0`)."""
     try:
@@ -165,7 +184,7 @@ def _count(key: str, item: Any, text: str) -> int:
 
 
 def _spread(key: str, item: Any, slots: Sequence[tuple[tuple[int, ...], int]], count: int,
-            cluster: Optional[ClusterSpec] = None) -> tuple[tuple[tuple[int, ...], int], ...]:
+            cluster: Optional[ClusterSpec] = None) -> tuple[Run, ...]:
     """`count` processes over `slots` (GPUs, or CPU nodes): several a slot in blocks, or for
     GPUs several slots a process (one node each)."""
     n = len(slots)
@@ -173,8 +192,7 @@ def _spread(key: str, item: Any, slots: Sequence[tuple[tuple[int, ...], int]], c
         if count % n:
             raise _fail(key, item, f"{count} processes do not divide evenly over {n} "
                         f"{'GPUs' if cluster else 'nodes'}", f"use a multiple of {n}")
-        per = count // n
-        return tuple(slots[j // per] for j in range(count))
+        return tuple((gpus, node, count // n) for gpus, node in slots)
     if cluster is None:  # CPU nodes: a process runs on one node
         raise _fail(key, item, f"{count} processes on {n} nodes", "give each node a process "
                     f"at least (processes 0-{n - 1})")
@@ -189,7 +207,7 @@ def _spread(key: str, item: Any, slots: Sequence[tuple[tuple[int, ...], int]], c
         if len(nodes) > 1:
             raise _fail(key, item, f"process {j} would hold GPUs {format_gpu_set(block)} on "
                         f"{len(nodes)} nodes", "a process's GPUs sit on one node")
-        out.append((block, cluster.node_of(block[0])))
+        out.append((block, cluster.node_of(block[0]), 1))
     return tuple(out)
 
 
@@ -213,7 +231,7 @@ def engine_sets(raw: Mapping[str, Any], cluster: ClusterSpec
         if placed.mapped:
             for name in (p.strip() for p in key.split(",")):
                 per_process[name] = placed.gpus_per_process
-                if len(placed.processes) > len(placed.gpus):
+                if placed.processes > len(placed.gpus):
                     raise _fail(key, value, f"{name} runs one process per GPU or fewer",
                                 f"give it processes 0-{len(placed.gpus) - 1} at most")
         out[key] = format_gpu_set(placed.gpus)

@@ -17,7 +17,7 @@ from launcher.spec.alloc import ModelAllocation
 from launcher.spec.cluster import ClusterSpec
 from launcher.spec.errors import PlacementError
 from launcher.spec.gpuset import format_gpu_set, parse_gpu_set
-from launcher.spec.plan import ENGINES, INHERITING
+from launcher.spec.plan import ENGINES, INHERITING, WORKERS
 
 __all__ = ["Placement", "parse_gpu_set", "format_gpu_set", "parse_placement_keys",
            "slots_needed", "place", "offload_option"]
@@ -128,7 +128,10 @@ def slots_needed(allocs: Mapping[str, ModelAllocation],
 
 def offload_option(name: str) -> str:
     """The override that turns offload on for `name` (what the sharing warning suggests)."""
-    return "rollout.offload=true" if name == "rollout" else f"{name}.offload.weight=true"
+    if name == "rollout" or name in WORKERS:
+        return f"{name}.offload=true"
+    return f"{name}.offload.weight=true" if name in ENGINES else \
+        f"components.{name}.offload=true"
 
 
 def _words(items: Sequence[str]) -> str:
@@ -218,8 +221,12 @@ def _sharing_warnings(gpus: Mapping[str, tuple[int, ...]], offload: Mapping[str,
 
 def place(allocs: Mapping[str, ModelAllocation], cluster: ClusterSpec,
           component_placement: Mapping[str, PlacementValue],
-          offload: Optional[Mapping[str, bool]] = None, more_nodes: bool = True) -> Placement:
-    """GPUs for every engine in `allocs` (rollout, actor, critic, ref, teacher: the active ones).
+          offload: Optional[Mapping[str, bool]] = None, more_nodes: bool = True,
+          workers: Optional[Mapping[str, tuple[int, ...]]] = None) -> Placement:
+    """GPUs for every engine in `allocs` (rollout, actor, critic, ref, teacher, inference: the
+    active ones). `workers`: the GPUs the worker components were placed on (they count for
+    the sharing warnings and idle GPUs, not the mode: that is the engines'; `offload` holds
+    theirs too).
 
     Raises PlacementError for anything that cannot run: sets outside the cluster, a set whose
     size is not the engine's world size, too few GPUs, an instance or tp group across a node.
@@ -243,8 +250,9 @@ def place(allocs: Mapping[str, ModelAllocation], cluster: ClusterSpec,
     for name, alloc in allocs.items():
         check = check_inference if alloc.is_inference else check_training
         check(name, alloc, gpus[name], cluster)
-    warnings = _sharing_warnings(gpus, offload)
-    busy = set().union(*map(set, gpus.values())) if gpus else set()
+    every = {**gpus, **{n: g for n, g in (workers or {}).items() if g}}
+    warnings = _sharing_warnings(every, offload)
+    busy = set().union(*map(set, every.values())) if every else set()
     idle = [g for g in range(cluster.total_gpus) if g not in busy]
     if idle:
         fix = "lower cluster.num_nodes, use larger backends" if cluster.num_nodes > 1 else \

@@ -7,6 +7,7 @@ every runner share one reader. Built by `launcher.planning.build.build_plan`; no
 """
 from __future__ import annotations
 
+import bisect
 import ipaddress
 import json
 import re
@@ -29,6 +30,7 @@ ENV_PLAN = "AREAL_LAUNCH_PLAN"  # path of the plan JSON
 ENV_RUN_DIR = "AREAL_RUN_DIR"  # the run folder
 ENV_COMPONENT = "AREAL_COMPONENT"  # the engine(s) a process serves: "actor" or "actor,ref"
 ENV_SERVER_ADDRS = "AREAL_LLM_SERVER_ADDRS"  # host:port,... of the rollout servers (when short)
+ENV_COMPONENT_ADDRS = "AREAL_{NAME}_ADDRS"  # host:port,... of a worker component with a port
 ENV_HOSTS = "AREAL_HOSTS"  # every plan node's address, in order: fills the plan's placeholders
 MAX_ENV_ADDRS = 32 * 1024  # longer address lists stay in the plan (Linux caps a variable at 128K)
 ENV_SERVED_MODEL = "AREAL_SERVED_MODEL_NAME"  # the model name the servers answer to
@@ -45,6 +47,11 @@ DEFAULT_SERVED_MODEL = "policy"  # stable, so trainers can name the model in req
 # a real node's address becomes 0.0.0.0, so others reach it whatever the name resolves to.
 _PLACEHOLDER = re.compile(r"@@AREAL_(NODE|BIND)_(\d+)@@")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def component_addrs_env(name: str) -> str:
+    """The variable that holds where component `name`'s processes answer (AREAL_REWARD_ADDRS)."""
+    return ENV_COMPONENT_ADDRS.replace("{NAME}", name.upper())
 
 
 def host_placeholder(node: int) -> str:
@@ -134,6 +141,49 @@ class Instance:
         return cls(int(d["index"]), tuple(d["gpus"]), tuple(d["nodes"]))
 
 
+class Runs(Sequence[Instance]):
+    """A worker component's processes as runs of `count` on the same GPUs and node (first,
+    count, gpus, node): hundreds of CPU agents a node plan and print as one run a node, and
+    read as Instances one by one (len, index and iteration as a tuple's)."""
+
+    def __init__(self, runs: Sequence[tuple[int, int, tuple[int, ...], int]]) -> None:
+        self.runs = tuple(runs)
+        self._starts = [r[0] for r in self.runs]
+        self._len = sum(r[1] for r in self.runs)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self) -> Any:
+        for first, count, gpus, node in self.runs:
+            for j in range(count):
+                yield Instance(first + j, gpus, (node,))
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return tuple(self)[i]
+        i = i + self._len if i < 0 else i
+        if not 0 <= i < self._len:
+            raise IndexError(i)
+        k = bisect.bisect_right(self._starts, i) - 1
+        first, _, gpus, node = self.runs[k]
+        return Instance(i, gpus, (node,))
+
+    def __eq__(self, other: object) -> bool:
+        return tuple(self) == tuple(other) if isinstance(other, Sequence) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.runs)
+
+    def to_list(self) -> list[dict]:
+        return [{"first": f, "count": c, "gpus": list(g), "node": n} for f, c, g, n in self.runs]
+
+    @classmethod
+    def from_list(cls, items: Sequence[Mapping[str, Any]]) -> "Runs":
+        return cls([(int(r["first"]), int(r["count"]), tuple(int(g) for g in r["gpus"]),
+                     int(r["node"])) for r in items])
+
+
 @dataclass(frozen=True)
 class SyncPair:
     """Training rank `rank` sends weights to tp rank `tp` of rollout instance `instance`."""
@@ -215,7 +265,7 @@ class ComponentPlan:
     inherited_from: Optional[str] = None
     gpus: tuple[int, ...] = ()
     ranks: tuple[Rank, ...] = ()
-    instances: tuple[Instance, ...] = ()
+    instances: Sequence[Instance] = ()  # a worker's: Runs
 
     @property
     def backend(self) -> str:
@@ -248,7 +298,9 @@ class ComponentPlan:
             "parallel": self.alloc.to_dict(),
             "gpus": list(self.gpus),
         }
-        if self.kind != TRAIN:
+        if isinstance(self.instances, Runs):
+            out["runs"] = self.instances.to_list()
+        elif self.kind != TRAIN:
             out["instances"] = [i.to_dict() for i in self.instances]
         else:
             out["ranks"] = [r.to_dict() for r in self.ranks]
@@ -259,7 +311,8 @@ class ComponentPlan:
         return cls(name=name, alloc=parse_backend(str(d["spec"])),
                    inherited_from=d.get("inherited_from"), gpus=tuple(d.get("gpus", ())),
                    ranks=tuple(Rank.from_dict(r) for r in d.get("ranks", ())),
-                   instances=tuple(Instance.from_dict(i) for i in d.get("instances", ())))
+                   instances=Runs.from_list(d["runs"]) if "runs" in d else
+                   tuple(Instance.from_dict(i) for i in d.get("instances", ())))
 
 
 INDENT_UP_TO = 256  # processes

@@ -1,0 +1,203 @@
+"""RLinf's worlds as written (docs/architecture.md §15): its three example configs from the
+execution-modes document as YAML in a user folder, its components (inference, env, reward,
+agent), placement forms (process maps, node groups, the dict form) and world sizes taken from
+the placement. All at the plan level: each case costs milliseconds; the real runs are in
+tests/test_rlinf_runs.py."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from launcher.backends.context import LaunchContext
+from launcher.backends.processes import build_processes
+from launcher.config.compose import ConfigSource, compose_config, open_config, run_spec
+from launcher.planning.build import build_plan
+from launcher.spec.errors import ConfigError, PlacementError
+from tests.areal_launch import one_error_line, run
+
+GPU2x8 = "cluster: {num_nodes: 2, gpus_per_node: 8, device: cuda, component_placement: "
+EXAMPLES = {  # the document's three configs, as a user writes them over our defaults
+    "collocated": GPU2x8 + '{"actor,rollout": all}}\n',
+    "disaggregated": GPU2x8 + "{rollout: 0-9, inference: 10-11, actor: 12-15}}\n",
+    "hybrid": ("cluster: {num_nodes: 1, gpus_per_node: 8, device: cuda, component_placement: "
+               "{actor: 0-7, env: 0-3, rollout: 4-7}}\n"
+               "env: {enable_offload: true}\n"
+               "rollout: {enable_offload: true, pipeline_stage_num: 2}\n"
+               "actor: {enable_offload: true}\n"),
+}
+
+
+@pytest.fixture(scope="module")
+def user_folder(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("rlinf")
+    for name, body in EXAMPLES.items():
+        (folder / f"{name}.yaml").write_text("defaults: [config, _self_]\n" + body)
+    return folder
+
+
+def plan_of(overrides=(), source=ConfigSource()):
+    open_config(source)
+    try:
+        return build_plan(run_spec(compose_config(list(overrides))).config, local_gpus=0).plan
+    finally:
+        open_config(ConfigSource())
+
+
+def layout(plan):
+    return {n: (str(c.alloc), c.gpus) for n, c in plan.components.items()}
+
+
+@pytest.mark.parametrize("name", list(EXAMPLES))
+def test_the_documents_example_configs_plan_from_a_user_folder(user_folder, name):
+    out = run("plan", "--json", "-cd", str(user_folder), "-cn", name)
+    assert out.returncode == 0, out.stderr
+    plan = json.loads(out.stdout)
+    got = {n: (c["spec"], c["gpus"]) for n, c in plan["components"].items()}
+    if name == "collocated":
+        assert got == {"rollout": ("vllm:d16", list(range(16))),
+                       "actor": ("fsdp:d16", list(range(16)))} and plan["mode"] == "collocated"
+    elif name == "disaggregated":
+        assert got == {"rollout": ("vllm:d10", list(range(10))),
+                       "actor": ("fsdp:d4", list(range(12, 16))),
+                       "inference": ("fsdp:d2", [10, 11])}
+        assert plan["components"]["inference"]["inherited_from"] == "actor"
+        assert plan["mode"] == "disaggregated"
+    else:
+        assert got == {"rollout": ("vllm:d4", [4, 5, 6, 7]), "actor": ("fsdp:d8", list(range(8))),
+                       "env": ("process:d4", [0, 1, 2, 3])}
+        assert plan["mode"] == "hybrid"
+        options = plan["engine_options"]
+        assert options["actor"]["offload"]["weight"] and options["actor"]["offload"]["optimizer"]
+        assert options["rollout"]["offload"] is True
+        assert not any("compete for GPU memory" in w for w in plan["warnings"])
+
+
+def test_inference_is_a_forward_only_training_engine():
+    plan = plan_of(["cluster.device=cuda", "cluster.gpus_per_node=8",
+                    "cluster.component_placement.rollout=0-3",
+                    "cluster.component_placement.inference=4-5",
+                    "cluster.component_placement.actor=6-7"])
+    inference = plan.components["inference"]
+    assert (inference.kind, inference.inherited_from, str(inference.alloc)) == \
+        ("train", "actor", "fsdp:d2")
+
+
+def test_rlinf_tp_keys_size_a_bare_placed_backend():
+    plan = plan_of(["cluster.device=cuda", "cluster.gpus_per_node=8", "actor.backend=megatron",
+                    "cluster.component_placement.rollout=0-3",
+                    "cluster.component_placement.actor=4-7", "rollout.tensor_parallel_size=2",
+                    "actor.model.tensor_model_parallel_size=2",
+                    "actor.model.pipeline_model_parallel_size=2"])
+    assert str(plan.components["rollout"].alloc) == "vllm:d2t2"
+    assert str(plan.components["actor"].alloc) == "megatron:p2t2"
+
+
+def test_a_serving_process_map_gives_each_instance_its_gpus():
+    plan = plan_of(["cluster.device=cuda", "cluster.gpus_per_node=8",
+                    "cluster.component_placement.rollout='0-3:0-1'",
+                    "cluster.component_placement.actor=4-7"])
+    assert layout(plan)["rollout"] == ("vllm:d2t2", (0, 1, 2, 3))
+
+
+@pytest.mark.parametrize("overrides, needle", [
+    (["rollout.tensor_parallel_size=3"], "3 GPUs per copy do not divide the 4 GPU(s)"),
+    (["rollout.backend=vllm:d4", "rollout.tensor_parallel_size=2"], "say it once"),
+    (["actor.backend=fsdp:d4"], None),
+])
+def test_tp_keys_and_dims_agree_or_one_error(overrides, needle):
+    base = ["cluster.device=cuda", "cluster.gpus_per_node=8",
+            "cluster.component_placement.rollout=0-3", "cluster.component_placement.actor=4-7"]
+    if needle is None:
+        assert layout(plan_of(base + overrides))["actor"] == ("fsdp:d4", (4, 5, 6, 7))
+        return
+    with pytest.raises(ConfigError) as err:
+        plan_of(base + overrides)
+    assert needle in str(err.value)
+
+
+def test_process_maps_place_several_workers_a_gpu_or_one_on_several():
+    plan = plan_of(["cluster.device=cuda", "cluster.gpus_per_node=8",
+                    "cluster.component_placement.actor=0-7",
+                    "cluster.component_placement.rollout=0-7",
+                    "cluster.component_placement.env='0-3:0-7'",
+                    "cluster.component_placement.reward='4-5:0'", "reward.entry=score.py"])
+    env = plan.components["env"]
+    assert [(i.index, i.gpus) for i in env.instances][:3] == [(0, (0,)), (1, (0,)), (2, (1,))]
+    assert len(env.instances) == 8
+    assert [(i.index, i.gpus) for i in plan.components["reward"].instances] == [(0, (4, 5))]
+
+
+NODE_GROUPS = [
+    "cluster.device=cuda", "cluster.gpus_per_node=8", "cluster.num_nodes=3",
+    "cluster.node_groups=[{label: h100, node_ranks: 0-1, env_configs: [{node_ranks: 0-1, "
+    "python_interpreter_path: /opt/py/bin/python, env_vars: [{NCCL_IB_HCA: mlx5}]}]}, "
+    "{label: cpu, node_ranks: 2, gpus_per_node: 0, env: {REWARD_THREADS: '4'}}]",
+    "cluster.component_placement.rollout={node_group: h100, placement: 0-7}",
+    "cluster.component_placement.actor={node_group: h100, placement: 8-15}",
+    "cluster.component_placement.reward={node_group: cpu, placement: '0:0-3'}",
+    "cluster.component_placement.agent={node_group: node, placement: '0-2:0-299'}",
+    "agent.entry=agent.py",
+]
+
+
+def test_node_groups_place_by_group_and_cpu_only_groups_run_workers(tmp_path):
+    planned_plan = plan_of(NODE_GROUPS)
+    assert planned_plan.cluster.cpu_nodes == 1 and planned_plan.cluster.total_gpus == 16
+    assert layout(planned_plan)["actor"] == ("fsdp:d8", tuple(range(8, 16)))
+    reward = planned_plan.components["reward"]
+    assert reward.gpus == () and {i.nodes for i in reward.instances} == {(2,)}
+    assert len(reward.instances) == 4
+    agent = planned_plan.components["agent"]
+    assert [sum(1 for i in agent.instances if i.nodes == (n,)) for n in range(3)] == [100] * 3
+
+
+def test_node_groups_give_their_processes_python_env_and_every_workers_address(tmp_path):
+    open_config(ConfigSource())
+    spec = run_spec(compose_config(NODE_GROUPS[:-3] + [
+        "cluster.component_placement.reward={node_group: cpu, placement: '0:0-1'}"])).config
+    planned = build_plan(spec, local_gpus=0)
+    ports = iter(range(32000, 32100))
+    ctx = LaunchContext(run_dir=str(tmp_path), plan_path=str(tmp_path / "plan.json"),
+                        python="PY", next_port=lambda: next(ports))
+    procs = build_processes(planned, "recipes/grpo/train.py", [], ctx).processes
+    trainer = next(p for p in procs if p.role == "trainer")
+    reward = [p for p in procs if p.component == "reward"]
+    assert trainer.argv[0] == "/opt/py/bin/python" and trainer.env["NCCL_IB_HCA"] == "mlx5"
+    assert reward[0].argv[0] == "PY" and reward[0].env["REWARD_THREADS"] == "4"
+    assert reward[0].node == 2 and reward[0].gpus == ()
+    addrs = trainer.env["AREAL_REWARD_ADDRS"].split(",")
+    assert len(addrs) == 2 and addrs[0].startswith("@@AREAL_NODE_2@@:")
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["cluster.component_placement.env=['0-1:0-3', '2-3:2-5']"], "processes 2-3 are placed twice"),
+    (["cluster.component_placement.env=['0-1:0-3', '1-2:4-7']"], "GPU 1 is placed twice"),
+    (["cluster.component_placement.reward={node_group: cpu, placement: '0-3:0-7'}"],
+     "not a node range of node group 'cpu', which has 1 node(s)"),
+    (["cluster.component_placement.reward={node_group: a100, placement: 0}"],
+     "unknown node group 'a100'"),
+    (["cluster.component_placement.agent=2"], "agent.entry is not set"),
+    (["cluster.component_placement.actor={node_group: cpu, placement: 0}"],
+     "actor runs on GPUs, but this is a CPU-only placement"),
+    (["cluster.component_placement.env='0-3:0-6'"], "7 processes do not divide evenly over 4"),
+    (["cluster.component_placement.env='0-15:0'"], "a process's GPUs sit on one node"),
+])
+def test_wrong_forms_are_one_clear_error(extra, needle):
+    base = NODE_GROUPS[:6]
+    with pytest.raises((ConfigError, PlacementError)) as err:
+        plan_of(base + extra)
+    assert needle in str(err.value)
+
+
+def test_a_wrong_form_on_the_command_line_is_one_error_line():
+    line = one_error_line(run("plan", *NODE_GROUPS[:6],
+                              "cluster.component_placement.reward={node_group: gpu, placement: 0}"))
+    assert "unknown node group 'gpu'" in line and "cluster.node_groups" in line
+
+
+def test_rlinf_keys_of_a_worker_reach_its_entry_as_options():
+    plan = plan_of(["env.enable_offload=true", "env.simulator_type=textworld",
+                    "env.train.max_steps=3"])
+    assert "env" in plan.components and plan.components["env"].gpus == ()
