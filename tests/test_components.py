@@ -68,7 +68,9 @@ def test_worker_processes_get_entry_args_env_gpus_and_the_run_contract(tmp_path)
 
 @pytest.mark.parametrize("components, placement, needle", [
     ({"sim": {}}, {}, "components.sim.entry is not set"),
-    ({"sim": {**SIM, "kind": "serve"}}, {}, "a declared component is a worker"),
+    ({"sim": {**SIM, "kind": "nope"}}, {}, "kind='nope': choose worker (plain processes), "
+                                           "serve (inference servers) or train"),
+    ({"sim": {**SIM, "kind": "serve"}}, {}, "unknown config key 'components.sim.entry'"),
     ({"actor": SIM}, {}, "actor is a built-in engine"),
     ({"Sim": SIM}, {}, "lowercase letters"),
     ({"sim": {**SIM, "procesess": 2}}, {}, "did you mean 'components.sim.processes'"),

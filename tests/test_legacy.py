@@ -65,10 +65,11 @@ def test_colocated_parts_need_equal_world_sizes():
         "(colocated parts need equal world sizes; use '+' for separate GPUs)")
 
 
-def test_names_are_engine_names():
-    assert error_of("sglang[r]:d2+fsdp[a]:d4") == (
-        "sglang[r]:d2+fsdp[a]:d4: column 0: unknown engine name 'r' "
-        "(areal-launch runs the engines rollout, actor, critic, ref, teacher, inference)")
+def test_names_name_engines_not_workers():
+    assert error_of("sglang[reward]:d2+fsdp[a]:d4") == (
+        "sglang[reward]:d2+fsdp[a]:d4: column 0: 'reward' cannot name an engine (lowercase "
+        "letters, digits and _, starting with a letter, not a worker's name (env, reward, "
+        "agent))")
 
 
 def test_name_must_fit_the_backend_kind():

@@ -37,6 +37,14 @@ PLANNED = {
     "sglang[rollout]:d4+[actor]:d4+[critic]:d4":
         {"rollout": "sglang:d4", "actor": "fsdp:d4", "critic": "fsdp:d4"},
     "[actor]:d4": {"actor": "fsdp:d4"},
+    # a reward model beside the actor (its own name: a component of its kind), and AReaL's
+    # several policies (multi_agent_allocation's string)
+    "sglang[rollout]:d4+[actor]:d4|megatron[critic]:d4|[ref]:t2d2|[rew]:c4":
+        {"rollout": "sglang:d4", "actor": "fsdp:d4", "critic": "megatron:d4",
+         "ref": "fsdp:d2t2", "rew": "fsdp:c4"},
+    "vllm[rollout1]:d2t2 + fsdp[actor1]:d4 + vllm[rollout2]:d4 + fsdp[actor2]:d4":
+        {"rollout1": "vllm:d2t2", "actor1": "fsdp:d4", "rollout2": "vllm:d4",
+         "actor2": "fsdp:d4"},
 }
 # AReaL's own error cases, and its cases whose names are no engines of ours (a reward model
 # `rew`, several actors): each is one clear error here
@@ -52,12 +60,11 @@ REFUSED = {
     "sglang:d4+d4+d4": "every part needs a name",
     "sglang:d4+[actor]:d4+d4": "every part needs a name",
     "[actor]:d4+[critic]:d4+d4": "every part needs a name",
-    "sglang[rollout]:d4+[actor]:d4|megatron[critic]:d4|[ref]:t2d2|[rew]:c4":
-        "unknown engine name 'rew'",
-    "vllm[rollout1]:d2t2 + fsdp[actor1]:d4 + vllm[rollout2]:d4 + fsdp[actor2]:d4":
-        "unknown engine name 'rollout1'",
+    "sglang[rollout]:d4+[actor]:d4|megatron[critic]:d4|[env]:t2d2":
+        "'env' cannot name an engine",
 }
 BIG = ["cluster=gpu8", "cluster.num_nodes=16"]  # room for AReaL's largest case (64 GPUs)
+POLICIES = "vllm[rollout1]:d2t2 + fsdp[actor1]:d4 + vllm[rollout2]:d4 + fsdp[actor2]:d4"
 
 
 def planned(mode: str):
@@ -102,3 +109,16 @@ def test_areals_invalid_modes_are_one_clear_error(mode):
     with pytest.raises(LaunchError) as info:
         planned(mode)
     assert REFUSED[mode] in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("key", ["allocation_mode", "multi_agent_allocation"])
+def test_several_policies_each_push_to_their_own_servers(key):
+    plan = prepare([f"{key}='{POLICIES}'", *BIG], to_run=False).plan
+    syncs = {(w.src, w.dst): w for w in plan.weight_sync}
+    assert set(syncs) == {("actor1", "rollout1"), ("actor2", "rollout2")}
+    gpus = {n: c.gpus for n, c in plan.components.items()}
+    assert gpus == {"rollout1": (0, 1, 2, 3), "actor1": (4, 5, 6, 7),
+                    "rollout2": (8, 9, 10, 11), "actor2": (12, 13, 14, 15)}
+    assert {p.rank for p in syncs[("actor2", "rollout2")].pairs} == {0, 1, 2, 3}
+    deprecation = next(w for w in plan.warnings if "is deprecated" in w)
+    assert "+components.actor2.feeds=rollout2" in deprecation

@@ -26,7 +26,7 @@ def test_comma_key_gives_every_named_engine_the_same_set():
 
 
 def test_unknown_engine_in_a_key_is_an_error_listing_the_engines():
-    with pytest.raises(PlacementError, match=r"unknown engine 'actr' \(engines: rollout, actor"):
+    with pytest.raises(PlacementError, match=r"unknown component 'actr' \(components: rollout, actor"):
         parse_placement_keys({"actr,rollout": "all"}, ACTIVE)
 
 

@@ -201,3 +201,35 @@ def test_rlinf_keys_of_a_worker_reach_its_entry_as_options():
     plan = plan_of(["env.enable_offload=true", "env.simulator_type=textworld",
                     "env.train.max_steps=3"])
     assert "env" in plan.components and plan.components["env"].gpus == ()
+
+
+TWO_POLICIES = ["cluster.device=cpu", "rollout.backend=vllm:d1", "actor.backend=fsdp:d2",
+                "+components.rollout2={kind: serve, backend: 'vllm:d1'}",
+                "+components.actor2={kind: train, backend: 'fsdp:d2', feeds: rollout2, "
+                "dtype: bfloat16}"]
+
+
+def test_a_second_policy_is_declared_and_pushes_to_its_own_servers(tmp_path):
+    open_config(ConfigSource())
+    planned = build_plan(run_spec(compose_config(TWO_POLICIES)).config, local_gpus=0)
+    plan = planned.plan
+    assert {(w.src, w.dst) for w in plan.weight_sync} == {("actor", "rollout"),
+                                                         ("actor2", "rollout2")}
+    assert plan.components["actor2"].kind == "train"
+    assert planned.engines["actor2"].training.dtype == "bfloat16"
+    ports = iter(range(33000, 33100))
+    ctx = LaunchContext(run_dir=str(tmp_path), plan_path=str(tmp_path / "plan.json"),
+                        python="PY", next_port=lambda: next(ports))
+    procs = build_processes(planned, "recipes/grpo/train.py", [], ctx).processes
+    servers = {p.component: p for p in procs if p.role == "server"}
+    trainers = {p.component: p for p in procs if p.role == "trainer"}
+    port_of = {name: str(p.ports[0]) for name, p in servers.items()}
+    assert trainers["actor2"].env["AREAL_LLM_SERVER_ADDRS"].endswith(port_of["rollout2"])
+    assert trainers["actor"].env["AREAL_LLM_SERVER_ADDRS"].endswith(port_of["rollout"])
+    assert trainers["actor"].env["AREAL_ROLLOUT2_ADDRS"].endswith(port_of["rollout2"])
+
+
+def test_feeds_must_name_a_serving_component():
+    with pytest.raises(ConfigError, match="components.actor2.feeds='actor': not a serving"):
+        plan_of(TWO_POLICIES[:4] + ["+components.actor2={kind: train, backend: 'fsdp:d2', "
+                                    "feeds: actor}"])

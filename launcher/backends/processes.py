@@ -28,6 +28,7 @@ def build_processes(planned: Any, entry: str, entry_args: Sequence[str],
     plan: Plan = planned.plan
     servers: list[ProcessSpec] = []
     addrs: list[str] = []
+    by_server: dict[str, list[str]] = {}
     warnings: list[str] = []
     served: Optional[str] = None
     for comp in plan.components.values():
@@ -36,13 +37,15 @@ def build_processes(planned: Any, entry: str, entry_args: Sequence[str],
             made = serve_backend(comp.backend).servers(comp, plan, engine, ctx)
             servers += made.processes
             addrs += made.addrs
+            by_server[comp.name] = list(made.addrs)
             warnings += made.warnings
             served = served_model_name(engine.options)
     workers = [p for comp in plan.components.values() if comp.is_worker
                for p in worker_backend(comp.backend).workers(
                    comp, plan, planned.workers[comp.name], ctx, addrs)]
-    trainers = trainer_processes(plan, planned.engines, entry, entry_args, ctx, addrs, served)
-    told = coordination(workers)
+    trainers = trainer_processes(plan, planned.engines, entry, entry_args, ctx, by_server,
+                                 served)
+    told = coordination(workers, by_server)
     processes = tuple(servers) + tuple(on_node(plan, p, ctx.python, told)
                                        for p in workers + trainers)
     names = [p.name for p in processes]
@@ -52,10 +55,11 @@ def build_processes(planned: Any, entry: str, entry_args: Sequence[str],
                                warnings=tuple(plan.warnings) + tuple(warnings))
 
 
-def coordination(workers: Sequence[ProcessSpec]) -> dict[str, str]:
-    """`AREAL_<NAME>_ADDRS` for each worker component that answers on a port (host:port,...,
-    in process order), as AREAL_LLM_SERVER_ADDRS is for the servers; the plan has them too."""
-    addrs: dict[str, list[str]] = {}
+def coordination(workers: Sequence[ProcessSpec], servers: dict[str, list[str]]
+                 ) -> dict[str, str]:
+    """`AREAL_<NAME>_ADDRS` for each serving component and each worker component that answers
+    on a port (host:port,..., in process order); the plan has them too."""
+    addrs: dict[str, list[str]] = {name: list(a) for name, a in servers.items()}
     for p in workers:
         if p.ports:
             addrs.setdefault(p.component, []).append(f"{host_placeholder(p.node)}:{p.ports[0]}")

@@ -98,13 +98,18 @@ def entry_argv(entry: str) -> list[str]:
 
 def trainer_processes(plan: "Plan", engines: Mapping[str, "Engine"], entry: str,
                       entry_args: Sequence[str], ctx: "LaunchContext",
-                      server_addrs: Sequence[str], served_model: Optional[str]
+                      server_addrs: Mapping[str, Sequence[str]], served_model: Optional[str]
                       ) -> list[ProcessSpec]:
-    """One ProcessSpec per node of each trainer job. `served_model` is None without servers."""
+    """One ProcessSpec per node of each trainer job, told the servers it pushes weights to
+    (AREAL_LLM_SERVER_ADDRS; every server where it feeds none). `server_addrs`: serving
+    component -> its addresses. `served_model` is None without servers."""
     out: list[ProcessSpec] = []
     device = plan.cluster.device
-    addrs = ",".join(server_addrs)  # longer lists: trainers read them from the plan (runtime)
     for job in trainer_jobs(plan, engines):
+        fed = [w.dst for w in plan.weight_sync if w.src in job.components]
+        # longer lists: trainers read them from the plan (runtime)
+        addrs = ",".join(a for name in (fed or list(server_addrs))
+                         for a in server_addrs.get(name, ()))
         master = host_placeholder(job.nodes[0][0])
         port = ctx.next_port()
         tail = entry_argv(entry) + list(entry_args) + list(job.args)

@@ -214,6 +214,8 @@ class LaunchConfig:
     trial_name: str = "run"
     model_path: str = DEFAULT_MODEL_PATH
     allocation_mode: Optional[str] = None  # legacy: sglang:d4t2+fsdp:d8 (deprecated)
+    # AReaL's several policies: vllm[rollout1]:d2t2+fsdp[actor1]:d4+vllm[rollout2]:d4+...
+    multi_agent_allocation: Optional[str] = None
     rollout: RolloutBase = field(default_factory=RolloutConfig)
     actor: TrainEngineBase = field(default_factory=lambda: TrainEngineConfig(backend="fsdp"))
     critic: TrainEngineBase = field(default_factory=TrainEngineConfig)
@@ -236,9 +238,43 @@ class LaunchConfig:
     recipe: Any = MISSING
 
 
-def engine(spec: LaunchConfig, name: str) -> Any:
-    """The config node of engine `name` (rollout, actor, ...)."""
-    return getattr(spec, name)
+def engine(spec: LaunchConfig, name: str, kind: Optional[str] = None) -> Any:
+    """The config node of engine `name`: a built-in's (rollout, actor, ...), or a declared
+    one's (`components.actor2: {kind: train, backend: fsdp:d4, feeds: rollout2}`) typed by its
+    kind's engine schema once, or a kind's defaults for an engine only a legacy string names
+    (`multi_agent_allocation`)."""
+    if name in ENGINES:
+        return getattr(spec, name)
+    typed_nodes = spec.__dict__.setdefault("_declared_engines", {})
+    if name not in typed_nodes:
+        raw = dict(spec.components.get(name) or {})
+        kind = str(raw.pop("kind", kind or registry.TRAIN))
+        raw.pop("feeds", None)
+        schema = RolloutConfig if kind == registry.SERVE else TrainEngineConfig
+        typed_nodes[name] = typed(f"components.{name}", schema, raw, "an engine's keys") \
+            if raw else schema(backend=None)
+    return typed_nodes[name]
+
+
+ENGINE_KINDS = (registry.SERVE, registry.TRAIN)
+
+
+def declared_kind(raw: Any) -> str:
+    """The kind of a component declared under `components.<name>` (worker unless it says)."""
+    kind = raw.get("kind", registry.WORKER) if isinstance(raw, Mapping) else registry.WORKER
+    return str(kind)
+
+
+def declared_engines(spec: LaunchConfig) -> dict[str, str]:
+    """name -> kind of the serving and training components declared under `components`."""
+    return {str(n): declared_kind(raw) for n, raw in spec.components.items()
+            if declared_kind(raw) in ENGINE_KINDS}
+
+
+def declared_feeds(spec: LaunchConfig) -> dict[str, str]:
+    """training component -> the serving component it pushes weights to (`feeds`)."""
+    return {str(n): str(raw["feeds"]) for n, raw in spec.components.items()
+            if isinstance(raw, Mapping) and raw.get("feeds") is not None}
 
 
 def backend_of(spec: Optional[str]) -> Optional[str]:

@@ -29,7 +29,7 @@ from launcher.spec.cluster import ClusterSpec, NodeGroup
 from launcher.spec.errors import ConfigError
 from launcher.spec.gpuset import parse_gpu_set
 from launcher.spec.limits import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_NODES
-from launcher.spec.plan import ENGINES, INHERITING, Plan, WeightSync
+from launcher.spec.plan import ENGINES, INHERITING, Plan
 
 DEFAULT_GPUS_PER_NODE = 8  # planning for cuda where no GPU is visible (a laptop)
 
@@ -55,7 +55,8 @@ def build_plan(spec: LaunchConfig, local_gpus: GPUCount = 0,
     give the plan more nodes (Slurm, Ray) or not (this machine): errors advise accordingly.
     """
     warnings: list[str] = []
-    texts, raw = resolve.chosen_backends(spec, explicit, warnings)
+    chosen = resolve.chosen_backends(spec, explicit, warnings)
+    texts, raw = chosen.texts, chosen.placement
     declared = workers(spec, placed_names(raw))
     raw, worker_raw = split_placement(raw, declared)
     count = local_gpus if callable(local_gpus) else (lambda: local_gpus)
@@ -79,7 +80,8 @@ def build_plan(spec: LaunchConfig, local_gpus: GPUCount = 0,
     texts = sizing.texts
     placement = {**placement, **sizing.placement}
     spec = resolve.with_offload(spec, sizing.release)
-    allocs, inherited = _parse(texts, inheriting)
+    _check_declared_sized(texts, chosen.kinds, placement)
+    allocs, inherited = _parse(texts, chosen.kinds, inheriting)
     _check_dims(spec, allocs, dims, per_process)
     if cluster is None:
         cluster = cpu_cluster(spec.cluster, lambda: max(slots_needed(allocs, placement),
@@ -95,9 +97,8 @@ def build_plan(spec: LaunchConfig, local_gpus: GPUCount = 0,
                   for name, a in allocs.items()}
     for name, w in declared.items():
         components[name] = worker_plan(w, at.get(name), cluster)
-    syncs: tuple[WeightSync, ...] = ()
-    if "actor" in components and "rollout" in components:
-        syncs = (weight_sync(components["actor"], components["rollout"], cluster),)
+    syncs = tuple(weight_sync(components[src], components[dst], cluster)
+                  for src, dst in chosen.feeds.items() if src in components and dst in components)
     meta = {**plan_meta(spec),
             "engine_options": {n: engine_options(e) for n, e in engines.items()}}
     plan = Plan(cluster=cluster, mode=placed.mode, components=components, weight_sync=syncs,
@@ -170,13 +171,24 @@ def _placed_inheritors(texts: dict[str, Optional[str]], placement: dict[str, Any
     return out
 
 
-def _parse(texts: dict[str, Optional[str]], inheriting: frozenset[str] = frozenset()
+def _check_declared_sized(texts: dict[str, Optional[str]], kinds: dict[str, str],
+                          placement: dict[str, Any]) -> None:
+    """A declared engine written without dims is sized by its placement only."""
+    placed = placed_names(placement)
+    for name, text in texts.items():
+        if name not in ENGINES and resolve.is_bare(text) and name not in placed:
+            raise ConfigError(f"components.{name}.backend={text}: give its dims "
+                              f"({text}:d2) or place it (cluster.component_placement.{name}=0-1)")
+
+
+def _parse(texts: dict[str, Optional[str]], kinds: dict[str, str],
+           inheriting: frozenset[str] = frozenset()
            ) -> tuple[dict[str, ModelAllocation], dict[str, str]]:
-    """Parsed allocations of the active engines; "" means the actor's backend (and so do the
-    names in `inheriting`, sized by their placement already)."""
+    """Parsed allocations of the active engines, built-in ones first; "" means the actor's
+    backend (and so do the names in `inheriting`, sized by their placement already)."""
     allocs: dict[str, ModelAllocation] = {}
     inherited: dict[str, str] = {n: "actor" for n in inheriting}
-    for name in ENGINES:
+    for name in texts:
         text = texts[name]
         if text is None:
             continue
@@ -186,7 +198,7 @@ def _parse(texts: dict[str, Optional[str]], inheriting: frozenset[str] = frozens
                                   f"but actor is off: set {name}.backend=fsdp:d2 (for example) "
                                   "or actor.backend")
             text, inherited[name] = texts["actor"], "actor"
-        allocs[name] = resolve.parse_for(name, str(text))
+        allocs[name] = resolve.parse_for(name, str(text), kinds.get(name))
     if not allocs:
         raise ConfigError("every engine is off: set rollout.backend and/or actor.backend (e.g. "
                           "rollout.backend=vllm:d1 actor.backend=fsdp:d2)")

@@ -15,7 +15,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from launcher.config.schema import ComponentConfig, LaunchConfig, WorkerConfig, typed
+from launcher.config.schema import (
+    ENGINE_KINDS,
+    ComponentConfig,
+    LaunchConfig,
+    WorkerConfig,
+    declared_kind,
+    typed,
+)
 from launcher.planning.forms import Placed
 from launcher.spec import registry
 from launcher.spec.alloc import ModelAllocation
@@ -58,6 +65,8 @@ def workers(spec: LaunchConfig, placed: frozenset[str] = frozenset()) -> dict[st
             out[name] = _worker(name, node, name)
     for name, raw in spec.components.items():
         name = str(name)
+        if declared_kind(raw) in ENGINE_KINDS:
+            continue  # a serving or training component: an engine (launcher.planning.resolve)
         if name in WORKERS:
             raise ConfigError(f"components.{name}: {name} is a built-in worker; set {name}.* "
                               f"instead (e.g. {name}.entry=...)")
@@ -74,9 +83,8 @@ def _worker(name: str, node: ComponentConfig, key: str) -> Worker:
         raise ConfigError(f"{key}: a component name is lowercase letters, digits and _, "
                           "starting with a letter (at most 32), e.g. components.env_sim")
     if node.kind != registry.WORKER:
-        raise ConfigError(f"{key}.kind={node.kind!r}: a declared component is a worker "
-                          f"({key}.kind=worker); serving and training components are the "
-                          "built-in rollout and actor/critic/ref/teacher")
+        raise ConfigError(f"{key}.kind={node.kind!r}: choose worker (plain processes), serve "
+                          "(inference servers) or train (torchrun ranks)")
     backend = str(node.backend)
     if backend not in registry.backend_names(registry.WORKER):
         raise ConfigError(f"{key}.backend={backend!r}: choose a worker backend "

@@ -16,6 +16,7 @@ its partners.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -30,9 +31,10 @@ from launcher.spec.alloc import (
     read_parts,
 )
 from launcher.spec.errors import ConfigError
-from launcher.spec.plan import ENGINES
+from launcher.spec.plan import ENGINES, WORKERS
 
 EXAMPLE = "sglang[rollout]:d2+fsdp[actor]:d4|fsdp[critic]:d4"
+_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}$")
 
 
 @dataclass(frozen=True)
@@ -84,10 +86,15 @@ def read_allocation_mode(text: str) -> AllocationMode:
 
 
 def _check_name(t: SpecText, part: Part) -> None:
+    """A built-in engine's name fits its kind; any other name (AReaL's multi-agent
+    `vllm[rollout1]:d2t2 + fsdp[actor1]:d4`) is a component of the part's kind."""
     assert part.alloc is not None and part.name is not None
     if part.name not in ENGINES:
-        raise t.error(part.pos, f"unknown engine name {part.name!r}",
-                      f"areal-launch runs the engines {', '.join(ENGINES)}")
+        if not _NAME.match(part.name) or part.name in WORKERS:
+            raise t.error(part.pos, f"{part.name!r} cannot name an engine",
+                          "lowercase letters, digits and _, starting with a letter, not a "
+                          f"worker's name ({', '.join(WORKERS)})")
+        return
     if part.alloc.is_inference != (part.name == "rollout"):
         kind = registry.SERVE if part.name == "rollout" else registry.TRAIN
         want = f"{'an' if kind == registry.SERVE else 'a'} {registry.KIND_WORDS[kind]} backend " \
@@ -135,30 +142,38 @@ def _named(t: SpecText, parts: list[Part]) -> tuple[LegacyComponent, ...]:
 
 # ----------------------------------------------------------------------------- translation
 def apply_allocation_mode(text: str, texts: dict[str, Optional[str]], placement: dict[str, Any],
-                          explicit: frozenset[str], warnings: list[str]
-                          ) -> tuple[dict[str, Optional[str]], dict[str, Any]]:
-    """The engines' backend texts and placement with `allocation_mode` applied.
+                          explicit: frozenset[str], warnings: list[str],
+                          key: str = "allocation_mode"
+                          ) -> tuple[dict[str, Optional[str]], dict[str, Any],
+                                     dict[str, tuple[str, Optional[str]]]]:
+    """The engines' backend texts and placement with `allocation_mode` applied, and the
+    engines it names beyond the built-in ones: name -> (kind, the serving engine it feeds).
 
     The string names the engines of the run: they get its backends, every other engine is
     off; an `<engine>.backend` set on the command line wins over both. Parts joined by '|'
     share GPUs: a group holding rollout and a trainer is placed on the first GPUs (a group of
-    trainers only is where the default placement puts it already). The warning spells the
-    full equivalent in today's keys.
+    trainers only is where the default placement puts it already). Names beyond the built-in
+    ones are AReaL's several policies (`multi_agent_allocation`): each training part feeds the
+    serving part of the same number (actor2 -> rollout2), else the serving part written at
+    the same position among serving parts. The warning spells the equivalent in our keys.
     """
     try:
         mode = read_allocation_mode(text)
     except AllocationError as exc:
-        raise ConfigError(f"allocation_mode: {exc}") from None
+        raise ConfigError(f"{key}: {exc}") from None
     named = {c.name: c for c in mode.components}
     out: dict[str, Optional[str]] = {}
     for name in ENGINES:
         if f"{name}.backend" in explicit or name in explicit:
             out[name] = texts[name]
             if name in named:
-                warnings.append(f"{name}.backend={texts[name]} wins over allocation_mode's "
+                warnings.append(f"{name}.backend={texts[name]} wins over {key}'s "
                                 f"{named[name].alloc}")
         else:
             out[name] = str(named[name].alloc) if name in named else None
+    extra = [c for c in mode.components if c.name not in ENGINES]
+    more = _policies(extra)
+    out.update({c.name: str(c.alloc) for c in extra})
     shared: dict[str, Any] = {}
     groups: dict[int, list[str]] = {}
     for c in mode.components:
@@ -171,13 +186,34 @@ def apply_allocation_mode(text: str, texts: dict[str, Optional[str]], placement:
             shared[",".join(free)] = f"0-{size - 1}"
     words = [f"{n}.backend={out[n]}" if out[n] is not None else f"{n}=none"
              for n in ENGINES if out[n] is not None or n in ("rollout", "actor")]
+    for name, (kind, fed) in more.items():
+        words += [f"+components.{name}.kind={kind}", f"+components.{name}.backend={out[name]}"]
+        words += [f"+components.{name}.feeds={fed}"] if fed else []
     words += [f"cluster.component_placement.{n}={v}" for k, v in shared.items()
               for n in k.split(",")]
     if mode.evaluation:
-        warnings.append("allocation_mode's '+eval' is an evaluation client without GPUs: "
+        warnings.append(f"{key}'s '+eval' is an evaluation client without GPUs: "
                         "the run starts the servers; point your evaluation at them")
-    warnings.append("allocation_mode is deprecated: write " + " ".join(words))
-    return out, {**placement, **shared}
+    warnings.append(f"{key} is deprecated: write " + " ".join(words))
+    return out, {**placement, **shared}, more
+
+
+def _policies(parts: list[LegacyComponent]) -> dict[str, tuple[str, Optional[str]]]:
+    """name -> (kind, the serving part a training part feeds)."""
+    serving = [c.name for c in parts if c.alloc.is_inference]
+    training = [c.name for c in parts if not c.alloc.is_inference]
+    by_number = {_number(n): n for n in serving if _number(n)}
+    out: dict[str, tuple[str, Optional[str]]] = {n: (registry.SERVE, None) for n in serving}
+    for i, name in enumerate(training):
+        fed = by_number.get(_number(name)) if _number(name) else None
+        if fed is None and i < len(serving):
+            fed = serving[i]
+        out[name] = (registry.TRAIN, fed)
+    return out
+
+
+def _number(name: str) -> str:
+    return re.sub(r"^.*?(\d*)$", r"\1", name)
 
 
 def parse_backend_world(text: Optional[str]) -> int:

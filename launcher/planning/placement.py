@@ -52,10 +52,12 @@ def _keys(component_placement: Mapping[str, PlacementValue],
                 f"cluster.component_placement.{key}={value!r}: not a GPU set (write all, a-b, a, "
                 f"or a quoted list: cluster.component_placement.{key}='0-2,5,7')")
         for name in (part.strip() for part in str(key).split(",")):
-            if name not in ENGINES:
+            if name not in ENGINES and name not in active:
+                known = [*ENGINES, *(n for n in active if n not in ENGINES), *WORKERS]
                 raise PlacementError(
-                    f"cluster.component_placement key {key!r}: unknown engine {name!r} "
-                    f"(engines: {', '.join(ENGINES)}; join names with commas to share GPUs)")
+                    f"cluster.component_placement key {key!r}: unknown component {name!r} "
+                    f"(components: {', '.join(known)}, or one declared under components.*; "
+                    "join names with commas to share GPUs)")
             if name in out:
                 raise PlacementError(
                     f"cluster.component_placement: {name} is placed twice, by {out[name][0]!r} "
@@ -85,9 +87,7 @@ def _fill(allocs: Mapping[str, ModelAllocation], fixed: Mapping[str, tuple[int, 
     teacher on the actor's GPUs when their world size matches, else on the next free ones.
     A result shorter than the world size means the cluster ran out."""
     gpus: dict[str, tuple[int, ...]] = {}
-    for name in ENGINES:
-        if name not in allocs:
-            continue
+    for name in allocs:
         if name in fixed:
             gpus[name] = fixed[name]
         elif _shares_actor(name, allocs, fixed):

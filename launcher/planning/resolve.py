@@ -12,7 +12,15 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-from launcher.config.schema import LaunchConfig, OffloadOptions, backend_of, backend_options, engine
+from launcher.config.schema import (
+    LaunchConfig,
+    OffloadOptions,
+    backend_of,
+    backend_options,
+    declared_engines,
+    declared_feeds,
+    engine,
+)
 from launcher.planning.legacy import apply_allocation_mode
 from launcher.spec import registry
 from launcher.spec.alloc import AllocationError, ModelAllocation, parse_backend
@@ -59,37 +67,73 @@ def is_bare(spec: Optional[str]) -> bool:
     return spec is not None and ":" not in spec and str(spec).strip() in registry.backend_names()
 
 
-def chosen_backends(spec: LaunchConfig, explicit: frozenset[str], warnings: list[str]
-                    ) -> tuple[dict[str, Optional[str]], dict[str, Any]]:
-    """Each engine's backend text as written (legacy allocation_mode applied; "" = inherit),
-    and cluster.component_placement with the legacy colocation merged in."""
-    texts: dict[str, Optional[str]] = {name: engine(spec, name).backend for name in ENGINES}
+@dataclass(frozen=True)
+class Chosen:
+    """What the config asks to run, before sizing: each engine's backend text as written
+    (None: off, "": the actor's), the placement as written, every engine's kind, and which
+    serving engine each training engine feeds (weight sync)."""
+
+    texts: dict[str, Optional[str]]
+    placement: dict[str, Any]
+    kinds: dict[str, str]
+    feeds: dict[str, str]
+
+
+def chosen_backends(spec: LaunchConfig, explicit: frozenset[str], warnings: list[str]) -> Chosen:
+    """The built-in and declared engines' backend texts (legacy allocation_mode and
+    multi_agent_allocation applied), and cluster.component_placement with the legacy
+    colocation merged in."""
+    kinds = {name: (registry.SERVE if name == "rollout" else registry.TRAIN) for name in ENGINES}
+    kinds.update(declared_engines(spec))
+    feeds = {"actor": "rollout", **declared_feeds(spec)}
+    texts: dict[str, Optional[str]] = {name: engine(spec, name, kind).backend
+                                       for name, kind in kinds.items()}
     placement = {str(k): v for k, v in dict(spec.cluster.component_placement or {}).items()}
-    if spec.allocation_mode:
-        texts, placement = apply_allocation_mode(str(spec.allocation_mode), texts, placement,
-                                                 explicit, warnings)
+    legacy = [(key, str(v)) for key, v in (("allocation_mode", spec.allocation_mode),
+                                           ("multi_agent_allocation",
+                                            spec.multi_agent_allocation)) if v]
+    if len(legacy) > 1:
+        raise ConfigError("allocation_mode and multi_agent_allocation are both set: keep one "
+                          "(multi_agent_allocation is AReaL's name for the same string)")
+    if legacy:
+        key, text = legacy[0]
+        texts, placement, more = apply_allocation_mode(text, texts, placement, explicit,
+                                                       warnings, key)
+        for name, (kind, fed) in more.items():
+            kinds[name] = kind
+            if fed is not None:
+                feeds[name] = fed
     placed = {p.strip() for k, v in placement.items() if v is not None for p in str(k).split(",")}
     for name in ON_WHEN_PLACED:
         if texts[name] is None and name in placed:
             texts[name] = ""  # RLinf's inference: placed means on, a copy of the actor
-    return texts, placement
+    for src, dst in feeds.items():
+        if texts.get(src) is None or src not in kinds:
+            continue
+        if kinds.get(dst) != registry.SERVE:
+            raise ConfigError(f"components.{src}.feeds={dst!r}: not a serving component "
+                              f"(serving: {', '.join(n for n, k in kinds.items() if k == registry.SERVE)})")
+    return Chosen(texts, placement, kinds, {s: d for s, d in feeds.items()
+                                            if texts.get(s) is not None
+                                            and texts.get(d) is not None})
 
 
-def parse_for(name: str, text: str) -> ModelAllocation:
+def parse_for(name: str, text: str, kind: Optional[str] = None) -> ModelAllocation:
     """engine `name`'s backend string, parsed and checked against the engine's kind."""
-    field = f"{name}.backend"
+    field = f"{name}.backend" if name in ENGINES else f"components.{name}.backend"
     try:
         alloc = parse_backend(text)
     except AllocationError as exc:
         raise ConfigError(f"{field}: {exc}") from None
-    kind = registry.SERVE if name == "rollout" else registry.TRAIN
+    kind = kind or (registry.SERVE if name == "rollout" else registry.TRAIN)
     if registry.backend(alloc.backend).KIND != kind:
         wanted = ", ".join(registry.backend_names(kind))
-        example = "vllm:d1 or sglang:d4t2" if name == "rollout" else "fsdp:d2 or megatron:d2p2"
+        example = "vllm:d1 or sglang:d4t2" if kind == registry.SERVE else \
+            "fsdp:d2 or megatron:d2p2"
         word = registry.KIND_WORDS[kind]
         article = "an" if word[0] in "aeiou" else "a"
         raise ConfigError(f"{field}={text!r}: {name} needs {article} {word} backend ({wanted}), "
-                          f"e.g. {name}.backend={example}")
+                          f"e.g. {field}={example}")
     return alloc
 
 
@@ -100,15 +144,15 @@ def engines(spec: LaunchConfig, allocs: Mapping[str, ModelAllocation],
     takes the actor's options and training settings (it shares the actor's job when it can)."""
     out: dict[str, Engine] = {}
     for name, alloc in allocs.items():
-        source = engine(spec, inherited.get(name, name))  # an inheriting engine: the actor's
-        node = engine(spec, name)
+        source = engine(spec, inherited.get(name, name), alloc.kind)  # inheriting: the actor's
+        node = engine(spec, name, alloc.kind)
         owner = inherited.get(name, name)
         options = backend_options(owner, alloc.backend, getattr(source, alloc.backend))
         problem = getattr(options, "problem", lambda: None)()
         if problem:
             raise ConfigError(f"{owner}.{alloc.backend}.{problem}")
-        if name == "rollout":
-            out[name] = Engine(name, alloc, options, rollout_offload(spec),
+        if alloc.is_inference:
+            out[name] = Engine(name, alloc, options, bool(node.offload or node.enable_offload),
                                extra_args=tuple(str(a) for a in node.extra_args),
                                model_path=model_path)
         else:
@@ -124,11 +168,6 @@ def engines(spec: LaunchConfig, allocs: Mapping[str, ModelAllocation],
                                inherited_from=inherited.get(name), model_path=model_path,
                                training=training)
     return out
-
-
-def rollout_offload(spec: LaunchConfig) -> bool:
-    """rollout.offload, or RLinf's spelling rollout.enable_offload."""
-    return bool(spec.rollout.offload or spec.rollout.enable_offload)
 
 
 def with_offload(spec: LaunchConfig, names: tuple[str, ...]) -> LaunchConfig:
