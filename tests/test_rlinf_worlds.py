@@ -233,3 +233,16 @@ def test_feeds_must_name_a_serving_component():
     with pytest.raises(ConfigError, match="components.actor2.feeds='actor': not a serving"):
         plan_of(TWO_POLICIES[:4] + ["+components.actor2={kind: train, backend: 'fsdp:d2', "
                                     "feeds: actor}"])
+
+
+def test_rlinf_offload_spellings_turn_on_what_they_name():
+    planned = build_plan(run_spec(compose_config(
+        ["cluster.device=cpu", "actor.offload_weight=true", "actor.offload_grad=true"]))
+        .config, local_gpus=0)
+    parts = planned.engines["actor"].offload_parts
+    assert (parts.weight, parts.optimizer, parts.grad) == (True, False, True)
+
+
+def test_rlinf_auto_scheduler_is_one_line_naming_what_to_write():
+    line = one_error_line(run("plan", "cluster.auto_scheduler=true"))
+    assert "not supported" in line and "cluster.component_placement" in line

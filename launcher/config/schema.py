@@ -109,6 +109,10 @@ class TrainEngineBase:
     mb_spec: MicroBatchSpec = field(default_factory=MicroBatchSpec)
     offload: OffloadOptions = field(default_factory=OffloadOptions)
     enable_offload: Optional[bool] = None  # RLinf's: offload weights and optimizer states
+    # RLinf's spellings of offload.weight / .optimizer / .grad
+    offload_weight: Optional[bool] = None
+    offload_optimizer: Optional[bool] = None
+    offload_grad: Optional[bool] = None
     model: ModelParallel = field(default_factory=ModelParallel)
     extra_args: List[str] = field(default_factory=list)
 
@@ -205,6 +209,9 @@ class ClusterConfig:
     # GPUs), else `gpu_type`'s from launcher/memory/capacity.py's table (e.g. h100), else unknown
     gpu_memory_gib: Optional[float] = None
     gpu_type: Optional[str] = None
+    # RLinf's run-time placement from profiled times: not supported (placement is decided
+    # before anything starts); true is an error that says what to write instead
+    auto_scheduler: Optional[bool] = None
 
 
 # ----------------------------------------------------------------------------- the run

@@ -55,6 +55,11 @@ def build_plan(spec: LaunchConfig, local_gpus: GPUCount = 0,
     give the plan more nodes (Slurm, Ray) or not (this machine): errors advise accordingly.
     """
     warnings: list[str] = []
+    if spec.cluster.auto_scheduler:
+        raise ConfigError("cluster.auto_scheduler=true: not supported (RLinf's run-time "
+                          "placement); areal-launch places every component before anything "
+                          "starts: write cluster.component_placement, or leave it out for the "
+                          "default")
     chosen = resolve.chosen_backends(spec, explicit, warnings)
     texts, raw = chosen.texts, chosen.placement
     declared = workers(spec, placed_names(raw))

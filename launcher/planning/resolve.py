@@ -159,6 +159,10 @@ def engines(spec: LaunchConfig, allocs: Mapping[str, ModelAllocation],
             parts: OffloadOptions = node.offload
             if node.enable_offload:  # RLinf's: weights and optimizer states between phases
                 parts = OffloadOptions(optimizer=True, weight=True, grad=parts.grad)
+            parts = OffloadOptions(  # RLinf's offload_weight, offload_optimizer, offload_grad
+                optimizer=bool(parts.optimizer or node.offload_optimizer),
+                weight=bool(parts.weight or node.offload_weight),
+                grad=bool(parts.grad or node.offload_grad))
             extra = source.extra_args if name in inherited else node.extra_args
             training = Training(source.dtype or ("float32" if device == "cpu" else "bfloat16"),
                                 bool(source.gradient_checkpointing),
