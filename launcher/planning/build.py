@@ -66,12 +66,11 @@ def build_plan(spec: LaunchConfig, local_gpus: GPUCount = 0,
     raw, worker_raw = split_placement(raw, declared)
     count = local_gpus if callable(local_gpus) else (lambda: local_gpus)
     device = _device(spec.cluster, count)
-    groups = spec.cluster.node_groups
     cluster = None
     if device == "cuda":
         cluster = cuda_cluster(spec.cluster, count, warnings)
-    elif groups or spec.cluster.gpus_per_node is not None:
-        cluster = cpu_cluster(spec.cluster, lambda: max(1, virtual_slots(raw, worker_raw)))
+    elif spec.cluster.gpus_per_node is not None:  # a CPU run of a given size: known now
+        cluster = cpu_cluster(spec.cluster, lambda: 0)
     # RLinf's forms (process maps, node groups) as global GPU sets: against an unbounded
     # cluster while a CPU run's size is not known yet (place() checks them again)
     placement, per_process = engine_sets(raw, cluster or UNBOUNDED)
