@@ -201,6 +201,9 @@ def test_rlinf_keys_of_a_worker_reach_its_entry_as_options():
     plan = plan_of(["env.enable_offload=true", "env.simulator_type=textworld",
                     "env.train.max_steps=3"])
     assert "env" in plan.components and plan.components["env"].gpus == ()
+    assert plan.meta["engine_options"]["env"] == {
+        "options": {"simulator_type": "textworld", "train": {"max_steps": 3}},
+        "offload": True, "mem_gib": None}
 
 
 TWO_POLICIES = ["cluster.device=cpu", "rollout.backend=vllm:d1", "actor.backend=fsdp:d2",

@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional, Sequence
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from launcher.config.hydra_errors import FREE_FORM, explain_hydra_error, shown
-from launcher.config.schema import OPEN_NODES, LaunchConfig, backend_of, backend_options
+from launcher.config.schema import LaunchConfig, backend_of, backend_options
 from launcher.spec import registry
 from launcher.spec.errors import ConfigError
 from launcher.spec.plan import ENGINES
@@ -165,14 +165,12 @@ def run_spec(cfg: DictConfig) -> RunSpec:
 
 
 def _keep_open_keys(cfg: DictConfig, spec: Any) -> None:
-    """The keys of the open nodes (RLinf's env.*, actor.model.*, ...) that their dataclass does
-    not declare go to its `options`, handed to the entry point in the plan: to_object alone
-    would drop them without a word."""
+    """The keys of RLinf's `<engine>.model` that ModelParallel does not declare go to its
+    `options`, handed to the entry point in the plan: to_object alone would drop them without
+    a word."""
     import dataclasses
 
-    for path in OPEN_NODES + tuple(f"{name}.model" for name in ENGINES):
-        if path.startswith("cluster."):
-            continue
+    for path in (f"{name}.model" for name in ENGINES):
         node = OmegaConf.select(cfg, path)
         target: Any = spec
         for part in path.split("."):

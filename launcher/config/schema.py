@@ -230,9 +230,11 @@ class LaunchConfig:
     teacher: TrainEngineBase = field(default_factory=TrainEngineConfig)
     # RLinf's forward-only copy of the policy (log-probs): on when placed, or backend set
     inference: TrainEngineBase = field(default_factory=TrainEngineConfig)
-    env: WorkerConfig = field(default_factory=WorkerConfig)  # simulators (RLinf's env)
-    reward: WorkerConfig = field(default_factory=WorkerConfig)  # reward workers or a server
-    agent: WorkerConfig = field(default_factory=WorkerConfig)  # agent/tool processes (CPU)
+    # RLinf's workers, each a WorkerConfig (typed by launcher.planning.components, RLinf's own
+    # keys kept as options; an open dict here costs start-up nothing)
+    env: Dict[str, Any] = field(default_factory=dict)  # simulators (RLinf's env)
+    reward: Dict[str, Any] = field(default_factory=dict)  # reward workers or a server
+    agent: Dict[str, Any] = field(default_factory=dict)  # agent/tool processes (CPU)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     # components the user declares by name (+components.sim.entry=sim.py), beside the built-in
@@ -369,6 +371,5 @@ def _open_backend_options() -> Any:
     return node
 
 
-# nodes whose unknown keys are kept (RLinf's own keys, handed to the entry point) or checked
-# by the planner (placement names) rather than refused by Hydra
+# nodes whose keys the planner checks (RLinf's workers, placement names) rather than Hydra
 OPEN_NODES = ("env", "reward", "agent", "cluster.component_placement")

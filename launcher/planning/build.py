@@ -104,7 +104,9 @@ def build_plan(spec: LaunchConfig, local_gpus: GPUCount = 0,
     syncs = tuple(weight_sync(components[src], components[dst], cluster)
                   for src, dst in chosen.feeds.items() if src in components and dst in components)
     meta = {**plan_meta(spec),
-            "engine_options": {n: engine_options(e) for n, e in engines.items()}}
+            "engine_options": {**{n: engine_options(e) for n, e in engines.items()},
+                               **{n: {"options": dict(w.options), "offload": w.offload,
+                                      "mem_gib": w.mem_gib} for n, w in declared.items()}}}
     plan = Plan(cluster=cluster, mode=placed.mode, components=components, weight_sync=syncs,
                 warnings=tuple(warnings), meta=meta)
     return Planned(plan, engines, spec, (sizing.note,) if sizing.note else (), declared)

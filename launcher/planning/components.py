@@ -11,6 +11,7 @@ kind. Pure: no I/O.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
@@ -60,9 +61,9 @@ def workers(spec: LaunchConfig, placed: frozenset[str] = frozenset()) -> dict[st
     under them), then `components.*` in the order written."""
     out: dict[str, Worker] = {}
     for name in WORKERS:
-        node: WorkerConfig = getattr(spec, name)
-        if name in placed or node != WorkerConfig():
-            out[name] = _worker(name, node, name)
+        raw = dict(getattr(spec, name) or {})
+        if name in placed or raw:
+            out[name] = _worker(name, _rlinf_worker(name, raw), name)
     for name, raw in spec.components.items():
         name = str(name)
         if declared_kind(raw) in ENGINE_KINDS:
@@ -73,6 +74,19 @@ def workers(spec: LaunchConfig, placed: frozenset[str] = frozenset()) -> dict[st
         out[name] = _worker(name, typed(f"components.{name}", ComponentConfig, raw,
                                         "a component's keys"), f"components.{name}")
     return out
+
+
+def _rlinf_worker(name: str, raw: dict[str, Any]) -> WorkerConfig:
+    """RLinf's `env:`/`reward:`/`agent:` as a WorkerConfig: our keys typed, RLinf's own
+    (`env.train.*`, `simulator_type`, ...) kept as options for the entry point."""
+    known = {f.name for f in dataclasses.fields(WorkerConfig)}
+    ours = {k: v for k, v in raw.items() if k in known}
+    extra = {str(k): v for k, v in raw.items() if k not in known}
+    node: WorkerConfig = typed(name, WorkerConfig, ours, "a worker's keys") if ours \
+        else WorkerConfig()
+    if extra:
+        node.options = {**node.options, **extra}
+    return node
 
 
 def _worker(name: str, node: ComponentConfig, key: str) -> Worker:
