@@ -249,3 +249,18 @@ def test_rlinf_offload_spellings_turn_on_what_they_name():
 def test_rlinf_auto_scheduler_is_one_line_naming_what_to_write():
     line = one_error_line(run("plan", "cluster.auto_scheduler=true"))
     assert "not supported" in line and "cluster.component_placement" in line
+
+
+def test_the_gpu_map_shows_cpu_only_nodes_and_their_processes():
+    import io
+
+    from rich.console import Console
+
+    from launcher.cli.render import render_gpu_map
+
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    console.print(render_gpu_map(plan_of(NODE_GROUPS)))
+    text = console.file.getvalue()
+    assert "2 nodes x 8 GPUs + 1 CPU-only node" in text
+    assert "nodes 0-1 (CPU processes): G agent x100" in text
+    assert "node 2 (no GPUs): E reward x4, G agent x100" in text

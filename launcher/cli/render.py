@@ -122,11 +122,11 @@ def map_rows(plan: Plan, cells: dict[int, list[Cell]]) -> tuple[list[Row], bool]
     detail = c.num_nodes <= DETAIL_NODES
     rows: list[Row] = []
     node = 0
-    while node < c.num_nodes:
+    while node < c.gpu_nodes:
         last = node
         if not detail:
             sig = _signature(cells, range(node * g, node * g + g))
-            while (last + 1 < c.num_nodes
+            while (last + 1 < c.gpu_nodes
                    and _signature(cells, range((last + 1) * g, (last + 2) * g)) == sig):
                 last += 1
         title = f"node {node}" if last == node else f"nodes {node}-{last}"
@@ -261,7 +261,41 @@ def layout(comp: ComponentPlan) -> str:
 def _cluster_words(plan: Plan) -> str:
     c = plan.cluster
     kind = "virtual GPU slots (cpu)" if c.device == "cpu" else "GPUs"
-    return f"{c.num_nodes} node{'s' if c.num_nodes != 1 else ''} x {c.gpus_per_node} {kind}"
+    n = c.gpu_nodes
+    words = f"{n} node{'s' if n != 1 else ''} x {c.gpus_per_node} {kind}"
+    if c.cpu_nodes:
+        words += f" + {c.cpu_nodes} CPU-only node{'s' if c.cpu_nodes != 1 else ''}"
+    return words
+
+
+def cpu_node_lines(plan: Plan) -> list[str]:
+    """What runs on the nodes without GPUs (and CPU-only processes elsewhere), a line per
+    run of nodes that hold the same: `node 2 (no GPUs): E reward x4, G agent x100`."""
+    colors = marks(plan)
+    per_node: dict[int, dict[str, int]] = {}
+    for name, comp in plan.components.items():
+        if not comp.is_worker or comp.gpus:
+            continue
+        runs = getattr(comp.instances, "runs", None)
+        items = [(node, count) for _, count, _, node in runs] if runs is not None else \
+            [(i.nodes[0], 1) for i in comp.instances]
+        for node, count in items:
+            here = per_node.setdefault(node, {})
+            here[name] = here.get(name, 0) + count
+    out: list[str] = []
+    nodes = sorted(per_node)
+    i = 0
+    while i < len(nodes):
+        j = i
+        while j + 1 < len(nodes) and nodes[j + 1] == nodes[j] + 1 and \
+                per_node[nodes[j + 1]] == per_node[nodes[i]]:
+            j += 1
+        where = f"node {nodes[i]}" if i == j else f"nodes {nodes[i]}-{nodes[j]}"
+        gpu = "no GPUs" if nodes[i] >= plan.cluster.gpu_nodes else "CPU processes"
+        what = ", ".join(f"{colors[n][0]} {n} x{k}" for n, k in per_node[nodes[i]].items())
+        out.append(f"{where} ({gpu}): {what}")
+        i = j + 1
+    return out
 
 
 def render_gpu_map(plan: Plan) -> Group:
@@ -306,6 +340,7 @@ def render_gpu_map(plan: Plan) -> Group:
                 gib.append((f"{value:.1f}" if value is not None else "·").ljust(width),
                            style="bold red" if over else "dim")
             lines.append(gib)
+    lines.extend(Text(line, style="dim italic") for line in cpu_node_lines(plan))
     lines.append(Text(""))
     lines.extend(Text(w, style="bold") for w in memory_words(plan))
     colors = marks(plan)
