@@ -1,0 +1,47 @@
+"""The memory check against peers' published configurations (tests/peer_corpus.py): none that
+runs is refused, the out-of-memory reports are, and at least 90 % of the corpus agrees.
+
+Plan-level: each case is the plan `areal-launch plan` builds from its overrides (typed config,
+placement, engines, backends' options) and the memory report of it; no engine starts.
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.corpus_check import report
+from tests.peer_corpus import CASES, PEERS
+
+WORKING = [n for n, c in CASES.items() if c.fits]
+FAILING = [n for n, c in CASES.items() if not c.fits]
+
+
+def test_the_corpus_has_forty_cases_from_five_peers_each_with_its_source():
+    assert len(CASES) >= 40
+    assert {c.peer for c in CASES.values()} == set(PEERS)
+    assert all(c.source.startswith("https://github.com/") for c in CASES.values())
+    assert WORKING and FAILING
+
+
+@pytest.mark.parametrize("name", WORKING)
+def test_a_published_working_configuration_is_not_refused(name):
+    found = report(CASES[name])
+    assert found.fits is True, "\n".join(p.line() for p in found.problems)
+
+
+@pytest.mark.parametrize("name", FAILING)
+def test_an_explainable_out_of_memory_report_is_refused_naming_the_engine_and_a_fix(name):
+    found = report(CASES[name])
+    assert found.fits is False
+    named = [p for p in found.problems if p.engine == CASES[name].overflows]
+    assert named and named[0].gpu is not None, [p.line() for p in found.problems]
+    assert named[0].fix, named[0].line()
+
+
+def test_at_least_nine_in_ten_cases_agree_in_milliseconds_each():
+    start = time.perf_counter()
+    agree = [report(c).fits is c.fits for c in CASES.values()]
+    per_case = (time.perf_counter() - start) / len(CASES)
+    assert sum(agree) >= 0.9 * len(agree), [n for n, ok in zip(CASES, agree) if not ok]
+    assert per_case < 0.2, f"{per_case * 1000:.0f} ms a case: the corpus must stay plan-level"
