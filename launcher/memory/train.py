@@ -208,11 +208,22 @@ def sequence_parallel(alloc: ModelAllocation, opts: TrainOptions) -> bool:
     return opts.sequence_parallel if _megatron(alloc.backend) else True
 
 
+def norm_bytes(backend: str, act: int) -> int:
+    """Bytes per hidden channel and token the two RMSNorms of a layer keep for backward.
+
+    Megatron's fused norms keep their input and output: 2 x 2 x act. An HF model's eager
+    RMSNorm (FSDP2 engines: AReaL, our recipe) upcasts its input to fp32 and keeps that copy,
+    the normalized value in the compute dtype and the scaled output the projections read:
+    2 x (4 + 2 x act) (16 under bf16, 24 under fp32)."""
+    return 4 * act if _megatron(backend) else 2 * (FP32_BYTES + 2 * act)
+
+
 def layer_activation_bytes(shape: ModelShape, alloc: ModelAllocation, act: int,
                            sequence_parallel: bool, swiglu: int = 4) -> float:
     """Bytes per token that one decoder layer keeps for backward (flash attention: no scores).
 
-    Norm inputs/outputs and residuals (4h; split by t only with sequence parallel), q/k/v and
+    The two norms' inputs and outputs (norm_bytes per channel; split by t only with sequence
+    parallel), q/k/v and
     attention output (split by t), the SwiGLU's `swiglu` x f (see swiglu_width; split by t),
     and for MoE the top-k experts' SwiGLU (split by etp), the dispatched tokens in and out
     (2kh) and the router's fp32 logits; with sequence parallel each tp rank routes only its
@@ -222,7 +233,7 @@ def layer_activation_bytes(shape: ModelShape, alloc: ModelAllocation, act: int,
     t = alloc.tp
     h = shape.hidden_size
     split = t if sequence_parallel else 1
-    hidden = 4 * h / split
+    hidden = norm_bytes(alloc.backend, act) * h / split / act
     attention = _attention_dims(shape) / t
     dense = swiglu * shape.intermediate_size / t if shape.num_dense_layers else 0.0
     moe = 0.0
@@ -291,13 +302,15 @@ def grad_reduce_bytes(shape: ModelShape, alloc: ModelAllocation, opts: TrainOpti
 
 def activation_parts(shape: ModelShape, alloc: ModelAllocation,
                      opts: TrainOptions) -> dict[str, float]:
-    """Activations, the gradients of the layer in backward, and logits on the most loaded
-    pipeline stage (bytes).
+    """What a step holds beyond the model states, on the most loaded pipeline stage (bytes).
 
-    activations: what the forward stores (every layer's, or with full recompute each layer's
-    input plus the one layer being recomputed); layer_grads: backward through a layer makes a
-    gradient for each tensor it stored, as many bytes as that layer's activations, while they
-    are still held; logits: see logit_bytes (the last stage only)."""
+    activations: what the forward stores for backward (every layer's activations, or with
+    full recompute each layer's input). Then two moments that do not overlap in time:
+    logits (see logit_bytes) exist at the loss, before backward reaches the decoder layers;
+    later, backward through a layer holds that layer's activations (recomputed, with full
+    recompute) and a gradient for each of them, while the logits are gone. The peak is the
+    larger moment: logits, and layer_backward is what the layer moment adds beyond them
+    (0 when the logits are larger). Measured on CPU: benchmarks/measure_fsdp_memory.py."""
     act = opts.compute_bytes
     t, pp = alloc.tp, alloc.pp
     tokens = math.ceil(opts.max_tokens_per_mb / alloc.cp)
@@ -309,15 +322,16 @@ def activation_parts(shape: ModelShape, alloc: ModelAllocation,
         logits = tokens * vocab * act + min(tokens, LOGPROB_CHUNK_TOKENS) * vocab * FP32_BYTES
         return {"activations": per_layer, "logits": logits}
     layers = math.ceil(shape.num_layers / pp)
-    if opts.recompute_mode == "full":  # each layer's input, plus the layer being recomputed
+    if opts.recompute_mode == "full":  # each layer's input; the layer is recomputed in backward
         stored = layers * tokens * shape.hidden_size * act / (t if sp else 1)
-        transient = per_layer
+        layer_moment = 2 * per_layer
     else:  # "selective" recomputes core attention, which flash attention never stores
-        stored, transient = layers * per_layer, 0.0
+        stored, layer_moment = layers * per_layer, per_layer
     logits = tokens * vocab * logit_bytes(act)
     if pp > 1 and stored * pp >= stored + logits:  # 1F1B: p micro-batches on the first stage
         stored, logits = stored * pp, 0.0
-    return {"activations": stored + transient, "layer_grads": per_layer, "logits": logits}
+    return {"activations": stored, "logits": logits,
+            "layer_backward": max(0.0, layer_moment - logits)}
 
 
 def estimate_training(shape: ModelShape, alloc: ModelAllocation, opts: TrainOptions,
