@@ -8,7 +8,10 @@ after each step. A sampler thread reads VmRSS every millisecond, so a step's pea
 between Python lines.
     python -m torch.distributed.run --nproc-per-node 2 benchmarks/fsdp_step_rss.py SPEC OUT
 SPEC is JSON: {"model": path or null, "config": {LlamaConfig fields} or null, "tokens": N,
-"checkpointing": bool, "steps": N}.
+"checkpointing": bool, "steps": N, "device": "cpu" | "cuda"}. On cuda (NCCL, one GPU a rank)
+the same points come from the device: used memory (total - free, the CUDA context included)
+for base and peak (the caching allocator keeps its peak reserved), torch's allocated bytes for
+the states between steps and the step's peak over its start.
 """
 import json
 import sys
@@ -48,14 +51,26 @@ class Peak:
         return self.value
 
 
+def used_cuda() -> int:
+    free, total = torch.cuda.mem_get_info()
+    return int(total - free)
+
+
 def main() -> None:
     spec, out = json.loads(sys.argv[1]), Path(sys.argv[2])
-    dist.init_process_group("gloo")
+    cuda = spec.get("device") == "cuda"
+    if cuda:
+        import os
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
+    if cuda:
+        dist.barrier()  # the context and communicators exist before the base is read
+        torch.cuda.synchronize()
     from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    points = {"base": rss()}
+    points = {"base": used_cuda() if cuda else rss()}
     if spec.get("model"):
         model = AutoModelForCausalLM.from_pretrained(spec["model"], dtype=torch.float32)
     else:
@@ -63,20 +78,26 @@ def main() -> None:
     if spec["checkpointing"]:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.config.use_cache = False
-    mesh = init_device_mesh("cpu", (world,))
+    device = torch.device("cuda" if cuda else "cpu")
+    model.to(device)
+    mesh = init_device_mesh(device.type, (world,))
     for layer in model.model.layers:
         fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
     import gc
     gc.collect()
-    points["sharded"] = rss()
+    points["sharded"] = torch.cuda.memory_allocated() if cuda else rss()
     optim = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.0)
     vocab, tokens = model.config.vocab_size, spec["tokens"]
-    sampler = Peak()
+    sampler = None if cuda else Peak()
     steps = []
     for _ in range(spec["steps"]):
-        start = sampler.reset()
-        ids = torch.randint(0, vocab, (1, tokens))
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+            start = torch.cuda.memory_allocated()
+        else:
+            start = sampler.reset()
+        ids = torch.randint(0, vocab, (1, tokens), device=device)
         logits = model(input_ids=ids).logits[:, :-1].float()
         logp = torch.gather(F.log_softmax(logits, dim=-1), 2, ids[:, 1:].unsqueeze(-1))
         del logits
@@ -86,9 +107,17 @@ def main() -> None:
         optim.step()
         optim.zero_grad(set_to_none=True)
         gc.collect()
-        steps.append({"start": start, "peak": sampler.value, "end": rss()})
-    with open("/proc/self/status") as f:
-        hwm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+        if cuda:
+            torch.cuda.synchronize()
+            steps.append({"start": start, "peak": torch.cuda.max_memory_allocated(),
+                          "end": torch.cuda.memory_allocated()})
+        else:
+            steps.append({"start": start, "peak": sampler.value, "end": rss()})
+    if cuda:
+        hwm = used_cuda()
+    else:
+        with open("/proc/self/status") as f:
+            hwm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
     result = {"rank": rank, "world": world, "points": points, "steps": steps, "hwm": hwm,
               "params": sum(p.numel() for p in model.parameters())}
     (out / f"rank{rank}.json").write_text(json.dumps(result))

@@ -31,7 +31,6 @@ sys.path.insert(0, str(ROOT))
 
 from launcher.backends import fsdp  # noqa: E402
 from launcher.memory.model_shape import shape_from_config  # noqa: E402
-from launcher.memory.parts import GIB  # noqa: E402
 from launcher.memory.train import TrainOptions, estimate_training  # noqa: E402
 from launcher.spec.alloc import parse_backend  # noqa: E402
 
@@ -53,37 +52,46 @@ def free_port() -> int:
 def run(spec: dict, folder: Path) -> list[dict]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
            "MALLOC_MMAP_THRESHOLD_": "65536", "PYTHONPATH": str(ROOT)}
-    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+    argv = [sys.executable, "-m", "torch.distributed.run",
+            "--nproc-per-node", str(spec.get("ranks", 2)),
             "--master-addr", "127.0.0.1", "--master-port", str(free_port()), str(WORKER),
             json.dumps(spec), str(folder)]
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1800)
     if proc.returncode:
         sys.exit(proc.stdout[-3000:] + proc.stderr[-3000:])
-    return [json.loads((folder / f"rank{r}.json").read_text()) for r in (0, 1)]
+    return [json.loads((folder / f"rank{r}.json").read_text())
+            for r in range(spec.get("ranks", 2))]
 
 
-def estimate_parts(config: dict, tokens: int, checkpointing: bool) -> dict[str, float]:
+def estimate_parts(config: dict, tokens: int, checkpointing: bool,
+                   device: str = "cpu", ranks: int = 2) -> dict[str, float]:
     """The plan's estimate for this run (bytes per rank)."""
     shape = shape_from_config(config)
     base = TrainOptions(dtype="float32", max_tokens_per_mb=tokens,
                         gradient_checkpointing=checkpointing)
     opts = fsdp.train_options(fsdp.Options(), base)
-    need = estimate_training(shape, parse_backend("fsdp:d2"), opts, device="cpu")
+    need = estimate_training(shape, parse_backend(f"fsdp:d{ranks}"), opts, device=device)
     return dict(need.parts)
 
 
-def compare(name: str, config: dict, spec: dict, folder: Path) -> list[dict]:
-    ranks = run(spec, folder)
-    est = estimate_parts(config, spec["tokens"], spec["checkpointing"])
+def compare(name: str, config: dict, spec: dict, ranks: list[dict]) -> list[dict]:
+    """Per rank: the measured terms beside the estimate's."""
+    device = spec.get("device", "cpu")
+    est = estimate_parts(config, spec["tokens"], spec["checkpointing"], device,
+                         spec.get("ranks", 2))
     rows = []
     for r in ranks:
         base = r["points"]["base"]
         last = r["steps"][-1]
-        measured = {"overhead": base, "states": last["end"] - base,
+        # cpu: RSS includes the process, so states are over the base; cuda: torch's allocated
+        # bytes are tensors only
+        floor = 0 if device == "cuda" else base
+        measured = {"overhead": base, "states": last["end"] - floor,
                     "step": last["peak"] - last["start"], "peak": r["hwm"]}
         estimated = {"overhead": est["overhead"], "states": est["weights"] + est["optimizer"],
                      "step": sum(est[k] for k in STEP_PARTS), "peak": sum(est.values())}
-        rows.append({"model": name, "tokens": spec["tokens"],
+        rows.append({"model": name, "config": config, "spec": spec, "raw": r,
+                     "tokens": spec["tokens"],
                      "checkpointing": spec["checkpointing"], "rank": r["rank"],
                      "params": r["params"] * r["world"],
                      "measured_mib": {k: round(v / MIB, 1) for k, v in measured.items()},
@@ -95,13 +103,23 @@ def compare(name: str, config: dict, spec: dict, folder: Path) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=2048)
-    ap.add_argument("--json", type=Path)
+    ap.add_argument("--ranks", type=int, default=2, help="FSDP ranks (GPUs on cuda)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="cuda: NCCL, one GPU a rank (scripts/gpu-check.sh)")
+    ap.add_argument("--json", type=Path, help="write the rows (measurements included) here")
+    ap.add_argument("--from", dest="saved", type=Path,
+                    help="no run: the measurements of an earlier --json against today's estimate")
     args = ap.parse_args()
+    rows = []
+    if args.saved:
+        for old in json.loads(args.saved.read_text()):
+            rows += compare(old["model"], old["config"], old["spec"], [old["raw"]])
+        table(rows)
+        return
     from launcher.worker.tiny_model import ensure
 
     tiny = ensure()
     tiny_config = json.loads((Path(tiny) / "config.json").read_text())
-    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, config, model in (("tiny", tiny_config, str(tiny)),
                                     ("llama-170m", {**LARGER, "model_type": "llama",
@@ -110,9 +128,17 @@ def main() -> None:
                 folder = Path(tmp) / f"{name}-{checkpointing}"
                 folder.mkdir()
                 spec = {"model": model, "config": None if model else LARGER,
-                        "tokens": args.tokens, "checkpointing": checkpointing, "steps": 2}
-                rows += compare(name, config, spec, folder)
+                        "tokens": args.tokens, "checkpointing": checkpointing, "steps": 2,
+                        "device": args.device, "ranks": args.ranks}
+                rows += compare(name, config, spec, run(spec, folder))
+    table(rows)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+def table(rows: list[dict]) -> None:
     print("| model | ckpt | rank | term | measured MiB | estimated MiB | estimate/measured |")
+    worst = 0.0
     print("|---|---|---|---|---|---|---|")
     for row in rows:
         for term, value in row["measured_mib"].items():
@@ -120,8 +146,9 @@ def main() -> None:
             ratio = f"{est / value:.2f}" if value > 0 else "-"
             print(f"| {row['model']} | {row['checkpointing']} | {row['rank']} | {term} | "
                   f"{value} | {est} | {ratio} |")
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
+        peak = row["estimated_mib"]["peak"] / row["measured_mib"]["peak"]
+        worst = max(worst, abs(peak - 1))
+    print(f"peak: estimate within {worst:.0%} of the measured peak on every run")
 
 
 if __name__ == "__main__":
