@@ -4,8 +4,8 @@ What we assume, per engine (bytes per parameter of weights / grads / optimizer):
 - fsdp (AReaL's FSDPEngine, our recipe): weights, grads and both AdamW moments in the training
   dtype: bf16 2/2/4 = 8, float32 4/4/8 = 16; `adam_bf16` moments 2+2; sgd keeps no state. All
   of it sharded over the whole mesh d*c*t (FSDP2 full shard over d*c, tensor parallel
-  dividing again). Set compute_dtype=bfloat16 with dtype=float32 for an fp32-master engine
-  (verl: 16 B/param, bf16 compute).
+  dividing again). `actor.fsdp.mixed_precision=bf16` with `actor.dtype=float32` is an
+  fp32-master engine (verl, NeMo-RL, DeepSpeed bf16: 16 B/param, bf16 compute).
 - archon (AReaL's torch-native engine, torchtitan-style): FSDP2 like fsdp, with tensor,
   pipeline and expert parallel inside the mesh, so every state is sharded over the world.
 - megatron: bf16 weights 2 + fp32 main grads 4 + fp32 master and Adam moments 12, the 12
