@@ -11,6 +11,10 @@
 #      the plan's per-GPU estimate for the actor is printed beside the measured peak, with and
 #      without gradient checkpointing.
 #   4. The Megatron recipe's training step (CPU cannot run one), when megatron-core is carried.
+#   5. The estimate per term against real FSDP2 steps on CUDA (NCCL, 2 GPUs, or 1):
+#      benchmarks/measure_fsdp_memory.py --device cuda, the same runs as its CPU measurement in
+#      docs/benchmarks.md (tiny Llama and a 170M one, checkpointing off and on); the
+#      estimate's peak must be at least the measured used memory and within 15 % of it.
 #
 # On the lent machine (Python 3.12 with torch and transformers; no network, no Hydra): run
 # scripts/gpu-wheels.sh here first, carry .whl, and run `bash scripts/gpu-check.sh` there.
@@ -133,6 +137,26 @@ if python3 -c "import megatron.core" 2>/dev/null; then
   verdict "megatron recipe steps on cuda (exit $code)" $((code + $?))
 else
   say "SKIP megatron recipe: megatron-core not installed (scripts/gpu-wheels.sh carries it)"
+fi
+
+# 5. the estimate per term against FSDP2 steps on CUDA
+if [ "$count" -ge 1 ]; then
+  ranks=$(( count >= 2 ? 2 : 1 ))
+  CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((ranks - 1))) python3 benchmarks/measure_fsdp_memory.py \
+    --device cuda --ranks "$ranks" --json "$OUT/fsdp-memory-cuda.json" >"$OUT/fsdp-memory-cuda.txt" 2>&1
+  code=$?
+  tail -40 "$OUT/fsdp-memory-cuda.txt" | sed 's/^/  /' | tee -a "$REPORT"
+  python3 - "$OUT/fsdp-memory-cuda.json" <<'EOF' | tee -a "$REPORT"
+import json, sys
+rows = json.load(open(sys.argv[1]))
+bad = [r for r in rows if not (r["measured_mib"]["peak"] <= r["estimated_mib"]["peak"]
+                               <= 1.15 * r["measured_mib"]["peak"])]
+for r in bad:
+    print(f"  {r['model']} checkpointing={r['checkpointing']} rank {r['rank']}: estimate "
+          f"{r['estimated_mib']['peak']} MiB against measured {r['measured_mib']['peak']} MiB")
+sys.exit(1 if bad or not rows else 0)
+EOF
+  verdict "estimate per term against FSDP2 steps on cuda (exit $code)" $((code + ${PIPESTATUS[0]}))
 fi
 
 say "$FAILED check(s) failed"

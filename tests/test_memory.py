@@ -313,3 +313,23 @@ def test_options_out_of_range_are_clear_errors_in_milliseconds():
 def test_options_must_match_the_kind_of_engine():
     with pytest.raises(LaunchError, match="actor .* takes TrainOptions"):
         EngineInput(component("actor", "fsdp:d8", range(8)), QWEN3_8B, InferenceOptions())
+
+
+def test_the_training_estimate_is_within_15_percent_of_measured_fsdp2_steps_on_cpu():
+    """benchmarks/fsdp_memory_cpu.json: peak RSS of real FSDP2 steps (gloo, 2 ranks, tiny
+    Llama and a 170M one, checkpointing off and on; benchmarks/measure_fsdp_memory.py), held
+    against today's estimate of the same runs."""
+    from pathlib import Path
+
+    from benchmarks.measure_fsdp_memory import compare
+
+    saved = json.loads((Path(__file__).parents[1] / "benchmarks" / "fsdp_memory_cpu.json")
+                       .read_text())
+    assert {(r["model"], r["checkpointing"]) for r in saved} >= {
+        ("tiny", False), ("tiny", True), ("llama-170m", False), ("llama-170m", True)}
+    for old in saved:
+        row = compare(old["model"], old["config"], old["spec"], [old["raw"]])[0]
+        measured, estimated = row["measured_mib"], row["estimated_mib"]
+        assert estimated["peak"] == pytest.approx(measured["peak"], rel=0.15), row["model"]
+        if row["model"] != "tiny":  # the tiny model's states are smaller than RSS noise
+            assert estimated["states"] == pytest.approx(measured["states"], rel=0.15)

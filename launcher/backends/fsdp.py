@@ -53,5 +53,13 @@ def engine_env(device: str) -> dict[str, str]:
 
 
 def train_options(options: Options, base: TrainOptions) -> TrainOptions:
-    """FSDP2's CPUOffloadPolicy keeps the shards on the host."""
-    return dataclasses.replace(base, params_cpu_offload=options.offload_params)
+    """<engine>.fsdp.* as the estimator's inputs: mixed precision computes (activations,
+    logits, gathered layers) in its dtype and reduces gradients in fp32 while weights, grads
+    and optimizer state stay in `dtype` (recipes/grpo/mesh.py mixed_precision_policy; without
+    it FSDP2 reduces in the parameters' dtype); reshard_after_forward off keeps every
+    gathered layer; CPUOffloadPolicy keeps the shards on the host."""
+    mixed = options.mixed_precision
+    return dataclasses.replace(base, params_cpu_offload=options.offload_params,
+                               compute_dtype=mixed or None,
+                               reduce_dtype="float32" if mixed else base.dtype,
+                               reshard_after_forward=options.reshard_after_forward)

@@ -76,9 +76,15 @@ class EngineMemory:
     context_tokens: Optional[int] = None
     mem_fraction: Optional[float] = None
 
+    @property
+    def largest_part(self) -> str:
+        """The term that dominates this engine's peak (what to change first)."""
+        return max(self.parts, key=lambda k: self.parts[k])
+
     def to_dict(self) -> dict:
         out = {"spec": self.spec, "phase": self.phase, "per_gpu_gib": self.per_gpu_gib,
-               "released_gib": self.released_gib, "parts": dict(self.parts)}
+               "released_gib": self.released_gib, "parts": dict(self.parts),
+               "largest_part": self.largest_part}
         if self.phase == "rollout":
             out.update(kv_tokens=self.kv_tokens, context_tokens=self.context_tokens,
                        mem_fraction=self.mem_fraction)
@@ -212,8 +218,13 @@ def _engine_memory(inp: EngineInput, need: EngineNeed) -> EngineMemory:
                         mem_fraction=need.mem_fraction)
 
 
-def _describe(phase: str, held: dict[str, float], running: str, specs: dict[str, str]) -> str:
-    parts = [f"{running} ({specs[running]}) {held[running] / GIB:.1f}"]
+def _describe(phase: str, held: dict[str, float], running: str, specs: dict[str, str],
+              terms: dict[str, float]) -> str:
+    """`train phase: actor (fsdp:d8) 60.1 [largest: logits 27.8] + rollout keeps 2.0`: the
+    running engine with its largest term, and what the others keep."""
+    top = max(terms, key=lambda k: terms[k])
+    parts = [f"{running} ({specs[running]}) {held[running] / GIB:.1f} "
+             f"[largest: {top} {terms[top] / GIB:.1f}]"]
     parts += [f"{n} keeps {v / GIB:.1f}" for n, v in held.items()
               if n != running and v >= 0.05 * GIB]
     return f"{phase} phase: " + " + ".join(parts)
@@ -276,7 +287,7 @@ def evaluate(engines: Sequence[EngineInput], cluster: ClusterSpec,
                 need_gib=gib(value + margin * GIB), have_gib=capacity_gib or 0.0,
                 engines=names,
                 message=(f"GPU {g} (node {g // per}) does not fit: "
-                         f"{_describe(name, parts, running, specs)} GiB + margin {margin} GiB "
+                         f"{_describe(name, parts, running, specs, needs[running].parts)} GiB + margin {margin} GiB "
                          f"= {(value / GIB + margin):.1f} GiB > {capacity_gib} GiB{alike}")))
     host_need = None
     if device == "cpu":

@@ -4,8 +4,8 @@ What we assume, per engine (bytes per parameter of weights / grads / optimizer):
 - fsdp (AReaL's FSDPEngine, our recipe): weights, grads and both AdamW moments in the training
   dtype: bf16 2/2/4 = 8, float32 4/4/8 = 16; `adam_bf16` moments 2+2; sgd keeps no state. All
   of it sharded over the whole mesh d*c*t (FSDP2 full shard over d*c, tensor parallel
-  dividing again). Set compute_dtype=bfloat16 with dtype=float32 for an fp32-master engine
-  (verl: 16 B/param, bf16 compute).
+  dividing again). `actor.fsdp.mixed_precision=bf16` with `actor.dtype=float32` is an
+  fp32-master engine (verl, NeMo-RL, DeepSpeed bf16: 16 B/param, bf16 compute).
 - archon (AReaL's torch-native engine, torchtitan-style): FSDP2 like fsdp, with tensor,
   pipeline and expert parallel inside the mesh, so every state is sharded over the world.
 - megatron: bf16 weights 2 + fp32 main grads 4 + fp32 master and Adam moments 12, the 12
@@ -14,11 +14,12 @@ What we assume, per engine (bytes per parameter of weights / grads / optimizer):
   optimizer) 4+2+2. Most loaded rank: `(block/p + embedding)/t` + replicated norms and router
   + routed experts `/(p*e*etp)` with their optimizer over edp.
 Activations come from `max_tokens_per_mb` tokens per micro-batch (divided by c), stored per
-layer unless gradient checkpointing / recompute keeps only each layer's input; logits at 6 B
-per entry (bf16 logits + the fp32 log-softmax autograd keeps; AReaL computes log-probs in
-1024-token chunks). Offload between phases (`Offload`) frees the GPU for a collocated rollout
-engine but does not lower the train peak; only `optimizer_cpu_offload` / `params_cpu_offload`
-(offload during compute) do.
+layer unless gradient checkpointing / recompute keeps only each layer's input, all in the
+*compute* dtype (mixed precision: bf16 activations beside fp32 master weights); each term the
+estimate adds is a function below with its own docstring, and a named part of the plan's
+memory section (reference/memory.md §9 says where the old, larger terms came from). Offload
+between phases (`Offload`) frees the GPU for a collocated rollout engine but does not lower
+the train peak; only `optimizer_cpu_offload` / `params_cpu_offload` (offload during compute) do.
 """
 from __future__ import annotations
 
@@ -42,9 +43,9 @@ from launcher.spec.errors import ConfigError
 # (65 of ~100 uses in examples/*.yaml); AReaL's own default (None) means one micro-batch
 DEFAULT_MAX_TOKENS_PER_MB = 10240
 MAX_TOKENS_LIMIT = 1 << 24  # 16M tokens in one micro-batch: larger is a typo
-LOGIT_BYTES = 6  # per logit entry while training: bf16 logits + fp32 log-softmax kept
+FP32_BYTES = 4  # the fp32 log-softmax / exp-logits a cross-entropy keeps for backward
 LOGPROB_CHUNK_TOKENS = 1024  # AReaL's gather_logprobs chunk: the fp32 copy of a forward pass
-REDUCE_BYTES = 4  # grad_reduce_dtype float32 (AReaL's default): one unit's unsharded grads
+REDUCE_DTYPE = "float32"  # grad_reduce_dtype: AReaL's default, our recipe's mixed precision
 OPTIMIZERS = ("adam", "adam_bf16", "sgd")
 # how a trainer holds its model (a training backend's MEMORY_MODEL)
 FSDP2 = "fsdp2"  # FSDP2 full shard over the whole mesh, gathered units (fsdp, archon)
@@ -72,7 +73,11 @@ class TrainOptions:
     """One training engine's memory knobs (AReaL's names in the comments)."""
 
     dtype: str = "bfloat16"  # actor.dtype: weights (and FSDP's grads and moments)
-    compute_dtype: Optional[str] = None  # None: dtype; bfloat16 with dtype float32: fp32 master
+    # actor.fsdp.mixed_precision: the dtype of activations, logits and gathered layers;
+    # None: dtype (bfloat16 with dtype float32 is verl's fp32-master default)
+    compute_dtype: Optional[str] = None
+    reduce_dtype: Optional[str] = None  # FSDP2 reduce-scatter dtype; None: float32 (AReaL)
+    reshard_after_forward: bool = True  # actor.fsdp.reshard_after_forward: False keeps layers
     optimizer: str = "adam"  # actor.optimizer.type: adam | adam_bf16 | sgd
     max_tokens_per_mb: int = DEFAULT_MAX_TOKENS_PER_MB  # actor.mb_spec.max_tokens_per_mb
     gradient_checkpointing: bool = False  # actor.gradient_checkpointing (AReaL's default)
@@ -87,8 +92,9 @@ class TrainOptions:
 
     def __post_init__(self) -> None:
         dtype_bytes(self.dtype, "dtype")
-        if self.compute_dtype is not None:
-            dtype_bytes(self.compute_dtype, "compute_dtype")
+        for name in ("compute_dtype", "reduce_dtype"):
+            if getattr(self, name) is not None:
+                dtype_bytes(getattr(self, name), name)
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"optimizer={self.optimizer!r}: choose {', '.join(OPTIMIZERS)}")
         tokens = self.max_tokens_per_mb
@@ -104,6 +110,17 @@ class TrainOptions:
         if self.recompute is not None:
             return self.recompute
         return "full" if self.gradient_checkpointing else "none"
+
+    @property
+    def compute_bytes(self) -> int:
+        """Bytes of an activation, a logit and a gathered weight: the compute dtype (mixed
+        precision), not the storage dtype of weights, grads and optimizer state."""
+        return dtype_bytes(self.compute_dtype or self.dtype)
+
+    @property
+    def reduce_bytes(self) -> int:
+        """Bytes per element of an unsharded gradient on its way to reduce-scatter."""
+        return dtype_bytes(self.reduce_dtype or REDUCE_DTYPE)
 
 
 def _megatron(backend: str) -> bool:
@@ -171,77 +188,150 @@ def _attention_dims(shape: ModelShape) -> int:
     return 2 * shape.num_heads * shape.head_dim + 2 * shape.num_kv_heads * shape.head_dim
 
 
+def swiglu_width(backend: str) -> int:
+    """Elements per token and intermediate channel a SwiGLU MLP keeps for backward.
+
+    Megatron's fused bias-SwiGLU keeps its fused gate/up output (2f) and its product (f, the
+    input of the down projection): 3f. Unfused (HF models under FSDP2) also keep the
+    activation of the gate: 4f."""
+    return 3 if _megatron(backend) else 4
+
+
+def sequence_parallel(alloc: ModelAllocation, opts: TrainOptions) -> bool:
+    """Whether the tokens outside attention and MLP are split over the t ranks.
+
+    Megatron: its `sequence_parallel` option (AReaL, verl and slime turn it on with t > 1).
+    FSDP2 engines (AReaL's tensor-parallel plan, torchtitan's) shard norms and residuals
+    along the sequence whenever t > 1."""
+    if alloc.tp == 1:
+        return False
+    return opts.sequence_parallel if _megatron(alloc.backend) else True
+
+
+def norm_bytes(backend: str, act: int) -> int:
+    """Bytes per hidden channel and token the two RMSNorms of a layer keep for backward.
+
+    Megatron's fused norms keep their input and output: 2 x 2 x act. An HF model's eager
+    RMSNorm (FSDP2 engines: AReaL, our recipe) upcasts its input to fp32 and keeps that copy,
+    the normalized value in the compute dtype and the scaled output the projections read:
+    2 x (4 + 2 x act) (16 under bf16, 24 under fp32)."""
+    return 4 * act if _megatron(backend) else 2 * (FP32_BYTES + 2 * act)
+
+
 def layer_activation_bytes(shape: ModelShape, alloc: ModelAllocation, act: int,
-                           sequence_parallel: bool) -> float:
+                           sequence_parallel: bool, swiglu: int = 4) -> float:
     """Bytes per token that one decoder layer keeps for backward (flash attention: no scores).
 
-    Norm inputs/outputs and residuals (4h; split by t only with sequence parallel), q/k/v and
-    attention output, SwiGLU gate/up/activation/product (4f; MoE: top-k experts' worth, plus
-    the router's fp32 logits and the dispatched tokens in and out).
+    The two norms' inputs and outputs (norm_bytes per channel; split by t only with sequence
+    parallel), q/k/v and
+    attention output (split by t), the SwiGLU's `swiglu` x f (see swiglu_width; split by t),
+    and for MoE the top-k experts' SwiGLU (split by etp), the dispatched tokens in and out
+    (2kh) and the router's fp32 logits; with sequence parallel each tp rank routes only its
+    T/t tokens, so the routed, dispatch and router terms are split by t too
+    (reference/memory.md §9).
     """
     t = alloc.tp
     h = shape.hidden_size
-    hidden = 4 * h / (t if sequence_parallel else 1)
+    split = t if sequence_parallel else 1
+    hidden = norm_bytes(alloc.backend, act) * h / split / act
     attention = _attention_dims(shape) / t
-    dense = 4 * shape.intermediate_size / t if shape.num_dense_layers else 0.0
+    dense = swiglu * shape.intermediate_size / t if shape.num_dense_layers else 0.0
     moe = 0.0
     if shape.is_moe:
-        routed = 4 * shape.experts_per_token * shape.moe_intermediate_size / alloc.etp
-        shared = 4 * (shape.num_shared_experts * shape.moe_intermediate_size
-                      + shape.shared_expert_intermediate_size) / t
+        routed = swiglu * shape.experts_per_token * shape.moe_intermediate_size / alloc.etp
+        shared = swiglu * (shape.num_shared_experts * shape.moe_intermediate_size
+                           + shape.shared_expert_intermediate_size) / t
         dispatch = 2 * shape.experts_per_token * h
-        moe = routed + shared + dispatch + shape.num_experts * 4 / act
+        router = shape.num_experts * FP32_BYTES / act
+        moe = (routed + dispatch + router) / split + shared
     return act * (hidden + attention + max(dense, moe))
 
 
-def _working_set(shape: ModelShape, alloc: ModelAllocation, opts: TrainOptions,
-                 act: int) -> float:
-    """FSDP2 / archon: gathered units. Two decoder layers (the current one and the prefetched
-    next), the root unit (embeddings, final norm, lm_head) held through forward and backward,
-    and one unit's unsharded gradient in the reduce dtype. Megatron keeps none."""
-    if _megatron(alloc.backend):
-        return 0.0
-    p = param_counts(shape, opts)
+def logit_bytes(act: int) -> int:
+    """Bytes per logit entry (token x vocab / t) a training step holds at the loss: the
+    compute-dtype logits and the fp32 copy the log-softmax works on and keeps for backward,
+    alive together (6 under bf16). Both our recipes do this: the FSDP2 one casts the logits
+    and takes log_softmax (recipes/grpo/weights.py token_logprobs), the Megatron one casts
+    them before megatron-core's vocab-parallel cross-entropy, which also upcasts
+    (recipes/grpo_megatron/step.py). An engine with a fused or in-place cross-entropy that
+    never makes the fp32 copy (verl's flash-attn path) needs only `act`."""
+    return act + FP32_BYTES
+
+
+def _gathered_layer_params(shape: ModelShape, alloc: ModelAllocation) -> float:
+    """Parameters of one all-gathered decoder layer on a GPU (t-split; experts over e*etp)."""
     t = alloc.tp
     layer = float(shape.layer_params)
     if shape.is_moe and alloc.ep * alloc.etp > 1:
         layer = layer - shape.routed_per_moe_layer + shape.routed_per_moe_layer * t / (
             alloc.ep * alloc.etp)
-    layer /= t
-    root = (p.embedding + p.output if alloc.pp == 1 else max(p.embedding, p.output)) / t
-    gathered = (2 * layer + root) * act
-    if not opts.trainable:
-        return gathered
-    return gathered + max(layer, root) * REDUCE_BYTES
+    return layer / t
+
+
+def _root_params(shape: ModelShape, alloc: ModelAllocation, opts: TrainOptions) -> float:
+    """The root unit (embeddings, final norm, lm_head) on a GPU: both ends unless pipelined."""
+    p = param_counts(shape, opts)
+    return (p.embedding + p.output if alloc.pp == 1 else max(p.embedding, p.output)) / alloc.tp
+
+
+def gathered_bytes(shape: ModelShape, alloc: ModelAllocation, opts: TrainOptions) -> float:
+    """FSDP2 / archon: the all-gathered copies in the compute dtype: the current decoder layer
+    and the prefetched next one (every layer with reshard_after_forward off), and the root
+    unit held through forward and backward. Megatron gathers nothing."""
+    if _megatron(alloc.backend):
+        return 0.0
+    layer = _gathered_layer_params(shape, alloc)
+    layers = 2 if opts.reshard_after_forward else math.ceil(shape.num_layers / alloc.pp)
+    return (layers * layer + _root_params(shape, alloc, opts)) * opts.compute_bytes
+
+
+def grad_reduce_bytes(shape: ModelShape, alloc: ModelAllocation, opts: TrainOptions,
+                      activations: float) -> float:
+    """FSDP2 / archon: unsharded gradients on their way to reduce-scatter, above the
+    activations. During backward one layer's gradient is copied to the reduce dtype; the root
+    unit's gradient (compute dtype) and its reduce copy appear at the end of backward, when
+    the activations (`activations`: stored, recomputed and logits) are gone. The peak is the
+    larger of the two moments: max(activations + layer copy, root x (act + reduce)), so this
+    term is what it adds to the activations."""
+    if _megatron(alloc.backend) or not opts.trainable:
+        return 0.0
+    layer = _gathered_layer_params(shape, alloc) * opts.reduce_bytes
+    root = _root_params(shape, alloc, opts) * (opts.compute_bytes + opts.reduce_bytes)
+    return max(layer, root - activations)
 
 
 def activation_parts(shape: ModelShape, alloc: ModelAllocation,
                      opts: TrainOptions) -> dict[str, float]:
-    """Activations and logits on the most loaded pipeline stage (bytes)."""
-    act = dtype_bytes(opts.compute_dtype or opts.dtype)
+    """What a step holds beyond the model states, on the most loaded pipeline stage (bytes).
+
+    activations: what the forward stores for backward (every layer's activations, or with
+    full recompute each layer's input). Then two moments that do not overlap in time:
+    logits (see logit_bytes) exist at the loss, before backward reaches the decoder layers;
+    later, backward through a layer holds that layer's activations (recomputed, with full
+    recompute) and a gradient for each of them, while the logits are gone. The peak is the
+    larger moment: logits, and layer_backward is what the layer moment adds beyond them
+    (0 when the logits are larger). Measured on CPU: benchmarks/measure_fsdp_memory.py."""
+    act = opts.compute_bytes
     t, pp = alloc.tp, alloc.pp
     tokens = math.ceil(opts.max_tokens_per_mb / alloc.cp)
-    sp = opts.sequence_parallel if _megatron(alloc.backend) else t > 1
-    per_layer = tokens * layer_activation_bytes(shape, alloc, act, sp)
+    sp = sequence_parallel(alloc, opts)
+    per_layer = tokens * layer_activation_bytes(shape, alloc, act, sp,
+                                                swiglu_width(alloc.backend))
     vocab = (1 if opts.value_head else shape.vocab_size) / t
-    if not opts.trainable:  # forward only: one layer at a time, bf16 logits + one fp32 chunk
-        logits = tokens * vocab * act + min(tokens, LOGPROB_CHUNK_TOKENS) * vocab * 4
+    if not opts.trainable:  # forward only: one layer at a time, logits + one fp32 chunk
+        logits = tokens * vocab * act + min(tokens, LOGPROB_CHUNK_TOKENS) * vocab * FP32_BYTES
         return {"activations": per_layer, "logits": logits}
     layers = math.ceil(shape.num_layers / pp)
-    mode = opts.recompute_mode
-    if mode == "full":  # each layer's input, plus the layer being recomputed
+    if opts.recompute_mode == "full":  # each layer's input; the layer is recomputed in backward
         stored = layers * tokens * shape.hidden_size * act / (t if sp else 1)
-        transient = per_layer
+        layer_moment = 2 * per_layer
     else:  # "selective" recomputes core attention, which flash attention never stores
-        stored, transient = layers * per_layer, 0.0
-    logits = tokens * vocab * LOGIT_BYTES
-    if pp == 1:
-        return {"activations": stored + transient, "logits": logits}
-    first = stored * pp + transient  # 1F1B: the first stage holds p micro-batches in flight
-    last = stored + transient + logits
-    if first >= last:
-        return {"activations": stored * pp + transient, "logits": 0.0}
-    return {"activations": stored + transient, "logits": logits}
+        stored, layer_moment = layers * per_layer, per_layer
+    logits = tokens * vocab * logit_bytes(act)
+    if pp > 1 and stored * pp >= stored + logits:  # 1F1B: p micro-batches on the first stage
+        stored, logits = stored * pp, 0.0
+    return {"activations": stored, "logits": logits,
+            "layer_backward": max(0.0, layer_moment - logits)}
 
 
 def estimate_training(shape: ModelShape, alloc: ModelAllocation, opts: TrainOptions,
@@ -253,13 +343,13 @@ def estimate_training(shape: ModelShape, alloc: ModelAllocation, opts: TrainOpti
         states = {k: 0.0 for k in states}
     elif opts.optimizer_cpu_offload:
         states["optimizer"] = 0.0
-    act = dtype_bytes(opts.compute_dtype or opts.dtype)
-    working = _working_set(shape, alloc, opts, act)
     acts = activation_parts(shape, alloc, opts)
+    reduce = grad_reduce_bytes(shape, alloc, opts, sum(acts.values()))
     overhead = (CPU_TRAINER_RANK_OVERHEAD_GIB if device == "cpu" else TRAIN_OVERHEAD_GIB) * GIB
-    parts = {**states, "gathered": working, **acts, "overhead": overhead}
+    parts = {**states, "gathered": gathered_bytes(shape, alloc, opts), **acts,
+             "grad_reduce": reduce, "overhead": overhead}
     if not opts.trainable:
-        del parts["grads"], parts["optimizer"]
+        del parts["grads"], parts["optimizer"], parts["grad_reduce"]
     moved = {"weights": opts.offload.weight, "grads": opts.offload.grad,
              "optimizer": opts.offload.optimizer}
     released = {k: v for k, v in parts.items() if k in moved and not moved[k]}
