@@ -296,8 +296,12 @@ class RuntimePlan:
 
     def checkpoint_request_done(self, request_id: str, final: bool = False) -> None:
         """Tell the launcher the checkpoint it asked for (`request_id`) is complete; `final`:
-        it was the last step (a job near its time limit then ends instead of requeueing)."""
+        it was the last step (a job near its time limit then ends instead of requeueing).
+        The trackers are closed first (the next `log` opens them again)."""
         run_dir = self.run_dir()
+        trackers = self._beat.get("trackers")
+        if trackers is not None:  # the launcher may stop the job next (a requeue): close them
+            trackers.close()
         if run_dir:
             checkpoints.mark_done(run_dir, request_id, final)
 

@@ -68,6 +68,8 @@ class Trackers:
         self.names = spec.parse(env.get(spec.ENV_TRACKING, ""))
         self.logged = {r["step"] for r in read_metrics(run_dir)}
         self.writers: dict[str, Writer] = {}
+        self.closes_on_sigterm = False
+        self.is_open = False
 
     def log(self, metrics: Mapping[str, Any], step: int) -> bool:
         """Write one step everywhere; False (nothing written) when the step was logged before."""
@@ -77,7 +79,7 @@ class Trackers:
         values = {str(k): float(v) for k, v in metrics.items()
                   if isinstance(v, (int, float)) and not isinstance(v, bool)
                   and math.isfinite(float(v))}
-        if not self.writers:
+        if not self.is_open:
             self._open()
         for writer in self.writers.values():
             writer.log(values, step)
@@ -88,9 +90,12 @@ class Trackers:
         return True
 
     def close(self) -> None:
+        """Close every tracker (W&B's service keeps what it holds only then); a later `log`
+        opens them again, continuing the same runs."""
         for writer in self.writers.values():
             writer.close()
         self.writers.clear()
+        self.is_open = False
 
     def _open(self) -> None:
         purge = max(self.logged) + 1 if self.logged else None
@@ -107,15 +112,16 @@ class Trackers:
         part = self.run_dir / f".{spec.IDENTITY_FILE}.part"
         part.write_text(json.dumps(where, indent=1) + "\n")
         os.replace(part, self.run_dir / spec.IDENTITY_FILE)
-
+        self.is_open = True
 
     def _close_on_sigterm(self) -> None:
         """torchrun stops a job's other ranks with SIGTERM when one fails (so do the launcher
         and Slurm): close the trackers first, or W&B's service drops what it still holds
         (a Python exception is atexit's, and W&B's own, business). Then SIGTERM goes on as
         before: the previous handler, or the default death."""
-        if threading.current_thread() is not threading.main_thread():
+        if self.closes_on_sigterm or threading.current_thread() is not threading.main_thread():
             return
+        self.closes_on_sigterm = True
         previous = signal.getsignal(signal.SIGTERM)
 
         def closing(signum: int, frame: Any) -> None:
@@ -148,7 +154,7 @@ class TensorBoard:
 
         logdir = _need(env, spec.ENV_TENSORBOARD_DIR)
         os.makedirs(logdir, exist_ok=True)
-        self.writer = EventsWriter(os.path.join(logdir, "events"), f".{restart}.{os.getpid()}")
+        self.writer = EventsWriter(os.path.join(logdir, "events"), f".{restart:04d}.{os.getpid()}.{time.time_ns()}")
         if purge_step is not None:
             self.writer.write_event(Event(wall_time=time.time(), step=purge_step,
                                           session_log=SessionLog(status=SessionLog.START)))
