@@ -22,7 +22,7 @@ from launcher.spec.plan import ProcessSpec
 
 # the repository, not tests/ (whose requests.py would hide the `requests` package Ray uses)
 sys.path[0] = str(Path(__file__).resolve().parent.parent)
-from tests.requests import request_for, write_plan  # noqa: E402
+from tests.hand_requests import request_for, write_plan  # noqa: E402
 
 
 def fill(value, ports):

@@ -4,7 +4,8 @@ real terminal: tmux gives it a pty, and the test reads the screen as a person wo
 A vLLM CPU server and two FSDP2 ranks on gloo: the trainers sample, score, step, push their
 weights into the server and confirm it serves them. On the screen: one live line per process
 with its state while the server comes up, the trainers' lines, no server start-up noise, the
-summary table at the end, all on one screen; the log files keep everything. Nothing of the run
+summary table at the end, all on one screen; the log files keep everything; TensorBoard's
+reader sees every step and the run's picture is in its folder. Nothing of the run
 may be left afterwards.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pytest
 
 from tests.areal_launch import EXE, ROOT
 from tests.processes import survivors, wait_until
+from tests.trackers import tensorboard_steps
 
 pytestmark = [pytest.mark.vllm, pytest.mark.torch,
               pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")]
@@ -65,6 +67,11 @@ def test_default_run_in_a_terminal_trains_pushes_weights_shows_states_and_leaves
                        r"reload confirmed 1/1", text)
     assert steps == ["1", "2"], text
     assert "reloads confirmed 2/2" in text
+    # the default tracker (TensorBoard) has every step, as TensorBoard's own reader sees it, and
+    # the run ends with its picture in the run folder
+    assert tensorboard_steps(run_dir / "tensorboard") == [1, 2]
+    assert f"grpo: the run as a picture: {run_dir / 'metrics.png'}" in text
+    assert (run_dir / "metrics.png").read_bytes()[:4] == b"\x89PNG"
     # no server start-up noise; the summary; one screen
     assert "rollout-0 |" not in text and "INFO" not in text, text
     assert re.search(r"^process\s+exit\s+duration\s+log$", text, re.M), text

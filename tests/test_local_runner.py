@@ -241,7 +241,7 @@ def test_console_all_shows_every_processs_lines_prefixed(tmp_path, tag):
 
 
 def test_a_nodes_supervisor_starts_only_that_nodes_processes(tmp_path, tag):
-    from tests.requests import request_for
+    from tests.hand_requests import request_for
 
     here = python_trainer("print('node 0')", tag, name="actor-node0")
     there = python_trainer("print('node 1')", tag, name="actor-node1", node=1)

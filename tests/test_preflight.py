@@ -60,5 +60,5 @@ def test_after_a_core_only_install_the_launch_says_what_to_install_and_starts_no
                          env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     line = one_error_line(out)
     assert line.startswith("error: not ready to run: rollout-0 needs 'vllm'")
-    assert "areal-launch[cpu]" in line and "(and 3 more)" in line  # torch, transformers, ...
+    assert "areal-launch[cpu]" in line and "(and 4 more)" in line  # torch, ..., tensorboardX
     assert not (tmp_path / "r").exists()

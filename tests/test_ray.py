@@ -70,8 +70,7 @@ def left(tag: str, folder: Path) -> list[int]:
 
 
 def ask_ray(env: dict, code: str) -> object:
-    """What `code` prints as JSON, run in a process of its own (pytest's sys.path has
-    tests/requests.py, which hides the `requests` package Ray's HTTP clients need)."""
+    """What `code` prints as JSON, run in a process of its own, as a user's script runs."""
     out = subprocess.run([PY, "-c", code], capture_output=True, text=True, env=env, timeout=60,
                          cwd="/")
     assert out.returncode == 0, out.stderr

@@ -14,7 +14,7 @@ import pytest
 from launcher.runners.rayjob import RayJob, RayNode, dry_run_text, entrypoint, fit_problem, ray_job
 from launcher.spec.plan import ProcessSpec
 from tests.areal_launch import one_error_line, run
-from tests.requests import request_for
+from tests.hand_requests import request_for
 
 RUN = "/runs/exp/trial"
 PY = "/venv/bin/python"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from launcher.node import restarts
 from launcher.node.restarts import Failure
 from launcher.node.watchdog import main_thread_frames
 from tests.areal_launch import run
+from tests.trackers import mlflow_runs, mlflow_steps, tensorboard_steps, wandb_offline
 
 CPU_RUN = ("rollout=none", "cluster.device=cpu")
 
@@ -27,17 +29,26 @@ def records(run_dir: Path) -> list[dict]:
             for p in sorted((run_dir / "restarts").glob("[0-9]*.json"))]
 
 
+@pytest.fixture(scope="module")
+def restarted(tmp_path_factory):
+    """The default recipe, 4 steps, a checkpoint every 2: rank 1 fails at the end of step 3,
+    the job restarts once, resumes from step 2 and does step 3 again; every tracker on (W&B
+    offline, MLflow on its default SQLite store beside the run folder)."""
+    run_dir = tmp_path_factory.mktemp("restarted") / "run"
+    out = run(*CPU_RUN, "recipe.steps=4", "recipe.save_every=2", "launcher.max_restarts=1",
+              "+launcher.env.GRPO_TEST_FAIL_AFTER_STEP=3",
+              "launcher.tracking=[tensorboard,wandb,mlflow]", "+launcher.env.WANDB_MODE=offline",
+              f"hydra.run.dir={run_dir}", timeout=280)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return run_dir, out.stdout + out.stderr
+
+
 @pytest.mark.torch
 @pytest.mark.timeout(300)
-def test_a_failed_trainer_restarts_and_resumes_from_its_newest_checkpoint(tmp_path):
-    run_dir = tmp_path / "run"
-    out = run(*CPU_RUN, "recipe.steps=4", "launcher.max_restarts=1",
-              "+launcher.env.GRPO_TEST_FAIL_AFTER_STEP=2", f"hydra.run.dir={run_dir}",
-              timeout=280)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    said = out.stdout + out.stderr
+def test_a_failed_trainer_restarts_and_resumes_from_its_newest_checkpoint(restarted):
+    run_dir, said = restarted
     assert "restart 1 of 1: actor-node0 exited with code 1: rank 1 raised RuntimeError: " \
-        "GRPO_TEST_FAIL_AFTER_STEP=2" in said
+        "GRPO_TEST_FAIL_AFTER_STEP=3" in said
     assert "grpo: resumed from step 2 (checkpoints/step_2), restart 1" in said
     after = said.split("trainers started again (restart 1)")[1]
     assert "step 3/4" in after and "step 4/4" in after and "step 2/4" not in after
@@ -50,6 +61,39 @@ def test_a_failed_trainer_restarts_and_resumes_from_its_newest_checkpoint(tmp_pa
     assert "progress: step 4" in status.stdout
     assert f"last checkpoint: step 4 ({run_dir / 'checkpoints' / 'step_4'})" in status.stdout
     assert "restarts: 1\n    restart 1: actor-node0 exited with code 1" in status.stdout
+
+
+@pytest.mark.torch
+@pytest.mark.timeout(300)
+def test_a_restarted_run_is_one_run_in_every_tracker_with_each_step_once(restarted):
+    """Steps 1-3, the failure, step 3 again and 4: each tracker holds one run with steps 1-4
+    once (the re-done step 3 is not written again), and `status` says where to look."""
+    run_dir, _ = restarted
+    run_id = json.loads((run_dir / "request.json").read_text())["run_id"]
+    assert tensorboard_steps(run_dir / "tensorboard") == [1, 2, 3, 4]
+    starts = wandb_offline(run_dir)
+    assert [(s.run_id, s.project) for s in starts] == [(run_id, "areal")] * 2  # one run, 2 starts
+    assert [s.steps for s in starts] == [[1, 2, 3], [4]]
+    [mlflow] = mlflow_runs(run_dir)
+    assert mlflow.data.tags["areal_launch.run_id"] == run_id and mlflow.info.status == "FINISHED"
+    assert mlflow_steps(run_dir, mlflow.info.run_id) == [1, 2, 3, 4]
+    assert set(mlflow.data.metrics) >= {"reward", "loss", "step_time_s", "rollout_time_s",
+                                        "train_time_s", "weight_push_time_s", "tokens_per_s"}
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["restart"]) for r in records] == [(1, 0), (2, 0), (3, 0), (4, 1)]
+    assert (run_dir / "metrics.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the run's end
+    (run_dir / "metrics.png").unlink()
+    status = run("status", str(run_dir), "--plot")
+    assert status.returncode == 0, status.stderr
+    lines = status.stdout
+    assert re.search(r"  metrics: steps 1-4, reward [▁-█]{4} ", lines), lines
+    assert f"  tensorboard: tensorboard --logdir {run_dir / 'tensorboard'}" in lines
+    assert f"  wandb: run areal/{run_id} (offline: wandb sync {run_dir}/wandb/offline-run-*)" \
+        in lines
+    assert f"  mlflow: run {mlflow.info.run_id} of experiment {mlflow.info.experiment_id} " \
+        f"(mlflow ui --backend-store-uri sqlite:///{run_dir.parent / 'mlflow.db'})" in lines
+    assert f"picture: {run_dir / 'metrics.png'}" in lines
+    assert (run_dir / "metrics.png").stat().st_size > 10_000
 
 
 @pytest.mark.torch

@@ -18,7 +18,7 @@ from launcher.runners import slurm
 from launcher.runners.sbatch import render_sbatch, shell_word
 from launcher.spec.errors import ConfigError, LaunchError
 from launcher.spec.plan import ProcessSpec
-from tests.requests import request_for
+from tests.hand_requests import request_for
 
 RUN = "/runs/exp/trial"
 PY = "/venv/bin/python"

@@ -21,7 +21,7 @@ from launcher.node.runs import find_run, read_record
 from launcher.runners import slurm
 from launcher.spec.errors import LaunchError
 from launcher.spec.plan import ProcessSpec, host_placeholder
-from tests.requests import request_for, write_plan
+from tests.hand_requests import request_for, write_plan
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(180)]
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,8 +1,9 @@
 """launcher.requeue on the real Slurm test cluster: the default recipe (two FSDP2 ranks on gloo,
 no servers) with a 2-minute time limit is warned by Slurm before it (USR1 to the batch shell),
 checkpoints, is requeued into the same run folder and resumes where it stopped, until it
-finishes; a job cancelled while it waits to start again leaves nothing behind (that one is
-warned by hand, `scancel --batch --signal=USR1`, the same path, to be quick).
+finishes, one run in each experiment tracker with every step once; a job cancelled while it
+waits to start again leaves nothing behind (that one is warned by hand, `scancel --batch
+--signal=USR1`, the same path, to be quick).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import pytest
 
 from launcher.node.runs import find_run
 from tests.processes import survivors, wait_until
+from tests.trackers import mlflow_runs, mlflow_steps, tensorboard_steps, wandb_offline
 
 pytestmark = [pytest.mark.slurm, pytest.mark.torch, pytest.mark.timeout(600)]
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,12 +33,12 @@ def state(job: str) -> str:
 
 
 def submit(tmp_path: Path, tag: str, steps: int, tiny_model: str, time_limit: str = "30",
-           signal_s: int = 60) -> tuple[str, Path]:
+           signal_s: int = 60, more: tuple[str, ...] = ()) -> tuple[str, Path]:
     out = subprocess.run(
         [str(AREAL_LAUNCH), "launcher=slurm", "rollout=none", "actor.backend=fsdp:d2",
          "cluster.device=cpu", f"recipe.steps={steps}", f"model_path={tiny_model}",
          "launcher.requeue=true", f"launcher.time_limit={time_limit}",
-         f"launcher.requeue_signal_s={signal_s}",
+         f"launcher.requeue_signal_s={signal_s}", *more,
          f"hydra.run.dir={tmp_path}/run"],
         capture_output=True, text=True, cwd=ROOT, timeout=120,
         env={**os.environ, "TEST_RUN_TAG": tag})
@@ -60,7 +62,8 @@ def test_a_job_near_its_time_limit_checkpoints_requeues_and_resumes_in_the_same_
     tag = uuid.uuid4().hex
     steps = 40
     job, run_dir = submit(tmp_path, tag, steps=steps, tiny_model=tiny_model, time_limit="2",
-                          signal_s=100)
+                          signal_s=100, more=("launcher.tracking=[tensorboard,wandb,mlflow]",
+                                              "+launcher.env.WANDB_MODE=offline"))
     try:
         deadline = time.monotonic() + 500
         while state(job) not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "GONE"):
@@ -87,6 +90,16 @@ def test_a_job_near_its_time_limit_checkpoints_requeues_and_resumes_in_the_same_
     out = subprocess.run([str(AREAL_LAUNCH), "status", job], capture_output=True, text=True,
                          cwd=ROOT, timeout=60)
     assert f"requeues: {len(resumes)}" in out.stdout, out.stdout + out.stderr
+    # one run in every tracker over all the starts, each of the steps once
+    run_id = json.loads((run_dir / "request.json").read_text())["run_id"]
+    assert tensorboard_steps(run_dir / "tensorboard") == list(range(1, steps + 1))
+    # (W&B: a folder per start; one stopped before W&B's service wrote anything holds nothing)
+    starts = [s for s in wandb_offline(run_dir) if s.run_id or s.steps]
+    assert {s.run_id for s in starts} == {run_id} and len(starts) >= len(resumes) + 1
+    assert sorted(n for s in starts for n in s.steps) == list(range(1, steps + 1))
+    [mlflow] = mlflow_runs(run_dir)
+    assert mlflow_steps(run_dir, mlflow.info.run_id) == list(range(1, steps + 1))
+    assert f"  mlflow: run {mlflow.info.run_id} " in out.stdout
     assert wait_until(lambda: not survivors(tag, run_dir), 30), survivors(tag, run_dir)
 
 

@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from launcher.spec import tracking
 from tests.areal_launch import EXE, ROOT
+from tests.trackers import mlflow_runs, mlflow_steps, wandb_offline
 
 TRAINER = """\
 import json, os, time
@@ -321,14 +323,29 @@ def test_optuna_sweep_runs_real_trials_and_ends_with_the_best_one(tmp_path, tiny
     """hydra/sweeper=optuna samples recipe.lr; each trial is a real run of the default recipe
     (2 FSDP2 ranks, 2 GRPO steps; rollout=none, rank 0 samples from the trainer's own weights,
     to spare three vLLM start-ups) whose objective, its last step's mean reward, goes back to
-    Optuna; the table names the best trial and its run folder, as Optuna's own result does."""
+    Optuna; the table names the best trial and its run folder, as Optuna's own result does.
+    Every tracker on: the sweep is one W&B group and one MLflow parent of its three trials,
+    and one picture of all of them."""
     sweep = tmp_path / "sweep"
     out = run([EXE, "-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=3",
                "hydra.sweeper.direction=maximize", "hydra.sweeper.sampler.seed=1",
                "recipe.lr=interval(0.005,0.05)", "recipe.steps=2", "rollout=none",
-               f"model_path={tiny_model}",
+               f"model_path={tiny_model}", "launcher.tracking=[tensorboard,wandb,mlflow]",
+               "+launcher.env.WANDB_MODE=offline",
                f"hydra.sweep.dir={sweep}"], tmp_path, timeout=1100)
     assert out.returncode == 0, out.stderr[-4000:]
+    # the sweep is one W&B group and one MLflow parent run with a child per trial
+    group = tracking.sweep_id(str(sweep))
+    starts = [s for i in range(3) for s in wandb_offline(sweep / str(i))]
+    assert [(s.group, s.steps) for s in starts] == [(group, [1, 2])] * 3
+    assert len({s.run_id for s in starts}) == 3
+    runs = mlflow_runs(sweep / "0")  # the store beside the points: <sweep folder>/mlflow.db
+    [parent] = [r for r in runs if r.data.tags.get("areal_launch.sweep") == group]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert len(runs) == 4 and len(children) == 3
+    assert all(mlflow_steps(sweep / "0", c.info.run_id) == [1, 2] for c in children)
+    assert f"sweep picture: {sweep / 'sweep.png'}" in out.stderr
+    assert (sweep / "sweep.png").read_bytes()[:4] == b"\x89PNG"
     assert point_dirs(sweep) == ["0", "1", "2"]
     objectives = []
     for i in range(3):

@@ -27,6 +27,8 @@ class LaunchContext:
     next_port: Callable[[], int]
     extra_env: dict[str, str] = field(default_factory=dict)
     cpus: tuple[int, ...] = ()
+    # the trackers' identity (launcher.spec.tracking): trainers only, kept by every restart
+    trainer_env: dict[str, str] = field(default_factory=dict)
 
     def ports_in_a_row(self, count: int) -> int:
         """The first of `count` consecutive reserved ports (SGLang derives ports from one).

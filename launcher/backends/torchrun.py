@@ -121,7 +121,7 @@ def trainer_processes(plan: "Plan", engines: Mapping[str, "Engine"], entry: str,
                     "--node-rank", str(rank), "--nproc-per-node", str(len(gpus)),
                     "--master-addr", master, "--master-port", str(port),
                     "--rdzv-backend", "static", "--log-dir", log_dir, *tail]
-            contract = {ENV_PLAN: ctx.plan_path, ENV_RUN_DIR: ctx.run_dir,
+            contract = {**ctx.trainer_env, ENV_PLAN: ctx.plan_path, ENV_RUN_DIR: ctx.run_dir,
                         ENV_COMPONENT: ",".join(job.components)}
             if served_model is not None:
                 if len(addrs) <= MAX_ENV_ADDRS:

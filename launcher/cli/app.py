@@ -139,7 +139,8 @@ def _mode_is_multirun(hydra: Any, overrides: list[str]) -> bool:
 def multirun(hydra: Any, overrides: list[str]) -> int:
     """Hydra's multirun: its sweeper (hydra/sweeper) and launcher (hydra/launcher; ours by
     default); the table of every point ends it, with the best one."""
-    from launcher.cli.sweep import RECORD, RunFailed, SweepStopped, run_hydra_job, summary
+    from launcher.cli.sweep import (RECORD, RunFailed, SweepStopped, picture, run_hydra_job,
+                                     summary)
     from launcher.config.compose import check_overrides, explained
     from launcher.config.hydra_errors import flatten
 
@@ -164,6 +165,9 @@ def multirun(hydra: Any, overrides: list[str]) -> int:
         code = EXIT_SWEEPER
     finally:
         if RECORD.outcomes:
+            drawn = picture(RECORD)
+            if drawn:
+                print(drawn, file=sys.stderr)
             print(summary(RECORD), file=sys.stderr)
     return max(code, RECORD.exit_code())
 

@@ -9,6 +9,7 @@ exit code 2, and so is a scheduler that refuses or does not answer (docs/archite
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Callable, Optional, TypeVar
 
 import typer
@@ -33,12 +34,37 @@ def _group() -> None:
 
 
 @app.command()
-def status(run: Optional[str] = typer.Argument(None, help=RUN_HELP)) -> None:
-    """Show a run's state: its processes (or Slurm steps), how it ended, its run folder."""
+def status(run: Optional[str] = typer.Argument(None, help=RUN_HELP),
+           plot: bool = typer.Option(False, "--plot", help="also draw the run's metrics "
+                                     "(reward, loss, step time; restarts and requeues marked) "
+                                     "into <run folder>/metrics.png")) -> None:
+    """Show a run's state: its processes (or Slurm steps), how it ended, its run folder, its
+    metrics and where its trackers are."""
     runner, record = _guarded(lambda: _runner(run, "status"))
     text, code = _guarded(lambda: runner.status(record))
     typer.echo(text)
+    if plot:
+        typer.echo(f"picture: {picture(Path(record.run_dir))}")
     raise typer.Exit(code)
+
+
+def picture(run_dir: Path) -> str:
+    """Draw `<run folder>/metrics.png` (matplotlib, here); its path, or why there is none."""
+    from launcher.node import restarts
+    from launcher.spec.tracking import METRICS_JSONL, PICTURE
+    from launcher.worker.plot import PlotUnavailable, draw
+    from launcher.worker.tracking import read_metrics
+
+    records = read_metrics(run_dir)
+    if not records:
+        return f"none: the run logged no metrics ({run_dir / METRICS_JSONL})"
+    labels = {r.epoch: f"{'requeue' if r.kind == restarts.REQUEUE else 'restart'} {r.n}"
+              for r in restarts.read_all(run_dir) if r.kind in (restarts.TRAINERS,
+                                                                restarts.REQUEUE)}
+    try:
+        return str(draw(records, run_dir / PICTURE, run_dir.name, labels))
+    except PlotUnavailable as exc:
+        return str(exc)
 
 
 @app.command()

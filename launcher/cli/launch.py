@@ -25,6 +25,7 @@ from launcher.spec import registry
 from launcher.spec.errors import ConfigError, LaunchError, UserError
 from launcher.spec.plan import Plan
 from launcher.spec.request import LaunchRequest
+from launcher.spec.tracking import Identity, check
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # the folder holding launcher/ and recipes/
 
@@ -40,6 +41,7 @@ class Prepared:
     entry: str  # the trainer entry, resolved
     run_dir: Path  # where the run folder goes (the launch makes it unique and sets it here)
     point: Optional[int] = None  # index in a sweep
+    sweep: Optional[str] = None  # the sweep's id (launcher.spec.tracking.sweep_id)
     job_id: Optional[str] = None  # set once submitted to a scheduler
 
     @property
@@ -161,12 +163,18 @@ def build_request(prep: Prepared, run_dir: Path, next_port: Callable[[], int]
     from launcher.planning.build import health_timeout_s
 
     config = prep.spec.config
+    run_id = uuid.uuid4().hex
+    extra_env = user_env(config.launcher.env)
+    identity = Identity(check(config.launcher.tracking), run_id, str(run_dir),
+                        job_name(prep) if prep.sweep else f"{job_name(prep)}-{run_dir.name}",
+                        str(config.experiment_name), prep.sweep)
     ctx = LaunchContext(run_dir=str(run_dir), plan_path=str(run_dir / "plan.json"),
                         python=prep.runner.python(), next_port=next_port,
-                        cpus=prep.runner.cpus(), extra_env=user_env(config.launcher.env))
+                        cpus=prep.runner.cpus(), extra_env=extra_env,
+                        trainer_env=identity.env({**os.environ, **extra_env}))
     plan = build_processes(prep.planned, prep.entry, [str(a) for a in config.trainer.args], ctx)
     request = LaunchRequest(
-        run_id=uuid.uuid4().hex, run_dir=str(run_dir), job_name=job_name(prep),
+        run_id=run_id, run_dir=str(run_dir), job_name=job_name(prep),
         device=plan.cluster.device, num_nodes=plan.cluster.num_nodes,
         gpus_per_node=plan.cluster.gpus_per_node, processes=plan.processes,
         grace_period_s=float(config.launcher.grace_period_s),

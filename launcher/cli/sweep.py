@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from launcher.cli.launch import Prepared, build_request, prepare, start
 from launcher.node.ports import DEFAULT_BASE_PORT, counted_ports
 from launcher.spec.errors import LaunchError, UserError, restated
+from launcher.spec.tracking import sweep_id
 from launcher.worker.objective import METRICS_FILE, read_objective
 
 EXIT_FAILED = 1  # a point that could not be started (sbatch refused it, ...)
@@ -185,6 +186,7 @@ def _prepared(point: Point, compose: Callable[[Point], DictConfig]) -> Prepared:
         prep.point = point.index
         sweep_dir = Path(prep.spec.sweep_dir).absolute()
         RECORD.sweep_dir = RECORD.sweep_dir or sweep_dir
+        prep.sweep = sweep_id(str(RECORD.sweep_dir))
         prep.run_dir = sweep_dir / str(OmegaConf.select(cfg, "hydra.sweep.subdir"))
         if prep.runner.runs_here:
             rehearse(prep)
@@ -249,6 +251,7 @@ def run_hydra_job(cfg: DictConfig) -> Optional[float]:
     prep.point = index
     prep.run_dir = Path(hydra.runtime.output_dir)
     RECORD.sweep_dir = RECORD.sweep_dir or prep.run_dir.parent
+    prep.sweep = sweep_id(str(RECORD.sweep_dir))
     code = start(prep, own_folder=True)
     outcome = Outcome(point, f"job {prep.job_id}" if prep.job_id else f"exit {code}",
                       prep.run_dir, code, read_objective(prep.run_dir))
@@ -259,6 +262,25 @@ def run_hydra_job(cfg: DictConfig) -> Optional[float]:
 
 
 # ----------------------------------------------------------------------------- the end
+def picture(record: SweepRecord) -> Optional[str]:
+    """`<sweep folder>/sweep.png`: every point's logged metrics in one picture (matplotlib,
+    here); a line saying where it is, or why there is none; None when no point logged any."""
+    from launcher.spec.tracking import SWEEP_PICTURE
+    from launcher.worker.plot import PlotUnavailable, draw_sweep
+    from launcher.worker.tracking import read_metrics
+
+    points = [(f"{o.point.index}: {o.point.label}", read_metrics(o.run_dir))
+              for o in record.outcomes]
+    points = [p for p in points if p[1]]
+    if not points or record.sweep_dir is None:
+        return None
+    try:
+        path = draw_sweep(points, record.sweep_dir / SWEEP_PICTURE, str(record.sweep_dir))
+    except PlotUnavailable as exc:
+        return f"sweep picture: {exc}"
+    return f"sweep picture: {path}"
+
+
 def summary(record: SweepRecord) -> str:
     """Plain aligned text: nothing is cut, so run folders and job ids can be copied. An
     objective column when any point has one; the best point last."""

@@ -5,7 +5,7 @@ with ModuleNotFoundError. Now, before the first process starts (locally before t
 Slurm or Ray node before that node's supervisor starts anything), every interpreter a process
 uses must find the package it runs (`python -m vllm...` needs vllm, torchrun needs torch), a
 recipe's declared needs (`REQUIRES` in its package's __init__.py, read without importing it),
-and the folders the run reads (the model) must exist. Each problem is one line that says what to
+the trackers of `launcher.tracking` (a trainer's rank 0 imports them), and the folders the run reads (the model) must exist. Each problem is one line that says what to
 install. Nothing here imports torch, vllm or sglang: it only asks whether they could be found.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Sequence
 
 from launcher.backends.protocol import backend
-from launcher.spec import registry
+from launcher.spec import registry, tracking
 from launcher.spec.request import Materialized
 
 # what recipes' REQUIRES name beyond the backends' own packages (theirs: each one's INSTALL)
@@ -40,6 +40,8 @@ def needs(proc: Materialized) -> list[str]:
         if arg.endswith(".py") and os.path.isfile(arg):
             out += declared_requires(Path(arg))
             break
+    out += [package for t in tracking.parse(proc.env.get(tracking.ENV_TRACKING, ""))
+            for package in tracking.PACKAGES.get(t, ())]  # rank 0's, for launcher.tracking
     return out
 
 
@@ -64,6 +66,8 @@ def declared_requires(entry: Path) -> list[str]:
 def install_hints() -> dict[str, str]:
     """package -> how to install it: every backend's INSTALL, then the recipes' packages."""
     hints = dict(RECIPE_INSTALL)
+    hints.update({package: how for t, how in tracking.INSTALL.items()
+                  for package in tracking.PACKAGES[t]})
     for name in registry.backend_names():
         install = backend(name).INSTALL
         if install is not None:

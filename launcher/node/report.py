@@ -1,6 +1,7 @@
 """What a run folder says about a run's progress, for `areal-launch status` under every runner:
-the trainers' last step and phase (progress records), the newest complete checkpoint, and the
-restarts with why each happened (docs/architecture.md §11). Reads files only; stdlib only.
+the trainers' last step and phase (progress records), the newest complete checkpoint, the
+restarts with why each happened (docs/architecture.md §11), the logged metrics as a reward
+sparkline and where each tracker's run is (docs/architecture.md §16). Reads files only; stdlib only.
 """
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import time
 from pathlib import Path
 
 from launcher.node import restarts
+from launcher.spec import tracking as spec
 from launcher.worker import checkpoints, progress
 
 SHOWN_RESTARTS = 5
@@ -33,4 +35,37 @@ def progress_lines(run_dir: Path) -> list[str]:
         lines.append(f"  restarts: {restarts.counted(history)}"
                      + (f", requeues: {requeues}" if requeues else ""))
         lines += [f"    {r.line()}" for r in history[-SHOWN_RESTARTS:]]
+    return lines + tracking_lines(run_dir)
+
+
+def tracking_lines(run_dir: Path) -> list[str]:
+    """The metrics rank 0 logged (a reward sparkline) and where to look for them (imported
+    here: `plan` loads this module with the runners and needs none of it)."""
+    from launcher.worker.plot import sparkline
+    from launcher.worker.tracking import read_identity, read_metrics
+
+    lines = []
+    records = read_metrics(run_dir)
+    if records:
+        rewards = [r["reward"] for r in records if "reward" in r]
+        trend = (f", reward {sparkline(rewards)} {rewards[0]:.3f} -> {rewards[-1]:.3f}"
+                 if rewards else "")
+        lines.append(f"  metrics: steps {records[0]['step']}-{records[-1]['step']}{trend} "
+                     f"({run_dir / spec.METRICS_JSONL}; a picture: areal-launch status "
+                     f"{run_dir} --plot)")
+    where = read_identity(run_dir)
+    board = where.get(spec.TENSORBOARD)
+    if board:
+        lines.append(f"  tensorboard: tensorboard --logdir {board.get('logdir')}")
+    wandb = where.get(spec.WANDB)
+    if wandb:
+        offline = wandb.get("mode") in ("offline", "dryrun")
+        how = (f" (offline: wandb sync {wandb.get('dir')}/wandb/offline-run-*)" if offline
+               else "")
+        lines.append(f"  wandb: run {wandb.get('path')}{how}")
+    mlflow = where.get(spec.MLFLOW)
+    if mlflow:
+        lines.append(f"  mlflow: run {mlflow.get('run_id')} of experiment "
+                     f"{mlflow.get('experiment_id')} (mlflow ui --backend-store-uri "
+                     f"{mlflow.get('tracking_uri')})")
     return lines

@@ -16,9 +16,9 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Protocol, cast
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Protocol, cast
 
-from launcher.spec import registry
+from launcher.spec import registry, tracking
 from launcher.spec.errors import ConfigError, UserError
 from launcher.spec.limits import MAX_PORT, MIN_PORT, seconds_problem
 from launcher.spec.request import GRACE_PERIOD_S
@@ -55,8 +55,12 @@ class LauncherBase:
     # auto: the trainers' lines and each process's state (live on a terminal), servers' logs
     # in their files only; all: every process's lines, prefixed
     console: str = "auto"
+    # experiment trackers the trainers' rank 0 writes rt.log's metrics to (launcher.spec.tracking:
+    # tensorboard, wandb, mlflow), one run each for all restarts and requeues; []: none
+    tracking: List[str] = field(default_factory=lambda: list(tracking.DEFAULT))
 
     def __post_init__(self) -> None:
+        tracking.check(self.tracking)
         if self.console not in CONSOLE:
             raise ConfigError(f"launcher.console={self.console!r}: choose {', '.join(CONSOLE)}")
         if self.check_memory not in CHECK_MEMORY:

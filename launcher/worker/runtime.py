@@ -14,6 +14,10 @@ from, `checkpoint_request()` / `checkpoint_request_done(id)` the launcher's aski
 `heartbeat(step, phase)` keeps `<run folder>/progress/<rank>.json` current for the launcher's
 hang watchdog and status (launcher/worker/progress.py); the first call also makes SIGUSR2 dump every
 thread's Python stack to the log (and says so in the record, so the launcher may send it).
+
+Metrics (docs/architecture.md §16): `log(metrics, step)` on rank 0 writes to the trackers of
+`launcher.tracking` and `<run folder>/metrics.jsonl`, one step axis over every restart;
+`finish_tracking()` closes them and draws the run's picture.
 """
 from __future__ import annotations
 
@@ -46,7 +50,7 @@ from launcher.spec.plan import (  # noqa: F401
     plan_meta,
 )
 from launcher.spec.request import HEALTH_TIMEOUT_S
-from launcher.worker import checkpoints, progress
+from launcher.worker import checkpoints, progress, tracking
 
 EXPERT_AXES = ("etp", "ep", "edp")  # Megatron's expert grid over the same ranks, fastest first
 
@@ -80,7 +84,7 @@ class RuntimePlan:
     data: Mapping[str, Any]
     env: Mapping[str, str] = field(default_factory=dict)
     path: Optional[str] = None
-    # the last heartbeat written and the stack signal registered: the one mutable part
+    # the last heartbeat written, the stack signal registered, the trackers: the mutable part
     _beat: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     _read: dict[str, Plan] = field(default_factory=dict, compare=False, repr=False)
 
@@ -292,8 +296,12 @@ class RuntimePlan:
 
     def checkpoint_request_done(self, request_id: str, final: bool = False) -> None:
         """Tell the launcher the checkpoint it asked for (`request_id`) is complete; `final`:
-        it was the last step (a job near its time limit then ends instead of requeueing)."""
+        it was the last step (a job near its time limit then ends instead of requeueing).
+        The trackers are closed first (the next `log` opens them again)."""
         run_dir = self.run_dir()
+        trackers = self._beat.get("trackers")
+        if trackers is not None:  # the launcher may stop the job next (a requeue): close them
+            trackers.close()
         if run_dir:
             checkpoints.mark_done(run_dir, request_id, final)
 
@@ -320,6 +328,39 @@ class RuntimePlan:
                                                 stacks))
         self._beat.update(last=key, at=now)
         return True
+
+    # ------------------------------------------------------------------ metrics
+    def log(self, metrics: Mapping[str, Any], step: int) -> bool:
+        """Rank 0 writes `metrics` (numbers; others are left out) for `step` to every tracker of
+        launcher.tracking and to `<run folder>/metrics.jsonl` (launcher.worker.tracking); a step
+        logged before (a restart re-does the steps after its checkpoint) is not written again.
+        True when written; other ranks, and a process without a run folder, write nothing."""
+        run_dir = self.run_dir()
+        if self.rank() != 0 or not run_dir:
+            return False
+        if "trackers" not in self._beat:
+            self._beat["trackers"] = tracking.Trackers(self.env, run_dir, self.restart())
+        return bool(self._beat["trackers"].log(metrics, step))
+
+    def finish_tracking(self, picture: bool = True) -> Optional[str]:
+        """At the end of a run (rank 0): close the trackers and, with `picture`, draw
+        `<run folder>/metrics.png` from metrics.jsonl. Its path, or why there is none."""
+        trackers = self._beat.pop("trackers", None)
+        if trackers is not None:
+            trackers.close()
+        run_dir = self.run_dir()
+        if self.rank() != 0 or not run_dir or not picture:
+            return None
+        records = tracking.read_metrics(run_dir)
+        if not records:
+            return None
+        from launcher.spec.tracking import PICTURE
+        from launcher.worker.plot import PlotUnavailable, draw
+
+        try:
+            return str(draw(records, os.path.join(run_dir, PICTURE), os.path.basename(run_dir)))
+        except PlotUnavailable as exc:
+            return str(exc)
 
     # ------------------------------------------------------------------ rollout side
     def instances(self, engine: str = "rollout") -> list[Mapping[str, Any]]:

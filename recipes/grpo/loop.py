@@ -334,6 +334,15 @@ def push_weights(s: Session, state: dict[str, torch.Tensor], version: str
     return folder, confirmed
 
 
+def log_step(s: Session, step: int, samples: list[Sample], reward: float,
+             stats: dict[str, float], took: dict[str, float]) -> None:
+    """Rank 0: the step's metrics to the trackers (launcher.tracking) and metrics.jsonl;
+    tokens per second counts the batch's prompt and completion tokens over the whole step."""
+    tokens = sum(len(p) + len(c) for p, c in (token_ids(s, x) for x in samples))
+    s.rt.log({"reward": reward, **stats, **took,
+              "tokens_per_s": tokens / max(took["step_time_s"], 1e-9)}, step)
+
+
 def start_or_resume(s: Session, engine: Engine) -> int:
     """The first step to run: 1, or the one after the newest checkpoint, loaded. A trainer
     that resumed or was restarted pushes its weights to every server first (they may serve a
@@ -366,8 +375,10 @@ def run_steps(s: Session, engine: Engine) -> int:
     confirmed_total = 0
     for step in range(first, opts.steps + 1):
         start = time.monotonic()
+        took: dict[str, float] = {}
         rt.heartbeat(step, "rollout")
         samples, step_rewards, advantages = rollout(s, step)
+        took["rollout_time_s"] = time.monotonic() - start
         if len(samples) < s.data_world:
             raise ValueError(f"{len(samples)} samples for {s.data_world} data-parallel slices: "
                              "raise recipe.prompts_per_step or recipe.samples_per_prompt")
@@ -375,15 +386,20 @@ def run_steps(s: Session, engine: Engine) -> int:
 
         def train() -> tuple[dict[str, float], dict[str, torch.Tensor]]:
             rt.heartbeat(step, "train")
+            began = time.monotonic()
             engine.reload()
             stats = engine.train_step(s, samples, advantages)
             state = engine.full_state()
             engine.offload()
+            took["train_time_s"] = time.monotonic() - began
             return stats, state
 
         def push(trained: tuple[dict[str, float], dict[str, torch.Tensor]]) -> tuple[Path, int]:
             rt.heartbeat(step, "push")
-            return push_weights(s, trained[1], version)
+            began = time.monotonic()
+            pushed = push_weights(s, trained[1], version)
+            took["weight_push_time_s"] = time.monotonic() - began
+            return pushed
 
         (stats, _), (_, confirmed) = s.phases.train_then_push(train, push, dist.barrier,
                                                               leader=s.rank == 0)
@@ -396,6 +412,10 @@ def run_steps(s: Session, engine: Engine) -> int:
                     f"{stats['loss']:+.4f} kl {kl} logp_gap {stats['logp_gap']:.1e} "
                     f"weight_version {version} reload {check} "
                     f"({time.monotonic() - start:.1f}s)")
+        if s.rank == 0:
+            log_step(s, step, samples, rewards[-1], stats if engine.has_ref else
+                     {k: v for k, v in stats.items() if k != "kl"},
+                     {**took, "step_time_s": time.monotonic() - start})
         resume.at_step_end(s, engine, step, lambda text: log(s.rank, text))
     ran = len(rewards)
     since = ("" if first == 1 else f" ({first}-{opts.steps} after resuming)" if ran
@@ -406,6 +426,10 @@ def run_steps(s: Session, engine: Engine) -> int:
     run_dir = rt.run_dir()
     if s.rank == 0 and run_dir and rewards:  # what a sweep optimises: the last step's reward
         write_metrics(run_dir, objective=rewards[-1], reward=rewards, steps=opts.steps)
+    if s.rank == 0:
+        picture = rt.finish_tracking()
+        if picture:
+            log(0, f"grpo: the run as a picture: {picture}")
     rt.heartbeat(opts.steps, "done")
     dist.barrier()
     return 0
