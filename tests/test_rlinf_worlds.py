@@ -264,3 +264,24 @@ def test_the_gpu_map_shows_cpu_only_nodes_and_their_processes():
     assert "2 nodes x 8 GPUs + 1 CPU-only node" in text
     assert "nodes 0-1 (CPU processes): G agent x100" in text
     assert "node 2 (no GPUs): E reward x4, G agent x100" in text
+
+
+WORKER_MEMORY = ["cluster.device=cuda", "cluster.gpus_per_node=8", "cluster.gpu_memory_gib=16",
+                 "cluster.component_placement.rollout=4-7",
+                 "cluster.component_placement.actor=0-7",
+                 "cluster.component_placement.env='0-3:0-7'", "rollout.offload=true",
+                 "rollout.vllm.gpu_memory_utilization=0.5", "actor.offload.weight=true",
+                 "actor.offload.optimizer=true", "actor.offload.grad=true",
+                 "launcher.check_memory=warn"]
+
+
+@pytest.mark.parametrize("extra, fits, fix", [
+    (["env.mem_gib=4"], True, None),  # 2 processes x 4 GiB beside the actor
+    (["env.mem_gib=5.5"], False, "env.offload=true"),  # 11 GiB + the training actor: too much
+    (["env.mem_gib=5.5", "env.offload=true"], True, None),  # released while the actor trains
+])
+def test_a_workers_memory_counts_on_its_gpus_and_its_offload_is_the_fix(extra, fits, fix):
+    out = run("plan", "--json", *WORKER_MEMORY, *extra)
+    memory = json.loads(out.stdout)["memory"]
+    assert memory["fits"] is fits, memory.get("problems")
+    assert [p["fix"] for p in memory.get("problems", [])] == ([fix] if fix else [])

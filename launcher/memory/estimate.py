@@ -48,6 +48,10 @@ class EngineInput:
     component: ComponentPlan
     shape: Optional[ModelShape]
     options: Optional[EngineOptions] = None  # None: the defaults of its kind
+    # a worker component's GiB per process (its `mem_gib`) and whether it releases its GPU
+    # memory while the trainers train (`offload`): no model, a fixed need
+    process_gib: Optional[float] = None
+    releases: bool = False
 
     def __post_init__(self) -> None:
         want = InferenceOptions if self.component.is_inference else TrainOptions
@@ -243,6 +247,10 @@ def evaluate(engines: Sequence[EngineInput], cluster: ClusterSpec,
     per = cluster.gpus_per_node
     for inp in engines:
         specs[inp.name] = str(inp.component.alloc)
+        if inp.process_gib is not None:
+            needs[inp.name] = worker_need(inp)
+            memories[inp.name] = _engine_memory(inp, needs[inp.name])
+            continue
         if inp.shape is None:
             warnings.append(f"memory of {inp.name} unknown: no config.json for its model, so "
                             "its GPUs are not checked")
@@ -310,6 +318,20 @@ def evaluate(engines: Sequence[EngineInput], cluster: ClusterSpec,
                         warnings=tuple(warnings), gpus_per_node=per, host_need_gib=host_need)
 
 
+def worker_need(inp: EngineInput) -> EngineNeed:
+    """A worker's bytes on its fullest GPU: `mem_gib` per process times the processes there
+    (on the host when it has no GPU). It runs beside the servers (the rollout phase) and keeps
+    its memory while the trainers train unless it offloads."""
+    per_gpu: dict[int, int] = {}
+    for inst in inp.component.instances:
+        for g in inst.gpus:
+            per_gpu[g] = per_gpu.get(g, 0) + 1
+    count = max(per_gpu.values(), default=len(inp.component.instances))
+    held = (inp.process_gib or 0.0) * GIB * count
+    return EngineNeed(phase="rollout", parts={"processes": held},
+                      released={"processes": 0.0 if inp.releases else held})
+
+
 def _gpu_groups(engines: Sequence[EngineInput]) -> dict[tuple[str, ...], tuple[int, ...]]:
     """The GPUs that hold exactly the same engines, keyed by those engines (in input order).
 
@@ -353,6 +375,9 @@ def _host_need(engines: Sequence[EngineInput], needs: dict[str, EngineNeed],
     jobs = set()
     for inp in engines:
         if inp.name not in needs:
+            continue
+        if inp.process_gib is not None:  # every process of a worker, on GPU slots or not
+            total += inp.process_gib * GIB * len(inp.component.instances)
             continue
         total += needs[inp.name].peak * len(inp.component.gpus)
         if not inp.component.is_inference:

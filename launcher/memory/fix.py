@@ -15,6 +15,7 @@ from launcher.memory.estimate import MAX_FIXES, EngineInput, MemoryProblem, Memo
 from launcher.memory.infer import InferenceOptions
 from launcher.memory.parts import memory_keys
 from launcher.memory.train import Offload, TrainOptions
+from launcher.planning.placement import offload_option
 from launcher.spec import registry
 from launcher.spec.alloc import ModelAllocation
 from launcher.spec.cluster import ClusterSpec
@@ -60,10 +61,22 @@ def _swap(engines: Sequence[EngineInput], name: str, **changes: object) -> list[
             alloc = changes.pop("alloc", None)
             component = inp.component if alloc is None else ComponentPlan(
                 inp.name, alloc, inp.component.inherited_from, inp.component.gpus)  # type: ignore[arg-type]
+            releases = bool(changes.pop("releases", inp.releases))
             options = dataclasses.replace(inp.options, **changes) if changes else inp.options  # type: ignore[type-var]
-            inp = EngineInput(component, inp.shape, options)
+            inp = dataclasses.replace(inp, component=component, options=options,
+                                      releases=releases)
         out.append(inp)
     return out
+
+
+def _worker_release(names: Sequence[str], by_name: dict[str, EngineInput]
+                    ) -> Iterator[Candidate]:
+    """A worker that keeps its memory on shared GPUs releases it while the trainers train."""
+    engines = list(by_name.values())
+    for other in names:
+        inp = by_name[other]
+        if inp.process_gib is not None and not inp.releases:
+            yield offload_option(other), _swap(engines, other, releases=True)
 
 
 def _key(p: MemoryProblem) -> tuple[str, str]:
@@ -124,8 +137,11 @@ def _train_candidates(problem: MemoryProblem, engines: Sequence[EngineInput],
     if tokens:
         yield override(name, "max_tokens_per_mb", tokens), _swap(engines, name,
                                                                  max_tokens_per_mb=tokens)
+    yield from _worker_release(problem.engines, by_name)
     for other in problem.engines:
         o = by_name[other].options
+        if by_name[other].process_gib is not None:
+            continue
         if isinstance(o, InferenceOptions) and not o.release:
             yield override(other, "release", True), _swap(engines, other, release=True)
         elif isinstance(o, TrainOptions) and other != name and not o.offload.any:
@@ -150,6 +166,8 @@ def _rollout_candidates(problem: MemoryProblem, engines: Sequence[EngineInput],
     by_name = {inp.name: inp for inp in engines}
     for other in problem.engines:
         o = by_name[other].options
+        if by_name[other].process_gib is not None:
+            continue
         if isinstance(o, TrainOptions) and not (o.offload.weight and o.offload.optimizer
                                                 and o.offload.grad):
             for knob in ("optimizer", "weight", "grad"):
@@ -160,6 +178,12 @@ def _rollout_candidates(problem: MemoryProblem, engines: Sequence[EngineInput],
             yield (" ".join(override(other, f"offload.{k}", True) for k in ("weight", "optimizer",
                                                                               "grad")),
                    _swap(engines, other, offload=Offload(True, True, True)))
+    servers = [n for n in problem.engines if isinstance(by_name[n].options, InferenceOptions)
+               and by_name[n].process_gib is None]
+    if by_name[problem.engine].process_gib is not None:  # a worker is the largest: a server
+        if not servers:  # beside it gives way, or nothing of ours can
+            return
+        problem = dataclasses.replace(problem, engine=servers[0])
     inp = _resolved(by_name[problem.engine], report)
     yield from _fraction(inp, engines, works, lower=True)
     for alloc in _reshapes(inp.component.alloc, cluster):
@@ -172,8 +196,8 @@ def _resolved(inp: EngineInput, report: MemoryReport) -> EngineInput:
     memory = report.engines.get(inp.name)
     if (isinstance(opts, InferenceOptions) and opts.mem_fraction is None and memory is not None
             and memory.mem_fraction is not None):
-        return EngineInput(inp.component, inp.shape,
-                           dataclasses.replace(opts, mem_fraction=memory.mem_fraction))
+        return dataclasses.replace(inp, options=dataclasses.replace(
+            opts, mem_fraction=memory.mem_fraction))
     return inp
 
 

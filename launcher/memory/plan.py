@@ -47,10 +47,15 @@ def train_options(engine: Engine) -> TrainOptions:
 def engine_inputs(plan: Plan, engines: dict[str, Engine],
                   shape: Optional[ModelShape]) -> list[EngineInput]:
     """The memory model's view of every engine of the plan (shape None: memory unknown).
-    Worker components hold no model: they are not counted."""
+    Worker components hold no model: one with `mem_gib` counts that much a process."""
     out = []
+    given = plan.meta.get("engine_options", {})
     for name, comp in plan.components.items():
         if comp.is_worker:
+            mine = given.get(name, {})
+            if mine.get("mem_gib") is not None:
+                out.append(EngineInput(comp, None, process_gib=float(mine["mem_gib"]),
+                                       releases=bool(mine.get("offload"))))
             continue
         engine = engines[name]
         options = inference_options(engine) if comp.is_inference else train_options(engine)
