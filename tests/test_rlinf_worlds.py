@@ -264,3 +264,18 @@ def test_the_gpu_map_shows_cpu_only_nodes_and_their_processes():
     assert "2 nodes x 8 GPUs + 1 CPU-only node" in text
     assert "nodes 0-1 (CPU processes): G agent x100" in text
     assert "node 2 (no GPUs): E reward x4, G agent x100" in text
+
+
+def test_the_plan_carries_the_pipeline_stages_and_each_workers_offload_for_the_recipe():
+    plan = plan_of(["cluster.device=cpu", "cluster.component_placement.actor=0-1",
+                    "cluster.component_placement.env=0", "cluster.component_placement.rollout=1",
+                    "rollout.pipeline_stage_num=2", "env.enable_offload=true",
+                    "reward.processes=2"])
+    options = plan.meta["engine_options"]
+    assert options["rollout"]["pipeline_stage_num"] == 2
+    assert options["env"]["offload"] is True and options["reward"]["offload"] is False
+
+
+def test_a_pipeline_stage_count_out_of_bounds_is_one_error_line():
+    line = one_error_line(run("plan", "rollout.pipeline_stage_num=0"))
+    assert "rollout.pipeline_stage_num=0: choose 1 to 1024" in line
