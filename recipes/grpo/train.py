@@ -213,12 +213,13 @@ def bad_fsdp_option(rt: RuntimePlan, engine: str = "actor") -> Optional[str]:
 
 @record
 def main(argv: Optional[list[str]] = None) -> int:
-    role = policies.job_role(load_plan())
+    rt = load_plan()
+    role = policies.job_role(rt)
     if role is None:
-        print(f"grpo: nothing to do for {','.join(load_plan().components())}: this recipe "
-              "runs the reference model inside the actor job", flush=True)
+        print(f"grpo: nothing to do for {','.join(rt.components())}: this recipe runs the "
+              "reference model inside the actor job", flush=True)
         return 0
-    rt = policies.scoped(load_plan(), role)  # a second policy's files in <run>/<role>/
+    rt = policies.scoped(rt, role)  # a second policy's files in <run>/<role>/
     if role == policies.INFERENCE:
         return inference.serve(rt, lambda text: print(text, flush=True))
     rt.heartbeat(0, "setup")  # from here on SIGUSR2 dumps this rank's stacks into its log
