@@ -58,6 +58,8 @@ class InferenceClient:
                  version: str, beat: Callable[[], Any]) -> list[list[float]]:
         """Each sequence's completion-token log-probs as the inference engine computes them
         on `weights` (rank 0 of the actor)."""
+        for stale in self.root.glob(f"step-{step}.rank-*.json"):  # a restarted actor's step
+            stale.unlink()
         _write(self.root / f"step-{step}.json", {"step": step, "weights": weights,
                                                 "version": version, "seqs": seqs})
         out: list[Optional[list[float]]] = [None] * len(seqs)
