@@ -285,3 +285,18 @@ def test_a_workers_memory_counts_on_its_gpus_and_its_offload_is_the_fix(extra, f
     memory = json.loads(out.stdout)["memory"]
     assert memory["fits"] is fits, memory.get("problems")
     assert [p["fix"] for p in memory.get("problems", [])] == ([fix] if fix else [])
+
+
+def test_the_plan_carries_the_pipeline_stages_and_each_workers_offload_for_the_recipe():
+    plan = plan_of(["cluster.device=cpu", "cluster.component_placement.actor=0-1",
+                    "cluster.component_placement.env=0", "cluster.component_placement.rollout=1",
+                    "rollout.pipeline_stage_num=2", "env.enable_offload=true",
+                    "reward.processes=2"])
+    options = plan.meta["engine_options"]
+    assert options["rollout"]["pipeline_stage_num"] == 2
+    assert options["env"]["offload"] is True and options["reward"]["offload"] is False
+
+
+def test_a_pipeline_stage_count_out_of_bounds_is_one_error_line():
+    line = one_error_line(run("plan", "rollout.pipeline_stage_num=0"))
+    assert "rollout.pipeline_stage_num=0: choose 1 to 1024" in line

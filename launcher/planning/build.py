@@ -107,6 +107,8 @@ def build_plan(spec: LaunchConfig, local_gpus: GPUCount = 0,
             "engine_options": {**{n: engine_options(e) for n, e in engines.items()},
                                **{n: {"options": dict(w.options), "offload": w.offload,
                                       "mem_gib": w.mem_gib} for n, w in declared.items()}}}
+    if "rollout" in meta["engine_options"]:  # RLinf's pipelined rollout: the recipe's stages
+        meta["engine_options"]["rollout"]["pipeline_stage_num"] = stage_num(spec)
     plan = Plan(cluster=cluster, mode=placed.mode, components=components, weight_sync=syncs,
                 warnings=tuple(warnings), meta=meta)
     return Planned(plan, engines, spec, (sizing.note,) if sizing.note else (), declared)
@@ -321,6 +323,18 @@ def _finite(value: object, key: str) -> None:
 def health_timeout_s(spec: LaunchConfig) -> float:
     """launcher.health_timeout_s, else rollout.health_timeout_s."""
     return float(spec.launcher.health_timeout_s or spec.rollout.health_timeout_s)
+
+
+MAX_PIPELINE_STAGES = 1024
+
+
+def stage_num(spec: LaunchConfig) -> int:
+    """rollout.pipeline_stage_num, bounded: env and rollout take turns on this many stages."""
+    n = spec.rollout.pipeline_stage_num
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_PIPELINE_STAGES:
+        raise ConfigError(f"rollout.pipeline_stage_num={n!r}: choose 1 to {MAX_PIPELINE_STAGES} "
+                          "(stages of a batch that env and rollout pipeline)")
+    return n
 
 
 def engine_options(engine: resolve.Engine) -> dict:

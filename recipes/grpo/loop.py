@@ -38,13 +38,16 @@ import torch.distributed as dist
 
 from launcher.worker.objective import write_metrics
 from launcher.worker.runtime import RuntimePlan, health_ok
+from recipes.grpo import policy as policies
 from recipes.grpo import resume, serving
+from recipes.grpo.inference import InferenceClient
 from recipes.grpo.layout import LayoutMismatch
 from recipes.grpo.options import GRPOOptions
 from recipes.grpo.phases import RolloutPhases
-from recipes.grpo.reward import group_advantages, make_prompts, number_reward
+from recipes.grpo.reward import group_advantages
 from recipes.grpo.rollout_client import RolloutError, RolloutServer, Sample, sample_all
 from recipes.grpo.weights import prune_versions, sample_from_folder, write_weights
+from recipes.grpo.world import World
 
 
 @dataclass
@@ -70,6 +73,10 @@ class Session:
     max_tokens_per_mb: int  # actor.mb_spec.max_tokens_per_mb
     rt: RuntimePlan
     version: Optional[str] = None  # the weights the servers must serve; None: the start model
+    policy: policies.Policy = policies.Policy("actor", "rollout")  # what this job trains, feeds
+    world: Optional[World] = None  # rank 0: where prompts and rewards come from
+    inference: Optional[InferenceClient] = None  # the inference engine computes the log-probs
+    proximal: Optional[list[list[float]]] = None  # this step's, from it (None: no inference)
 
 
 class Engine(resume.Checkpointable, Protocol):
@@ -140,12 +147,13 @@ def agree_on_layout(problems: list[str]) -> None:
         raise LayoutMismatch(first)
 
 
-def reload_owners(rt: RuntimePlan, n_servers: int) -> dict[int, int]:
-    """instance -> the actor rank that tells it to reload: the rank the plan pairs with the
+def reload_owners(rt: RuntimePlan, n_servers: int,
+                  pol: policies.Policy = policies.Policy("actor", "rollout")) -> dict[int, int]:
+    """instance -> the trainer rank that tells it to reload: the rank the plan pairs with the
     instance's tp rank 0 (lowest first), else rank 0 (a plan without weight_sync pairs)."""
     owners: dict[int, int] = {}
-    for rank in range(rt.world_size("actor")):
-        for instance, tp in rt.weight_targets(rank):
+    for rank in range(rt.world_size(pol.train)):
+        for instance, tp in rt.weight_targets(rank, pol.train, pol.serve or "rollout"):
             if tp == 0 and instance < n_servers:
                 owners.setdefault(instance, rank)
     return {i: owners.get(i, 0) for i in range(n_servers)}
@@ -159,9 +167,11 @@ def open_session(rt: RuntimePlan, opts: GRPOOptions, device: torch.device, model
     from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
     rank = dist.get_rank()
-    servers = [RolloutServer(addr, rt.rollout_backend() or "vllm", rt.served_model_name())
+    pol = policies.of(rt, policies.job_role(rt) or "actor")
+    backend = str(rt.component(pol.serve).get("backend")) if pol.serve else "vllm"
+    servers = [RolloutServer(addr, backend, rt.served_model_name())
                for addr in rt.server_addrs()]
-    owners = reload_owners(rt, len(servers))
+    owners = reload_owners(rt, len(servers), pol)
     run_dir = rt.run_dir()
     root = Path(opts.weights_dir or (Path(run_dir) / "weights" if run_dir
                                      else Path(tempfile.gettempdir()) / "areal-grpo-weights"))
@@ -169,12 +179,16 @@ def open_session(rt: RuntimePlan, opts: GRPOOptions, device: torch.device, model
         generation = GenerationConfig.from_pretrained(model_path)
     except OSError:
         generation = None
-    phases = RolloutPhases.from_plan(rt, servers, say=lambda text: log(rank, text))
-    training = rt.training("actor")
+    world = World.from_plan(rt, opts.prompts_per_step, lambda text: log(rank, text), rank == 0)
+    phases = RolloutPhases.from_plan(rt, servers, say=lambda text: log(rank, text), pol=pol,
+                                     workers=world.offload if rank == 0 else None)
+    training = rt.training(pol.train)
     s = Session(opts, rank, *slice_, device, getattr(torch, training["dtype"]),
                 AutoTokenizer.from_pretrained(model_path), AutoConfig.from_pretrained(model_path),
                 generation, hf_shapes, servers, [i for i, r in owners.items() if r == rank],
-                root, model_path, phases, int(training["max_tokens_per_mb"]), rt)
+                root, model_path, phases, int(training["max_tokens_per_mb"]), rt, policy=pol,
+                world=world, inference=InferenceClient.from_plan(rt) if pol.train == "actor"
+                else None)
     if rank == 0:
         root.mkdir(parents=True, exist_ok=True)
         if servers:
@@ -193,19 +207,43 @@ def rollout(s: Session, step: int) -> tuple[list[Sample], list[float], list[floa
         if s.servers:  # each one up and serving the current weights before it is used
             serving.refresh(s, step, lambda text: log(0, text))
         o = s.opts
-        prompts = make_prompts(o.prompts_per_step, o.seed, step)
-        seed = (o.seed * 1000 + step) * 1000
-        if s.servers:
-            samples = sample_with_retries(s, step, prompts, seed)
-        else:
-            samples = [Sample(i, prompts[i], text, ids, completion, None, "local")
-                       for i, ids, completion, text in sample_from_folder(
-                           s.policy_dir, prompts, o.samples_per_prompt, o.max_new_tokens,
-                           o.temperature, seed, s.dtype, s.device)]
-        rewards = [number_reward(x.text) for x in samples]
-        payload = [(samples, rewards, group_advantages(rewards, o.samples_per_prompt))]
+        assert s.world is not None
+        samples, rewards = s.world.rollout(step, o.prompts_per_step, o.samples_per_prompt,
+                                           o.seed, (o.seed * 1000 + step) * 1000,
+                                           lambda prompts, seed: draw(s, step, prompts, seed))
+        payload = [(samples, rewards, group_advantages(rewards, o.samples_per_prompt),
+                    proximal(s, step, samples))]
     dist.broadcast_object_list(payload, src=0)
-    return payload[0]
+    samples, rewards, advantages, s.proximal = payload[0]
+    return samples, rewards, advantages
+
+
+def draw(s: Session, step: int, prompts: list[str], seed: int) -> list[Sample]:
+    """Rank 0: samples_per_prompt completions of each prompt, from the servers (or, without
+    servers, from the newest weights folder)."""
+    o = s.opts
+    if s.servers:
+        return sample_with_retries(s, step, prompts, seed)
+    return [Sample(i, prompts[i], text, ids, completion, None, "local")
+            for i, ids, completion, text in sample_from_folder(
+                s.policy_dir, prompts, o.samples_per_prompt, o.max_new_tokens,
+                o.temperature, seed, s.dtype, s.device)]
+
+
+def proximal(s: Session, step: int, samples: list[Sample]) -> Optional[list[list[float]]]:
+    """Rank 0: the inference engine's log-probs of the samples on the weights that drew them
+    (the actor's newest push), or None without an inference engine."""
+    if s.inference is None:
+        return None
+    start = time.monotonic()
+    out = s.inference.logprobs(step, [token_ids(s, x) for x in samples], s.policy_dir,
+                               s.version or "default", lambda: s.rt.heartbeat(step, "inference"))
+    gaps = [abs(a - b) for x, lp in zip(samples, out) if x.logprobs and len(x.logprobs) == len(lp)
+            for a, b in zip(x.logprobs, lp)]
+    log(0, f"grpo: step {step}: log-probs of {len(out)} sample(s) from inference on "
+           f"{s.version or 'the start model'} ({time.monotonic() - start:.2f}s); largest gap to "
+           f"the servers' sampling log-probs {max(gaps, default=0.0):.1e}")
+    return out
 
 
 def sample_with_retries(s: Session, step: int, prompts: list[str], seed: int,
@@ -243,12 +281,14 @@ def token_ids(s: Session, sample: Sample) -> tuple[list[int], list[int]]:
 
 
 def grpo_loss(logp: torch.Tensor, mask: torch.Tensor, adv: torch.Tensor,
-              ref_logp: Optional[torch.Tensor], kl_coef: float
-              ) -> tuple[torch.Tensor, torch.Tensor]:
+              ref_logp: Optional[torch.Tensor], kl_coef: float,
+              old_logp: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-sequence GRPO loss (length-normalised policy gradient + kl_coef * k3 KL to the
-    reference) and the KL alone."""
+    reference) and the KL alone; with `old_logp` (the inference engine's) the policy term is
+    the importance ratio exp(logp - old_logp) times the advantage."""
     lengths = mask.sum(-1).clamp(min=1)
-    pg = -(adv[:, None] * logp * mask).sum(-1) / lengths
+    term = logp if old_logp is None else torch.exp(logp - old_logp)
+    pg = -(adv[:, None] * term * mask).sum(-1) / lengths
     kl = torch.zeros_like(pg)
     if ref_logp is not None:
         delta = ref_logp - logp
@@ -430,6 +470,8 @@ def run_steps(s: Session, engine: Engine) -> int:
         picture = rt.finish_tracking()
         if picture:
             log(0, f"grpo: the run as a picture: {picture}")
+    if s.rank == 0 and s.inference is not None:
+        s.inference.stop()
     rt.heartbeat(opts.steps, "done")
     dist.barrier()
     return 0

@@ -43,9 +43,9 @@ MIXED_PRECISION = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
                    "fp16": torch.float16, "float16": torch.float16}
 
 
-def plan_mesh(rt: RuntimePlan, device_type: str) -> DeviceMesh:
-    """The actor's (dp, cp, tp) DeviceMesh, laid out as the plan places its ranks."""
-    layout = rt.mesh_layout(MESH_DIMS)
+def plan_mesh(rt: RuntimePlan, device_type: str, engine: str = "actor") -> DeviceMesh:
+    """The engine's (dp, cp, tp) DeviceMesh, laid out as the plan places its ranks."""
+    layout = rt.mesh_layout(MESH_DIMS, engine)
     return DeviceMesh(device_type, mesh=torch.tensor(layout.ranks, dtype=torch.int),
                       mesh_dim_names=layout.names)
 

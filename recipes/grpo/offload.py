@@ -29,13 +29,14 @@ class HostOffload:
 
     @classmethod
     def from_plan(cls, rt: RuntimePlan, model: torch.nn.Module, optim: torch.optim.Optimizer,
-                  device: torch.device, say: Callable[[str], None]) -> "HostOffload":
-        asked = rt.offload("actor") or {}
+                  device: torch.device, say: Callable[[str], None],
+                  engine: str = "actor") -> "HostOffload":
+        asked = rt.offload(engine) or {}
         flags = {k: bool(asked.get(k)) for k in ("weight", "optimizer", "grad")}
         if any(flags.values()) and device.type != "cuda":
-            on = ", ".join(f"actor.offload.{k}" for k, v in flags.items() if v)
-            say(f"grpo: {on}: nothing to do on {device.type}, the actor already lives in host "
-                "memory")
+            on = ", ".join(f"{engine}.offload.{k}" for k, v in flags.items() if v)
+            say(f"grpo: {on}: nothing to do on {device.type}, the {engine} already lives in "
+                "host memory")
             return cls(model, optim, device)
         return cls(model, optim, device, **flags)
 

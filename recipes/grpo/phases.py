@@ -12,7 +12,7 @@ servers stay awake.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Optional, Protocol, Sequence, TypeVar
 
 from launcher.backends.protocol import serve_backend
 from launcher.worker.runtime import RuntimePlan
@@ -30,6 +30,14 @@ class MemoryServer(Protocol):
     def resume_memory(self) -> None: ...
 
 
+class PhaseWorkers(Protocol):
+    """Worker components that offload between phases (recipes/grpo/workers_client.py)."""
+
+    def offload(self) -> None: ...
+
+    def reload(self) -> int: ...
+
+
 @dataclass
 class RolloutPhases:
     """Switches the servers between rollout (awake) and training (memory released)."""
@@ -37,36 +45,46 @@ class RolloutPhases:
     servers: Sequence[MemoryServer]
     enabled: bool
     asleep: bool = field(default=False)
+    workers: Optional[PhaseWorkers] = None  # worker components offloaded around training too
 
     @classmethod
     def from_plan(cls, rt: RuntimePlan, servers: Sequence[MemoryServer],
-                  say: Callable[[str], None]) -> "RolloutPhases":
-        """On when the plan's rollout and actor share GPUs and rollout offload is on; `say`
-        tells why it is not where a user asked for it."""
-        if not servers or not rt.offload("rollout"):
-            return cls(servers, False)
-        if not rt.shares_gpus("actor", "rollout"):
-            say("grpo: rollout offload is on but rollout and actor do not share GPUs: "
+                  say: Callable[[str], None], pol: Any = None,
+                  workers: Optional[PhaseWorkers] = None) -> "RolloutPhases":
+        """On when the plan's rollout and actor (the policy `pol`'s serving and training
+        components) share GPUs and rollout offload is on; `say` tells why it is not where a
+        user asked for it."""
+        train, serve = (pol.train, pol.serve) if pol is not None else ("actor", "rollout")
+        if not servers or not serve or not rt.offload(serve):
+            return cls(servers, False, workers=workers)
+        if not rt.shares_gpus(train, serve):
+            say(f"grpo: {serve} offload is on but {serve} and {train} do not share GPUs: "
                 "the servers keep their memory")
-            return cls(servers, False)
+            return cls(servers, False, workers=workers)
         kept = sorted({serve_backend(s.backend).CLIENT.cpu_keeps_memory for s in servers} - {""})
         if rt.device() == "cpu" and kept:
-            say(f"grpo: {'; '.join(kept)}: rollout servers stay awake while the actor trains "
+            say(f"grpo: {'; '.join(kept)}: {serve} servers stay awake while {train} trains "
                 "(releasing memory works on cuda)")
-            return cls(servers, False)
-        say(f"grpo: rollout shares GPUs with actor: {len(servers)} server(s) release their "
+            return cls(servers, False, workers=workers)
+        say(f"grpo: {serve} shares GPUs with {train}: {len(servers)} server(s) release their "
             "memory for every training phase")
-        return cls(servers, True)
+        return cls(servers, True, workers=workers)
 
     def before_train(self) -> None:
-        """Release every server's memory (no-op when off or already released)."""
+        """Release every server's memory (no-op when off or already released), offload the
+        workers that offload."""
+        if self.workers is not None:
+            self.workers.offload()
         if self.enabled and not self.asleep:
             for server in self.servers:
                 server.release_memory()
             self.asleep = True
 
     def before_push(self) -> None:
-        """Take the memory back before weights are pushed and the next rollout samples."""
+        """Take the memory back before weights are pushed and the next rollout samples;
+        reload the offloaded workers, each reload confirmed."""
+        if self.workers is not None:
+            self.workers.reload()
         if self.asleep:
             for server in self.servers:
                 server.resume_memory()

@@ -54,6 +54,12 @@ def _call(addr: str, path: str, body: Optional[dict] = None, timeout_s: float = 
     return json.loads(raw) if raw.strip() else None
 
 
+def post_json(addr: str, path: str, body: dict, timeout_s: float = 300.0) -> Any:
+    """POST a JSON body to http://addr/path and read the JSON answer (RolloutError on any
+    failure): the calls of the run's worker components too (recipes/grpo/workers_client.py)."""
+    return _call(addr, path, body, timeout_s)
+
+
 def _filled(body: Any, values: dict[str, str]) -> Any:
     """The body with the placeholder strings ("{dir}", "{version}") replaced, at any depth."""
     if isinstance(body, dict):

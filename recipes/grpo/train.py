@@ -32,7 +32,8 @@ from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E40
 from launcher.spec.errors import LaunchError  # noqa: E402
 from launcher.worker.runtime import RuntimePlan, load_plan  # noqa: E402
 from launcher.worker.tiny_model import default_path as tiny_model_path  # noqa: E402
-from recipes.grpo import loop  # noqa: E402
+from recipes.grpo import inference, loop  # noqa: E402
+from recipes.grpo import policy as policies  # noqa: E402
 from recipes.grpo import mesh as meshes
 from recipes.grpo.layout import LayoutMismatch, mismatches, world_mismatch, write_rank_record  # noqa: E402
 from recipes.grpo.loop import Session, log  # noqa: E402
@@ -40,6 +41,7 @@ from recipes.grpo.offload import HostOffload  # noqa: E402
 from recipes.grpo.options import GRPOOptions, load_options  # noqa: E402
 from recipes.grpo.rollout_client import Sample  # noqa: E402
 from recipes.grpo.weights import gather_full_state, hf_shapes, token_logprobs  # noqa: E402
+from recipes.grpo.world import stage_problem  # noqa: E402
 
 MEGATRON_ENTRY = "recipes/grpo_megatron/train.py"
 
@@ -66,6 +68,7 @@ class FSDPEngine:
         pad = s.tokenizer.pad_token_id
         per_seqs, kls = [], []
         gap = torch.zeros((), device=s.device)
+        used = torch.zeros((), device=s.device)  # largest |actor - inference| log-prob
         groups = loop.micro_batches(s, seqs)
         for group, weight in zip(groups, loop.weights(groups)):
             rows = [mine[j] for j in group]
@@ -76,7 +79,11 @@ class FSDPEngine:
             if self.ref is not None:
                 with torch.no_grad():
                     ref_logp, _ = token_logprobs(self.ref, part, pad, s.device)
-            per_seq, kl = loop.grpo_loss(logp, mask, adv, ref_logp, s.opts.kl_coef)
+            old = None if s.proximal is None else \
+                inference.proximal(logp, mask, [s.proximal[i] for i in rows])
+            if old is not None and weight:
+                used = torch.maximum(used, ((logp.detach() - old).abs() * mask).max())
+            per_seq, kl = loop.grpo_loss(logp, mask, adv, ref_logp, s.opts.kl_coef, old)
             # FSDP averages gradients over the data ranks: scale so the sum is the batch mean
             (per_seq.sum() * weight * s.data_world / len(samples)).backward()
             if weight:
@@ -87,6 +94,10 @@ class FSDPEngine:
             meshes.clip_grad_norm(self.model.parameters(), s.opts.max_grad_norm)
         self.optim.step()
         self.optim.zero_grad(set_to_none=True)
+        if s.proximal is not None:
+            dist.all_reduce(used, op=dist.ReduceOp.MAX)
+            log(s.rank, f"grpo: loss on the inference engine's log-probs ({len(samples)} "
+                        f"samples); largest |actor - inference| log-prob {used.item():.1e}")
         return loop.batch_stats(s, samples, torch.cat(per_seqs), torch.cat(kls), gap)
 
     def full_state(self) -> dict[str, torch.Tensor]:
@@ -128,27 +139,28 @@ def load_model(path: str, dtype: torch.dtype, device: torch.device, mesh: Any,
     return model if trainable else model.eval()
 
 
-def build_mesh(rt: RuntimePlan, device: torch.device, rank: int, world: int) -> Any:
+def build_mesh(rt: RuntimePlan, device: torch.device, rank: int, world: int,
+               engine: str = "actor") -> Any:
     """The plan's mesh, after checking torchrun started the plan's ranks; then its groups
     checked against the plan's."""
-    problem = world_mismatch(rt, rank, world)
+    problem = world_mismatch(rt, rank, world, engine)
     loop.agree_on_layout([problem] if problem else [])
     try:
-        mesh = meshes.plan_mesh(rt, device.type)
+        mesh = meshes.plan_mesh(rt, device.type, engine)
     except LaunchError as exc:  # the plan's coordinates are no grid: the same on every rank
         raise LayoutMismatch(str(exc)) from None
     loop.agree_on_layout(mismatches(rt, rank, meshes.live_groups(mesh),
-                                     meshes.live_coords(mesh), "the mesh"))
+                                     meshes.live_coords(mesh), "the mesh", engine))
     return mesh
 
 
 def setup(rt: RuntimePlan, opts: GRPOOptions, device: torch.device, rank: int,
-          world: int) -> tuple[Session, FSDPEngine]:
-    mesh = build_mesh(rt, device, rank, world)
-    training = rt.training("actor")
+          world: int, engine: str = "actor") -> tuple[Session, FSDPEngine]:
+    mesh = build_mesh(rt, device, rank, world, engine)
+    training = rt.training(engine)
     dtype = getattr(torch, training["dtype"])
     model_path = rt.model_path(default=str(tiny_model_path()))
-    fsdp_options = rt.engine_options("actor")
+    fsdp_options = rt.engine_options(engine)
     model = load_model(model_path, dtype, device, mesh, fsdp_options, trainable=True,
                        checkpointing=bool(training["gradient_checkpointing"]))
     fsdp = meshes.observe_fsdp(model, device)
@@ -166,9 +178,10 @@ def setup(rt: RuntimePlan, opts: GRPOOptions, device: torch.device, rank: int,
     data = meshes.data_mesh(mesh)
     slice_ = (data.get_local_rank(), data.size(), data.get_group())
     s = loop.open_session(rt, opts, device, model_path, slice_, hf_shapes(model_path))
-    host = HostOffload.from_plan(rt, model, optim, device, say=lambda text: log(rank, text))
+    host = HostOffload.from_plan(rt, model, optim, device, say=lambda text: log(rank, text),
+                                 engine=engine)
     sizes = " x ".join(f"{n} {k}" for n, k in zip(mesh.mesh_dim_names, mesh.shape))
-    log(rank, f"grpo: {world} actor rank(s) on {device.type}, mesh {sizes} "
+    log(rank, f"grpo: {world} {engine} rank(s) on {device.type}, mesh {sizes} "
               f"(FSDP2 over {data.size()}, tensor parallel over {mesh['tp'].size()}; computes "
               f"in {fsdp['dtype']}, reshard_after_forward "
               f"{str(fsdp['resharded_after_forward']).lower()}), "
@@ -181,18 +194,18 @@ def setup(rt: RuntimePlan, opts: GRPOOptions, device: torch.device, rank: int,
     return s, FSDPEngine(model, ref, optim, host)
 
 
-def refuse_megatron(rt: RuntimePlan) -> Optional[str]:
-    backend = rt.component("actor").get("backend")
+def refuse_megatron(rt: RuntimePlan, engine: str = "actor") -> Optional[str]:
+    backend = rt.component(engine).get("backend")
     if backend == "megatron":
-        return (f"actor.backend={rt.component('actor').get('spec')} is a Megatron layout: "
+        return (f"{engine}.backend={rt.component(engine).get('spec')} is a Megatron layout: "
                 f"run it with trainer.entry={MEGATRON_ENTRY} (this entry trains FSDP2)")
     return None
 
 
-def bad_fsdp_option(rt: RuntimePlan) -> Optional[str]:
+def bad_fsdp_option(rt: RuntimePlan, engine: str = "actor") -> Optional[str]:
     """actor.fsdp.mixed_precision checked before anything is built."""
     try:
-        meshes.mixed_precision_policy(rt.engine_options("actor").get("mixed_precision"))
+        meshes.mixed_precision_policy(rt.engine_options(engine).get("mixed_precision"))
     except ValueError as exc:
         return str(exc)
     return None
@@ -201,18 +214,23 @@ def bad_fsdp_option(rt: RuntimePlan) -> Optional[str]:
 @record
 def main(argv: Optional[list[str]] = None) -> int:
     rt = load_plan()
-    if "actor" not in rt.components():
+    role = policies.job_role(rt)
+    if role is None:
         print(f"grpo: nothing to do for {','.join(rt.components())}: this recipe runs the "
               "reference model inside the actor job", flush=True)
         return 0
+    rt = policies.scoped(rt, role)  # a second policy's files in <run>/<role>/
+    if role == policies.INFERENCE:
+        return inference.serve(rt, lambda text: print(text, flush=True))
     rt.heartbeat(0, "setup")  # from here on SIGUSR2 dumps this rank's stacks into its log
     opts, engine_flags = load_options(rt, sys.argv[1:] if argv is None else argv)
     device, rank, world = loop.init_distributed(rt, opts)
-    refusal = refuse_megatron(rt) or bad_fsdp_option(rt)
+    refusal = refuse_megatron(rt, role) or bad_fsdp_option(rt, role) or \
+        stage_problem(rt, opts.prompts_per_step)
     if refusal:
         return loop.stop_all(refusal, 2)
     try:
-        s, engine = setup(rt, opts, device, rank, world)
+        s, engine = setup(rt, opts, device, rank, world, role)
     except LayoutMismatch as exc:  # every rank stops here
         return loop.stop_all(str(exc), 1)
     if engine_flags:

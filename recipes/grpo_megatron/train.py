@@ -133,7 +133,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     opts, flags = load_options(rt, sys.argv[1:] if argv is None else argv)
     device, rank, world = loop.init_distributed(rt, opts)
     disagreement = (parallel.flags_disagree(rt, flags)
-                    or models.unsupported_option(rt.engine_options("actor")))
+                    or models.unsupported_option(rt.engine_options("actor"))
+                    or ("the plan places an inference engine, whose log-probs only the FSDP "
+                        "entry uses: drop cluster.component_placement.inference or train with "
+                        "the default trainer.entry" if rt.has_component("inference") else None))
     if disagreement:
         return loop.stop_all(disagreement, 2)
     try:
