@@ -18,12 +18,12 @@ from typing import Callable, Optional, Sequence
 from omegaconf import DictConfig
 
 from launcher.config.compose import RunSpec
-from launcher.config.schema import LaunchConfig
+from launcher.config.schema import LaunchConfig, engine
 from launcher.planning.build import Planned, explicit_keys
 from launcher.runners import Runner
 from launcher.spec import registry
 from launcher.spec.errors import ConfigError, LaunchError, UserError
-from launcher.spec.plan import Plan
+from launcher.spec.plan import ENGINES, Plan
 from launcher.spec.request import LaunchRequest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # the folder holding launcher/ and recipes/
@@ -163,7 +163,9 @@ def build_request(prep: Prepared, run_dir: Path, next_port: Callable[[], int]
     config = prep.spec.config
     ctx = LaunchContext(run_dir=str(run_dir), plan_path=str(run_dir / "plan.json"),
                         python=prep.runner.python(), next_port=next_port,
-                        cpus=prep.runner.cpus(), extra_env=user_env(config.launcher.env))
+                        cpus=prep.runner.cpus(), extra_env=user_env(config.launcher.env),
+                        engine_env={name: user_env(engine(config, name).env, shell=False)
+                                    for name in ENGINES})
     plan = build_processes(prep.planned, prep.entry, [str(a) for a in config.trainer.args], ctx)
     request = LaunchRequest(
         run_id=uuid.uuid4().hex, run_dir=str(run_dir), job_name=job_name(prep),
@@ -188,12 +190,13 @@ def read_paths(plan: Plan, entry: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def user_env(env: dict) -> dict[str, str]:
-    """What the user says every process gets: engine defaults they exported in their shell
-    (OMP_NUM_THREADS, ...), then launcher.env. The launcher's contract still wins over both."""
+def user_env(env: dict, shell: bool = True) -> dict[str, str]:
+    """What the user says processes get: engine defaults they exported in their shell
+    (OMP_NUM_THREADS, ...; `shell`), then `env` (launcher.env, or an engine's own). The
+    launcher's contract still wins over both."""
     from launcher.backends.common import ENV_DEFAULT_KEYS
 
-    exported = {k: os.environ[k] for k in ENV_DEFAULT_KEYS if k in os.environ}
+    exported = {k: os.environ[k] for k in ENV_DEFAULT_KEYS if k in os.environ} if shell else {}
     return {**exported, **{str(k): str(v) for k, v in (env or {}).items()}}
 
 

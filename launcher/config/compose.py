@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from launcher.config.hydra_errors import FREE_FORM, explain_hydra_error, shown
+from launcher.config.hydra_errors import FREE_FORM, FREE_FORM_SHOWN, explain_hydra_error, shown
 from launcher.config.schema import LaunchConfig, backend_of, backend_options
 from launcher.spec import registry
 from launcher.spec.errors import ConfigError
@@ -217,18 +217,28 @@ def check_overrides(overrides: Sequence[str]) -> None:
 
 
 def check_added_keys(cfg: DictConfig, overrides: Sequence[str]) -> None:
-    """A `+key` that lands in a declared (typed) section is a typo, not a new option."""
+    """A `+key`/`++key` that lands in a declared (typed) section is a typo, not a new option:
+    OmegaConf would drop it without a word when it builds the dataclasses. Each part of the
+    key is looked up in turn until it reaches a dict whose keys are the user's own."""
+    import dataclasses
+
     for o in overrides:
         if not o.startswith("+"):
             continue
         key = o.lstrip("+").partition("=")[0]
-        parent, _, _ = key.rpartition(".")
-        node = OmegaConf.select(cfg, parent) if parent else cfg
-        declared = OmegaConf.get_type(node) not in (dict, None) or _backend_options_key(parent)
-        if isinstance(node, DictConfig) and declared:
-            raise ConfigError(f"unknown config key {key!r}{suggest(key, overrides)}: `+` adds "
-                              f"keys only to {', '.join(f + '*' for f in FREE_FORM)} "
-                              "(`areal-launch --cfg job` prints every key)")
+        node: Any = cfg
+        parts = key.split(".")
+        for i, part in enumerate(parts):
+            schema = OmegaConf.get_type(node) if isinstance(node, DictConfig) else None
+            if schema is None or not dataclasses.is_dataclass(schema) or \
+                    _backend_options_key(".".join(parts[:i])):
+                break  # a free dict (launcher.env, components, a backend's options: typed later)
+            if part not in {f.name for f in dataclasses.fields(schema)}:
+                wrong = ".".join(parts[:i + 1])
+                raise ConfigError(f"unknown config key {wrong!r}{suggest(wrong, overrides)}: "
+                                  f"`+` adds keys only to {FREE_FORM_SHOWN} "
+                                  "(`areal-launch --cfg job` prints every key)")
+            node = node.get(part)
 
 
 def _backend_options_key(key: str) -> bool:
@@ -237,16 +247,25 @@ def _backend_options_key(key: str) -> bool:
     return name in ENGINE_GROUPS and backend in registry.backend_names()
 
 
+_suggesting = False  # suggest() composes too; its own failure must not ask it again
+
+
 def suggest(key: str, overrides: Sequence[str] = ()) -> str:
     """`: did you mean 'a.b'?` from the keys the config declares with the groups the user
     chose (`launcher=slurm launcher.partiton=x` looks in the Slurm runner's keys), each
     part of a dotted key matched in turn."""
     import difflib
 
+    global _suggesting
+    if _suggesting:  # the config without the user's values failed too: no closest key to say
+        return ""
+    _suggesting = True
     try:
         node: Any = shown_config(compose_config(choices_only(overrides)))
     except ConfigError:
         return ""
+    finally:
+        _suggesting = False
     parts, fixed = key.split("."), []
     for part in parts:
         if not isinstance(node, DictConfig):

@@ -11,7 +11,9 @@ import re
 from typing import Callable, Optional, Sequence
 
 # dicts whose keys the user chooses: Hydra wants `+` there (a declared component, its env)
-FREE_FORM = ("launcher.env.", "components.", "cluster.component_placement.")
+FREE_FORM = ("launcher.env.", "components.", "cluster.component_placement.", "rollout.env.",
+             "actor.env.", "critic.env.", "ref.env.", "teacher.env.")
+FREE_FORM_SHOWN = "launcher.env.*, <engine>.env.*, components.*, cluster.component_placement.*"
 
 
 Suggest = Callable[[str, Sequence[str]], str]  # key, overrides -> ": did you mean 'a.b'?" or ""
@@ -46,9 +48,15 @@ def explain_hydra_error(exc: BaseException, overrides: Sequence[str], suggest: S
     match = re.search(r"Could not append to config\. An item is already at '([^']+)'", text)
     if match:
         return f"{match.group(1)!r} exists already: set it without the leading +"
-    match = re.search(r"Could not override '([^']+)'", text) or re.search(r"Key '([^']+)' not in", text)
+    match = re.search(r"Could not override '([^']+)'", text) or \
+        re.search(r"Key '[^']+' not in '[^']+' full_key: (\S+)", text) or \
+        re.search(r"Key '([^']+)' not in", text)
     if match:
         key = match.group(1)
+        in_file = re.match(r"In '([^']+)': ", text)  # a config file's key, not an override's
+        if in_file and not any(o.lstrip("+~").startswith(key) for o in overrides):
+            return (f"unknown config key {key!r} in config {in_file.group(1)!r}"
+                    f"{suggest(key, overrides)} (`areal-launch --cfg job` prints every key)")
         if key.startswith(FREE_FORM):  # dicts whose keys are the user's own: Hydra wants `+`
             given = _first(overrides, lambda o: o.startswith(key)) or key
             return f"{key!r} adds a key to {key.rsplit('.', 1)[0]}: write it as +{shown(given)}"
@@ -83,6 +91,13 @@ def _parse_error(text: str, overrides: Sequence[str]) -> str:
         alt = f", or without parentheses: {key}={bare}" if "(" in value and "[" not in value else ""
         return (f"cannot parse override {bad!r}: Hydra's override grammar needs quotes around "
                 f"values with ( ) or [ ]: type \"{key}='{value}'\"{alt}")
+    odd = _first(overrides, lambda o: not o.isascii())
+    if odd is not None:
+        key, _, value = odd.partition("=")
+        if key.isascii():
+            return (f"cannot parse override {shown(odd)}: Hydra's override grammar takes "
+                    f"other than ASCII only in quotes: type \"{key}='{value}'\"")
+        return f"cannot parse override {shown(odd)}: a config key is ASCII (--cfg job lists them)"
     word = _first(overrides, lambda o: o.startswith("=") or "=" not in o and not o.startswith("~"))
     if word is not None:
         return f"cannot parse override {shown(word)}: overrides are KEY=VALUE (or group=option)"

@@ -52,6 +52,7 @@ class RolloutBase:
     enable_offload: Optional[bool] = None  # RLinf's spelling of `offload`
     health_timeout_s: float = HEALTH_TIMEOUT_S
     extra_args: List[str] = field(default_factory=list)
+    env: Dict[str, str] = field(default_factory=dict)  # this engine's processes only
 
     def __post_init__(self) -> None:
         problem = seconds_problem(self.health_timeout_s, allow_zero=False)
@@ -90,6 +91,7 @@ class TrainEngineBase:
     mb_spec: MicroBatchSpec = field(default_factory=MicroBatchSpec)
     offload: OffloadOptions = field(default_factory=OffloadOptions)
     extra_args: List[str] = field(default_factory=list)
+    env: Dict[str, str] = field(default_factory=dict)  # this engine's processes only
 
     def __post_init__(self) -> None:
         if self.dtype is not None and self.dtype not in TRAIN_DTYPES:
