@@ -177,3 +177,50 @@ def test_an_engines_own_environment_shows_in_the_dry_run(tmp_path):
     assert out.returncode == 0, out.stderr
     trainer = next(line for line in out.stdout.splitlines() if "AREAL_COMPONENT=actor" in line)
     assert "ONLY_ACTOR=yes" in trainer and list(tmp_path.iterdir()) == []
+
+
+def test_a_planned_cluster_is_not_called_this_machine():
+    """cluster=gpu8 on a machine with no GPU: the advice names the local runner's GPUs."""
+    line = one_error_line(run("plan", "cluster=gpu8", "rollout.backend=vllm:d4",
+                              "actor.backend=fsdp:d16"))
+    assert "this machine" not in line and "on 8 GPU(s) with the local runner" in line
+
+
+@pytest.mark.parametrize("value, says", [
+    ("time_limit=nope", "not a Slurm time"), ("time_limit=99:99:99", "below 60"),
+    ("mem_per_gpu=lots", "not a Slurm size"), ("cpus_per_gpu=-1", "choose 1 to 1024"),
+    ("mem_per_gpu=64G", "asks Slurm for no GPU"),
+])
+def test_a_slurm_value_sbatch_would_refuse_fails_the_dry_run(tmp_path, value, says):
+    line = one_error_line(run("launcher=slurm", "launcher.dry_run=true", f"launcher.{value}",
+                              cwd=tmp_path))
+    assert f"launcher.{value.partition('=')[0]}" in line and says in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_sweep_that_fails_its_rehearsal_writes_nothing(tmp_path):
+    """Hydra's sweeper writes multirun.yaml before the launcher rehearses the first point."""
+    (tmp_path / "multirun").mkdir()  # the user's: stays
+    line = one_error_line(run("-m", "launcher=slurm", "launcher.dry_run=true",
+                              "launcher.time_limit=1:00:00,nope", cwd=tmp_path))
+    assert "sweep point 1" in line and "nothing was started" in line
+    assert [p.name for p in tmp_path.rglob("*")] == ["multirun"]
+
+
+@pytest.mark.parametrize("args", [("launcher.dry_run=true", "experiment_name=" + "x" * 300),
+                                  ("plan", "trial_name=" + "y" * 256),
+                                  ("-m", "launcher.dry_run=true", "trial_name=a," + "z" * 300)])
+def test_a_run_folder_name_longer_than_a_file_name_may_be_is_one_line(tmp_path, args):
+    line = one_error_line(run(*args, cwd=tmp_path))
+    assert "more than the 255 a file name may have" in line and list(tmp_path.iterdir()) == []
+
+
+def test_help_is_quick():
+    """Hydra's help asked its loader for each group's options, each ask copying the whole
+    config repository (2 s); now they share one."""
+    begun = time.monotonic()
+    for flag, group in (("--help", "rollout: none, sglang, vllm"),
+                        ("--hydra-help", "hydra/launcher: areal")):
+        out = run(flag)
+        assert out.returncode == 0 and group in out.stdout, out.stderr
+    assert time.monotonic() - begun < 4  # two start-ups; was about 4 s each on 2 cores

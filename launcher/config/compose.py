@@ -159,7 +159,24 @@ def run_spec(cfg: DictConfig) -> RunSpec:
     run_dir = _resolved(lambda: str(OmegaConf.select(cfg, "hydra.run.dir") or "outputs"))
     sweep_dir = _resolved(lambda: str(OmegaConf.select(cfg, "hydra.sweep.dir") or "multirun"))
     assert isinstance(spec, LaunchConfig)
+    for key, folder in (("hydra.run.dir", run_dir), ("hydra.sweep.dir", sweep_dir)):
+        check_folder_name(key, folder)
     return RunSpec(spec, run_dir, sweep_dir, cfg)
+
+
+NAME_MAX = 255  # bytes of one file name on Linux and macOS file systems (ENAMETOOLONG)
+
+
+def check_folder_name(key: str, folder: str) -> None:
+    """Each part of a run folder's path fits in a file name, so making it cannot fail."""
+    import os
+
+    for part in Path(folder).parts:
+        if len(os.fsencode(part)) > NAME_MAX:
+            raise ConfigError(f"{key}: the folder name {part[:40]!r}... is "
+                              f"{len(os.fsencode(part))} bytes, more than the {NAME_MAX} a "
+                              "file name may have; shorten experiment_name or trial_name "
+                              f"(they name the run folder) or set {key}")
 
 
 def hydra_record(spec: RunSpec, run_dir: Path) -> dict[str, str]:
