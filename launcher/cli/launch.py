@@ -298,7 +298,7 @@ def show_suggestions(overrides: list[str]) -> int:
     from launcher.memory.capacity import resolve_capacity
     from launcher.memory.model_shape import read_model_shape
     from launcher.memory.plan import inference_options, train_options
-    from launcher.memory.suggest import SuggestOptions, suggest
+    from launcher.memory.suggest import SuggestOptions, suggest_within
 
     prep = prepare([*overrides, "launcher.check_memory=off"], to_run=False)
     plan, config = prep.plan, prep.spec.config
@@ -313,8 +313,12 @@ def show_suggestions(overrides: list[str]) -> int:
         train=train_options(engines["actor"]) if "actor" in engines else SuggestOptions().train,
         infer=inference_options(engines["rollout"]) if "rollout" in engines
         else SuggestOptions().infer)
-    found = suggest(shape, plan.cluster, capacity.gib, options)
-    cluster = plan.cluster
+    search = suggest_within(shape, plan.cluster, capacity.gib, options)
+    found, cluster = search.found, plan.cluster
+    if search.cut:
+        print(f"note: --suggest searched for its {search.budget_s:.0f} s budget and stopped: "
+              "the layouts below are the best of those it tried, not of all (fewer nodes, "
+              "or fixing actor.backend or rollout.backend, searches less)", file=sys.stderr)
     print(f"# {len(found)} layout(s) that fit {cluster.num_nodes} node(s) x "
           f"{cluster.gpus_per_node} GPUs of {capacity.gib:.1f} GiB ({capacity.source}), best "
           "first (score: sqrt(generation x training tokens), see plan --help)")
