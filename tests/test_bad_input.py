@@ -224,3 +224,10 @@ def test_help_is_quick():
         out = run(flag)
         assert out.returncode == 0 and group in out.stdout, out.stderr
     assert time.monotonic() - begun < 4  # two start-ups; was about 4 s each on 2 cores
+
+
+@pytest.mark.parametrize("value", ["\x1c", "a\rb", "x\u2028y", "\x1aT\x8d#"])
+def test_a_control_character_in_a_value_cannot_break_the_error_line(value):
+    """Found by tests/test_any_input.py: \\x1c and \\u2028 are line breaks to splitlines."""
+    line = one_error_line(run("plan", f"trainer.entry={value}"))
+    assert line.isprintable()

@@ -95,8 +95,9 @@ def _parse_error(text: str, overrides: Sequence[str]) -> str:
     if odd is not None:
         key, _, value = odd.partition("=")
         if key.isascii():
+            quoted = f"\"{key}='{value}'\"" if odd.isprintable() else "the value in quotes"
             return (f"cannot parse override {shown(odd)}: Hydra's override grammar takes "
-                    f"other than ASCII only in quotes: type \"{key}='{value}'\"")
+                    f"other than ASCII only in quotes: type {quoted}")
         return f"cannot parse override {shown(odd)}: a config key is ASCII (--cfg job lists them)"
     word = _first(overrides, lambda o: o.startswith("=") or "=" not in o and not o.startswith("~"))
     if word is not None:
