@@ -231,3 +231,10 @@ def test_a_control_character_in_a_value_cannot_break_the_error_line(value):
     """Found by tests/test_any_input.py: \\x1c and \\u2028 are line breaks to splitlines."""
     line = one_error_line(run("plan", f"trainer.entry={value}"))
     assert line.isprintable()
+
+
+@pytest.mark.parametrize("args", [("--cfg", "job", "--resolve"), ("--help", "--resolve"),
+                                  ("-m", "launcher.dry_run=true")])
+def test_an_interpolation_that_fails_is_one_line_under_every_flag(tmp_path, args):
+    line = one_error_line(run(*args, "model_path=${oc.env:NOPE_AREAL}", cwd=tmp_path))
+    assert line.startswith("error: model_path: cannot resolve") and list(tmp_path.iterdir()) == []

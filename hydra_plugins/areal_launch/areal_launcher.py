@@ -35,41 +35,20 @@ for _name in runners.names():
                                  node=ArealLauncherConf(runner=_name), provider="areal-launch")
 
 
-def existing_folders(folder: Path) -> frozenset[Path]:
-    """`folder` and its parents that exist now."""
-    folder = folder.absolute()
-    return frozenset(p for p in (folder, *folder.parents) if p.is_dir())
-
-
-def unwrite_sweep_dir(folder: Path, existed: frozenset[Path]) -> None:
-    """Undo what Hydra's sweeper wrote before the first batch (multirun.yaml and the folders
-    to it) when that batch failed its rehearsal: a bad sweep writes nothing."""
-    folder = folder.absolute()
-    (folder / "multirun.yaml").unlink(missing_ok=True)
-    for made in (folder, *folder.parents):
-        if made in existed:
-            return
-        try:
-            made.rmdir()  # only when empty
-        except OSError:
-            return
-
-
 class ArealLauncher(Launcher):
     def __init__(self, runner: Optional[str] = None) -> None:
         self.runner = runner
         self.config: Optional[DictConfig] = None
         self.hydra_context: Optional[HydraContext] = None
-        self.existed: frozenset[Path] = frozenset()
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction,
               config: DictConfig) -> None:
         import sys
 
-        from launcher.cli.sweep import follow_sweeper
+        from launcher.cli.sweep import RECORD, follow_sweeper
 
         self.config, self.hydra_context = config, hydra_context
-        self.existed = existing_folders(Path(str(config.hydra.sweep.dir)))  # before the sweeper
+        RECORD.before_sweeper(Path(str(config.hydra.sweep.dir)))  # what exists before it writes
         warning = follow_sweeper(config.hydra.sweeper)
         if warning:
             print(f"warning: {warning}", file=sys.stderr)
@@ -82,15 +61,7 @@ class ArealLauncher(Launcher):
         given = [str(o) for o in self.config.hydra.overrides.task]
         points = [Point(initial_job_idx + i, tuple(o), label) for i, (o, label) in
                   enumerate(zip(job_overrides, labels(job_overrides, given)))]
-        try:
-            batch = run_batch(points, self._compose)
-        except BaseException:
-            from launcher.cli.sweep import RECORD
-
-            if not RECORD.outcomes:  # nothing started: the sweep leaves nothing behind either
-                unwrite_sweep_dir(Path(str(self.config.hydra.sweep.dir)), self.existed)
-            raise
-        return [self._job_return(o) for o in batch]
+        return [self._job_return(o) for o in run_batch(points, self._compose)]
 
     def _compose(self, point: Any) -> DictConfig:
         """The point's config as Hydra's BasicLauncher composes it; with `areal_<runner>`, the

@@ -62,10 +62,13 @@ def run_app(args: list[str], subcommands: tuple[str, ...] = ()) -> int:
     if ns.resolve and ns.cfg is None and not ns.help:
         raise UserError("--resolve works with --cfg or --help (Hydra's rule)")
     if ns.help or ns.hydra_help:
+        from launcher.config.compose import resolved
+
         validated(overrides)
         show = hydra.app_help if ns.help else hydra.hydra_help
         with one_repository(hydra.config_loader):
-            show(config_name=config_name(), args_parser=parser, args=ns)
+            resolved(lambda: show(config_name=config_name(), args_parser=parser, args=ns),
+                     overrides)
         return 0
     chosen = [c for c in COMMANDS if getattr(ns, c)]
     if len(chosen) > 1:
@@ -135,7 +138,7 @@ def show_config(hydra: Any, overrides: list[str], kind: str, package: Optional[s
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import Container, OmegaConf
 
-    from launcher.config.compose import compose_config, shown_config
+    from launcher.config.compose import compose_config, resolved, shown_config
 
     cfg = compose_config(overrides, with_hydra=True)
     if package not in (None, "_global_") and OmegaConf.select(cfg, str(package)) is None:
@@ -149,7 +152,7 @@ def show_config(hydra: Any, overrides: list[str], kind: str, package: Optional[s
     if package not in (None, "_global_"):
         print(f"# @package {package}")
     if resolve:
-        OmegaConf.resolve(found)
+        resolved(lambda: OmegaConf.resolve(found), overrides)
     sys.stdout.write(OmegaConf.to_yaml(found))
     return 0
 
@@ -179,12 +182,14 @@ def multirun(hydra: Any, overrides: list[str]) -> int:
         pass  # the run said why, the table below says which
     except LaunchError as exc:  # a bad point: before the first one, the sweep's one line
         if not RECORD.outcomes:
+            RECORD.unwrite()
             raise
         print(error_line(exc), file=sys.stderr)
         code = exit_code(exc)
     except Exception as exc:  # composing (nothing started yet), or the sweeper's own end
         failure = exc
         if not RECORD.outcomes:
+            RECORD.unwrite()
             explained(lambda: _raise(failure), overrides)
         print(f"error: the sweeper stopped: {flatten(exc)}", file=sys.stderr)
         code = EXIT_SWEEPER

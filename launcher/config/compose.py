@@ -20,7 +20,8 @@ from typing import Any, Callable, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from launcher.config.hydra_errors import FREE_FORM, FREE_FORM_SHOWN, explain_hydra_error, shown
+from launcher.config.hydra_errors import (FREE_FORM, FREE_FORM_SHOWN, explain_hydra_error, shown,
+                                          unresolved)
 from launcher.config.schema import LaunchConfig, backend_of, backend_options
 from launcher.spec import registry
 from launcher.spec.errors import ConfigError
@@ -155,9 +156,9 @@ def run_spec(cfg: DictConfig) -> RunSpec:
         job = copy.copy(cfg)
         with open_dict(job):
             del job["hydra"]
-    spec = _resolved(lambda: OmegaConf.to_object(job))
-    run_dir = _resolved(lambda: str(OmegaConf.select(cfg, "hydra.run.dir") or "outputs"))
-    sweep_dir = _resolved(lambda: str(OmegaConf.select(cfg, "hydra.sweep.dir") or "multirun"))
+    spec = resolved(lambda: OmegaConf.to_object(job))
+    run_dir = resolved(lambda: str(OmegaConf.select(cfg, "hydra.run.dir") or "outputs"))
+    sweep_dir = resolved(lambda: str(OmegaConf.select(cfg, "hydra.sweep.dir") or "multirun"))
     assert isinstance(spec, LaunchConfig)
     for key, folder in (("hydra.run.dir", run_dir), ("hydra.sweep.dir", sweep_dir)):
         check_folder_name(key, folder)
@@ -199,19 +200,15 @@ def hydra_record(spec: RunSpec, run_dir: Path) -> dict[str, str]:
             f"{subdir}/overrides.yaml": OmegaConf.to_yaml(cfg.hydra.overrides.task)}
 
 
-def _resolved(make: Callable[[], Any]) -> Any:
+def resolved(make: Callable[[], Any], overrides: Sequence[str] = ()) -> Any:
     """`make()`, with an interpolation that fails (`${oc.env:NOPE}`) as one line."""
     from omegaconf.errors import OmegaConfBaseException
 
     try:
         return make()
     except OmegaConfBaseException as exc:
-        key = getattr(exc, "full_key", None) or "a value"
-        message = str(exc).splitlines()[0].strip()
-        fix = ""
-        if "oc.env" in message or "Environment variable" in message:
-            fix = " (export it, or give a default: ${oc.env:NAME,default})"
-        raise ConfigError(f"{key}: cannot resolve: {message}{fix}") from None
+        raise ConfigError(unresolved(exc, overrides) or explain_hydra_error(exc, overrides,
+                                                                            suggest)) from None
 
 
 def choices_only(overrides: Sequence[str]) -> list[str]:

@@ -23,6 +23,9 @@ def explain_hydra_error(exc: BaseException, overrides: Sequence[str], suggest: S
     """One line for a Hydra/OmegaConf failure, with the quoted form to type where that is the fix."""
     text = flatten(exc)
     kind = type(exc).__name__
+    interpolation = unresolved(exc, overrides)
+    if interpolation is not None:
+        return interpolation
     if kind == "OverrideParseException" or text.startswith("Error parsing override") or \
             "Could not override ''" in text:
         return _parse_error(text, overrides)
@@ -77,6 +80,28 @@ def explain_hydra_error(exc: BaseException, overrides: Sequence[str], suggest: S
         where = ", ".join(re.findall(r"path=(\S+)", text)) or "the config search path"
         return f"no primary config {match.group(1)!r} (--config-name): looked up in {where}"
     return f"invalid configuration: {text}"
+
+
+def unresolved(exc: BaseException, overrides: Sequence[str] = ()) -> Optional[str]:
+    """An interpolation that failed (`${oc.env:NOPE}`, `${nope}`) as one line naming its key
+    (the exception's, else the first override that interpolates); None when `exc` is none."""
+    chain: list[BaseException] = []
+    link: Optional[BaseException] = exc
+    while link is not None and link not in chain:
+        chain.append(link)
+        link = link.__cause__ or link.__context__
+    cur = next((c for c in chain if type(c).__name__.startswith("Interpolation")
+                or "resolving interpolation" in str(c)), None)
+    if cur is None:
+        return None
+    given = _first(overrides, lambda o: "${" in o)
+    key = next((str(k) for c in chain for k in [getattr(c, "full_key", None)] if k), None) \
+        or (given.lstrip("+").partition("=")[0] if given else "a value")
+    message = str(cur).splitlines()[0].strip()
+    fix = ""
+    if "oc.env" in message or "Environment variable" in message:
+        fix = " (export it, or give a default: ${oc.env:NAME,default})"
+    return f"{key}: cannot resolve: {message}{fix}"
 
 
 def _parse_error(text: str, overrides: Sequence[str]) -> str:
