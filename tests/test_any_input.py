@@ -142,6 +142,9 @@ def workdir(tmp_path_factory):
                  ["recipe=custom"], ["rollout=sglang", "actor=megatron"], ["seed=1"]):
         plan_cli(warm)  # Hydra opened, the modules imported: the 2 s are the input's
     yield folder
+    from launcher.config.compose import ConfigSource, open_config
+
+    open_config(ConfigSource())  # the next in-process test composes launcher/conf again
     os.chdir(old)
     os.environ.clear()
     os.environ.update(env)
