@@ -12,10 +12,6 @@ from launcher.spec.errors import LaunchError
 HYBRID = "megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)"
 # AReaL's input -> the engines it runs (every other engine is off)
 PLANNED = {
-    "d2p2t1": {"actor": "megatron:d2p2"},
-    "d2p2t4e2c4": {"actor": "megatron:d2p2t4c4e2"},
-    "attn:d4p2t2c2|ffn:d2p2t4e2": {"actor": HYBRID},
-    "(attn:d4p2t2c2|ffn:d2p2t4e2)": {"actor": HYBRID},
     "sglang:d4p2t2": {"rollout": "sglang:d4p2t2"},
     "sglang:d2+fsdp:d4": {"rollout": "sglang:d2", "actor": "fsdp:d4"},
     "sglang:d4p2t2+megatron:(attn:d2p2t2c2|ffn:d2p2t2e2)":
@@ -32,14 +28,9 @@ PLANNED = {
     "sglang[rollout]:d2+fsdp[actor]:d4|fsdp[critic]:d4":
         {"rollout": "sglang:d2", "actor": "fsdp:d4", "critic": "fsdp:d4"},
     "sglang:d4p1t1+eval": {"rollout": "sglang:d4"},
-    "sglang:d4+d4": {"rollout": "sglang:d4", "actor": "fsdp:d4"},
-    "vllm:d4+[actor]:d4": {"rollout": "vllm:d4", "actor": "fsdp:d4"},
-    "sglang[rollout]:d4+[actor]:d4+[critic]:d4":
-        {"rollout": "sglang:d4", "actor": "fsdp:d4", "critic": "fsdp:d4"},
-    "[actor]:d4": {"actor": "fsdp:d4"},
     # a reward model beside the actor (its own name: a component of its kind), and AReaL's
     # several policies (multi_agent_allocation's string)
-    "sglang[rollout]:d4+[actor]:d4|megatron[critic]:d4|[ref]:t2d2|[rew]:c4":
+    "sglang[rollout]:d4+fsdp[actor]:d4|megatron[critic]:d4|fsdp[ref]:t2d2|fsdp[rew]:c4":
         {"rollout": "sglang:d4", "actor": "fsdp:d4", "critic": "megatron:d4",
          "ref": "fsdp:d2t2", "rew": "fsdp:c4"},
     "vllm[rollout1]:d2t2 + fsdp[actor1]:d4 + vllm[rollout2]:d4 + fsdp[actor2]:d4":
@@ -54,15 +45,32 @@ REFUSED = {
     "sglang:d2+fsdp[actor]:d4+fsdp:d4": "every part needs a name",
     "sglang[actor]:d2+fsdp[actor]:d4": "actor needs a training backend",
     "fsdp:d4|fsdp:d4": "a second training part needs a name",
-    "(attn:d2p2t1c4|ffn:d2p4t1e2)": "ffn p4 differs from attn p2",
-    "(attn:d4p2t1c1|ffn:d2p2t2e2)": "differs from attn world size",
     "d4+d4": "a second training part needs a name",
     "sglang:d4+d4+d4": "every part needs a name",
     "sglang:d4+[actor]:d4+d4": "every part needs a name",
-    "[actor]:d4+[critic]:d4+d4": "every part needs a name",
-    "sglang[rollout]:d4+[actor]:d4|megatron[critic]:d4|[env]:t2d2":
+    "sglang[rollout]:d4+fsdp[actor]:d4|megatron[critic]:d4|fsdp[env]:t2d2":
         "'env' cannot name an engine",
 }
+# AReaL's strings without a backend (it implies fsdp, or megatron for p, e, attn/ffn): the
+# rule is that every allocation string names its backend, so each is refused with the string
+# to write instead (issue 19)
+BARE = {
+    "d2p2t1": "megatron:d2p2t1",
+    "d2p2t4e2c4": "megatron:d2p2t4e2c4",
+    "attn:d4p2t2c2|ffn:d2p2t4e2": "megatron:attn:d4p2t2c2|ffn:d2p2t4e2",
+    "(attn:d4p2t2c2|ffn:d2p2t4e2)": "megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)",
+    "d4": "fsdp:d4",
+    "sglang:d4+d4": "sglang:d4+fsdp:d4",
+    "vllm:d4+[actor]:d4": "vllm:d4+fsdp[actor]:d4",
+    "sglang[rollout]:d4+[actor]:d4+[critic]:d4":
+        "sglang[rollout]:d4+fsdp[actor]:d4+fsdp[critic]:d4",
+    "[actor]:d4": "fsdp[actor]:d4",
+}
+REFUSED.update({
+    "megatron:(attn:d2p2t1c4|ffn:d2p4t1e2)": "ffn p4 differs from attn p2",
+    "megatron:(attn:d4p2t1c1|ffn:d2p2t2e2)": "differs from attn world size",
+    "fsdp[actor]:d4+fsdp[critic]:d4+d4": "every part needs a name",
+})
 BIG = ["cluster=gpu8", "cluster.num_nodes=16"]  # room for AReaL's largest case (64 GPUs)
 POLICIES = "vllm[rollout1]:d2t2 + fsdp[actor1]:d4 + vllm[rollout2]:d4 + fsdp[actor2]:d4"
 
@@ -122,3 +130,20 @@ def test_several_policies_each_push_to_their_own_servers(key):
     assert {p.rank for p in syncs[("actor2", "rollout2")].pairs} == {0, 1, 2, 3}
     deprecation = next(w for w in plan.warnings if "is deprecated" in w)
     assert "+components.actor2.feeds=rollout2" in deprecation
+
+
+@pytest.mark.parametrize("mode", sorted(BARE))
+def test_bare_dims_are_refused_with_the_string_to_write(mode):
+    with pytest.raises(LaunchError) as info:
+        planned(mode)
+    assert "a backend prefix is required" in str(info.value)
+    assert f"write allocation_mode={BARE[mode]}" in str(info.value)
+    assert {n: str(c.alloc) for n, c in planned(BARE[mode]).components.items()}  # it plans
+
+
+def test_every_bare_form_written_out_plans_as_areal_meant_it():
+    """The fixes plan the engines AReaL's implied backends gave."""
+    assert {n: str(c.alloc) for n, c in planned(BARE["d2p2t1"]).components.items()} == \
+        {"actor": "megatron:d2p2"}
+    assert {n: str(c.alloc) for n, c in planned(BARE["sglang:d4+d4"]).components.items()} == \
+        {"rollout": "sglang:d4", "actor": "fsdp:d4"}

@@ -90,7 +90,7 @@ def test_the_plan_says_what_it_sized():
 def test_on_a_one_gpu_machine_the_advice_is_smaller_backends_not_more_nodes():
     line = one_error_line(run("plan", "actor.backend=fsdp:d2", "rollout.backend=vllm:d1",
                               env={"CUDA_VISIBLE_DEVICES": "0"}))
-    assert "this machine has 1 GPU(s)" in line and "actor.backend=fsdp:d1" in line
+    assert "on 1 GPU(s) with the local runner" in line and "actor.backend=fsdp:d1" in line
     assert "num_nodes" not in line
 
 

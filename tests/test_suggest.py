@@ -9,7 +9,8 @@ import pytest
 from launcher.cli.launch import prepare
 from launcher.memory.estimate import TrainOptions, estimate
 from launcher.memory.plan import plan_memory
-from launcher.memory.suggest import COLLOCATED_SHARE, KV_USEFUL_TOKENS, SuggestOptions, suggest
+from launcher.memory.suggest import (COLLOCATED_SHARE, KV_USEFUL_TOKENS, SuggestOptions, suggest,
+                                     suggest_within)
 from launcher.spec.cluster import ClusterSpec
 from launcher.spec.errors import LaunchError
 from tests.model_configs import shape
@@ -95,3 +96,39 @@ def test_a_model_too_large_for_the_cluster_gets_no_suggestion():
 def test_suggest_without_gpu_memory_says_which_key_to_set():
     with pytest.raises(LaunchError, match="cluster.gpu_memory_gib"):
         suggest(shape("Qwen3-8B"), ClusterSpec(1, 8), None)
+
+
+@pytest.mark.parametrize("nodes", [1024, 4096, 16384])
+def test_many_nodes_are_searched_within_seconds(nodes):
+    """Every node split was tried: 3 s at 1024 nodes, minutes at 16384; now at most
+    MAX_SPLITS of them, spread evenly."""
+    import time
+
+    begun = time.monotonic()
+    search = suggest_within(shape("Qwen3-8B"), ClusterSpec(nodes, 8), H100)
+    assert search.found and not search.cut
+    assert time.monotonic() - begun < 5
+
+
+def test_a_search_its_budget_cuts_says_so_and_keeps_what_it_found():
+    search = suggest_within(shape("Qwen3-8B"), ClusterSpec(64, 8), H100,
+                            SuggestOptions(budget_s=0.0))
+    assert search.cut and search.found == []
+
+
+def test_a_cut_search_is_a_note_on_the_command_line(tmp_path, monkeypatch, capsys):
+    import json
+
+    from launcher.cli.main import run_plan
+    from launcher.memory import suggest as search
+    from tests.model_configs import MODELS
+
+    (tmp_path / "config.json").write_text(json.dumps(MODELS["Qwen3-8B"]["config"]))
+    whole = search.suggest_within
+    monkeypatch.setattr(search, "suggest_within", lambda shape, cluster, gib, options: whole(
+        shape, cluster, gib, dataclasses.replace(options, budget_s=0.0)))
+    assert run_plan(["--suggest", "cluster=gpu8", "cluster.num_nodes=4", "cluster.gpu_type=h100",
+                     f"model_path={tmp_path}"]) == 0
+    out = capsys.readouterr()
+    assert "note: --suggest searched for its 0 s budget and stopped" in out.err
+    assert "none fits" in out.out

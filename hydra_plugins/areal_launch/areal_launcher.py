@@ -10,6 +10,7 @@ module is imported when Hydra scans its plugins; the launcher's own modules load
 """
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, List, Optional, Sequence
 
 from hydra.core.config_store import ConfigStore
@@ -44,9 +45,10 @@ class ArealLauncher(Launcher):
               config: DictConfig) -> None:
         import sys
 
-        from launcher.cli.sweep import follow_sweeper
+        from launcher.cli.sweep import RECORD, follow_sweeper
 
         self.config, self.hydra_context = config, hydra_context
+        RECORD.before_sweeper(Path(str(config.hydra.sweep.dir)))  # what exists before it writes
         warning = follow_sweeper(config.hydra.sweeper)
         if warning:
             print(f"warning: {warning}", file=sys.stderr)

@@ -29,6 +29,15 @@ class LaunchContext:
     cpus: tuple[int, ...] = ()
     # the trackers' identity (launcher.spec.tracking): trainers only, kept by every restart
     trainer_env: dict[str, str] = field(default_factory=dict)
+    engine_env: dict[str, dict[str, str]] = field(default_factory=dict)  # <engine>.env
+
+    def env_for(self, *components: str) -> dict[str, str]:
+        """The user's environment for a process of `components`: launcher.env, then each
+        one's own `<engine>.env` (a collocated trainer job holds several)."""
+        out = dict(self.extra_env)
+        for name in components:
+            out.update(self.engine_env.get(name, {}))
+        return out
 
     def ports_in_a_row(self, count: int) -> int:
         """The first of `count` consecutive reserved ports (SGLang derives ports from one).

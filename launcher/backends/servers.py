@@ -94,7 +94,7 @@ def server_env(engine: "Engine", ctx: "LaunchContext", defaults: Mapping[str, st
         ENV_COMPONENT: engine.name,
         ENV_SERVED_MODEL: served_model_name(engine.options),
     }
-    return layered_env(defaults, ctx.extra_env, contract)
+    return layered_env(defaults, ctx.env_for(engine.name), contract)
 
 
 def health_url(node: int, port: int, client: ServerClient) -> str:

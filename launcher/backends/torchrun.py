@@ -130,6 +130,6 @@ def trainer_processes(plan: "Plan", engines: Mapping[str, "Engine"], entry: str,
             out.append(ProcessSpec(
                 name=f"{job.label}-node{node}", component=",".join(job.components),
                 role="trainer", node=node, argv=tuple(argv),
-                env=layered_env(defaults, ctx.extra_env, contract), gpus=gpus,
+                env=layered_env(defaults, ctx.env_for(*job.components), contract), gpus=gpus,
                 ports=(port,) if rank == 0 else (), health_url=None))
     return out

@@ -18,12 +18,12 @@ from typing import Callable, Optional, Sequence
 from omegaconf import DictConfig
 
 from launcher.config.compose import RunSpec
-from launcher.config.schema import LaunchConfig
+from launcher.config.schema import LaunchConfig, engine
 from launcher.planning.build import Planned, explicit_keys
 from launcher.runners import Runner
 from launcher.spec import registry
 from launcher.spec.errors import ConfigError, LaunchError, UserError
-from launcher.spec.plan import Plan
+from launcher.spec.plan import ENGINES, Plan
 from launcher.spec.request import LaunchRequest
 from launcher.spec.tracking import Identity, check
 
@@ -171,7 +171,9 @@ def build_request(prep: Prepared, run_dir: Path, next_port: Callable[[], int]
     ctx = LaunchContext(run_dir=str(run_dir), plan_path=str(run_dir / "plan.json"),
                         python=prep.runner.python(), next_port=next_port,
                         cpus=prep.runner.cpus(), extra_env=extra_env,
-                        trainer_env=identity.env({**os.environ, **extra_env}))
+                        trainer_env=identity.env({**os.environ, **extra_env}),
+                        engine_env={name: user_env(engine(config, name).env, shell=False)
+                                    for name in ENGINES})
     plan = build_processes(prep.planned, prep.entry, [str(a) for a in config.trainer.args], ctx)
     request = LaunchRequest(
         run_id=run_id, run_dir=str(run_dir), job_name=job_name(prep),
@@ -196,12 +198,13 @@ def read_paths(plan: Plan, entry: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def user_env(env: dict) -> dict[str, str]:
-    """What the user says every process gets: engine defaults they exported in their shell
-    (OMP_NUM_THREADS, ...), then launcher.env. The launcher's contract still wins over both."""
+def user_env(env: dict, shell: bool = True) -> dict[str, str]:
+    """What the user says processes get: engine defaults they exported in their shell
+    (OMP_NUM_THREADS, ...; `shell`), then `env` (launcher.env, or an engine's own). The
+    launcher's contract still wins over both."""
     from launcher.backends.common import ENV_DEFAULT_KEYS
 
-    exported = {k: os.environ[k] for k in ENV_DEFAULT_KEYS if k in os.environ}
+    exported = {k: os.environ[k] for k in ENV_DEFAULT_KEYS if k in os.environ} if shell else {}
     return {**exported, **{str(k): str(v) for k, v in (env or {}).items()}}
 
 
@@ -303,7 +306,7 @@ def show_suggestions(overrides: list[str]) -> int:
     from launcher.memory.capacity import resolve_capacity
     from launcher.memory.model_shape import read_model_shape
     from launcher.memory.plan import inference_options, train_options
-    from launcher.memory.suggest import SuggestOptions, suggest
+    from launcher.memory.suggest import SuggestOptions, suggest_within
 
     prep = prepare([*overrides, "launcher.check_memory=off"], to_run=False)
     plan, config = prep.plan, prep.spec.config
@@ -318,8 +321,12 @@ def show_suggestions(overrides: list[str]) -> int:
         train=train_options(engines["actor"]) if "actor" in engines else SuggestOptions().train,
         infer=inference_options(engines["rollout"]) if "rollout" in engines
         else SuggestOptions().infer)
-    found = suggest(shape, plan.cluster, capacity.gib, options)
-    cluster = plan.cluster
+    search = suggest_within(shape, plan.cluster, capacity.gib, options)
+    found, cluster = search.found, plan.cluster
+    if search.cut:
+        print(f"note: --suggest searched for its {search.budget_s:.0f} s budget and stopped: "
+              "the layouts below are the best of those it tried, not of all (fewer nodes, "
+              "or fixing actor.backend or rollout.backend, searches less)", file=sys.stderr)
     print(f"# {len(found)} layout(s) that fit {cluster.num_nodes} node(s) x "
           f"{cluster.gpus_per_node} GPUs of {capacity.gib:.1f} GiB ({capacity.source}), best "
           "first (score: sqrt(generation x training tokens), see plan --help)")

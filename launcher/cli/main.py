@@ -38,6 +38,7 @@ Examples:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
+    tolerant_streams()
     try:
         _main(argv)
     except BrokenPipeError:  # `areal-launch plan | head`: the reader has what it wanted
@@ -45,6 +46,15 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise SystemExit(0) from None
+
+
+def tolerant_streams() -> None:
+    """Output never assumes UTF-8: where stdout/stderr cannot encode a character (LANG=C,
+    PYTHONIOENCODING=ascii) it is written escaped, never a UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+        if encoding != "utf8" and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
 
 
 def _main(argv: Optional[Sequence[str]] = None) -> None:

@@ -28,6 +28,18 @@ def console() -> Console:
 
     return Console(width=None if sys.stdout.isatty() else PIPE_WIDTH)
 
+
+def empty_mark() -> str:
+    """A GPU nothing sits on: a middle dot, or `.` where stdout cannot encode it (LANG=C in a
+    container or a Slurm job: the output never assumes UTF-8)."""
+    import sys
+
+    try:
+        "\u00b7".encode(sys.stdout.encoding or "ascii")
+    except (UnicodeEncodeError, LookupError):
+        return "."
+    return "\u00b7"
+
 LETTER = {"rollout": "R", "actor": "A", "critic": "C", "ref": "F", "teacher": "T"}
 COLOR = {"rollout": "#2e9d5b", "actor": "#3b7dd8", "critic": "#b04fc4", "ref": "#d08a00",
          "teacher": "#1a9fae"}
@@ -303,6 +315,7 @@ def render_gpu_map(plan: Plan) -> Group:
     per engine with instance or rank numbers and [brackets] around instances and tp groups."""
     cells = gpu_cells(plan)
     rows, detail = map_rows(plan, cells)
+    empty = empty_mark()
     tokens = [2 * len(cs) for cs in cells.values()]  # "A+R": two characters per engine
     if detail:
         tokens += [len(c.label) + 2 for cs in cells.values() for c in cs]  # "[A12]"
@@ -326,7 +339,7 @@ def render_gpu_map(plan: Plan) -> Group:
                     token.append("+")
                 token.append(cell.letter, style=f"bold {cell.color}")
             if not here:
-                token.append("·", style="dim")
+                token.append(empty, style="dim")
             token.append(" " * (width - len(token)))
             line.append_text(token)
         lines.append(line)
@@ -337,7 +350,7 @@ def render_gpu_map(plan: Plan) -> Group:
             for gpu in row.gpus:
                 value = totals.get(gpu)
                 over = cuda and cap is not None and value is not None and value > cap
-                gib.append((f"{value:.1f}" if value is not None else "·").ljust(width),
+                gib.append((f"{value:.1f}" if value is not None else empty).ljust(width),
                            style="bold red" if over else "dim")
             lines.append(gib)
     lines.extend(Text(line, style="dim italic") for line in cpu_node_lines(plan))
@@ -361,7 +374,7 @@ def _lanes(plan: Plan, row: Row, cells: dict[int, list[Cell]], title_width: int,
         line = Text(f"  {name}".ljust(title_width), style="dim")
         for cell, (opens, closes) in zip(lane, _frames(lane)):
             if cell is None:
-                line.append("·".ljust(width), style="dim")
+                line.append(empty_mark().ljust(width), style="dim")
                 continue
             text = ("[" if opens else " ") + cell.label + ("]" if closes else "")
             line.append(text.ljust(width), style=cell.color)

@@ -74,6 +74,28 @@ class SweepRecord:
     maximize: Optional[bool] = True  # how the sweeper ranks objectives; None: several
     optimises: bool = False  # the sweeper reads objectives (Optuna, ...), not a grid
     given: list[str] = field(default_factory=list)  # the overrides on the command line
+    # Hydra's sweeper writes <sweep dir>/multirun.yaml before a point is checked: the folder,
+    # and which of it and its parents existed before
+    written: Optional[Path] = None
+    existed: frozenset[Path] = frozenset()
+
+    def before_sweeper(self, folder: Path) -> None:
+        self.written = folder.absolute()
+        self.existed = frozenset(p for p in (self.written, *self.written.parents) if p.is_dir())
+
+    def unwrite(self) -> None:
+        """A sweep that failed before any point started leaves nothing behind: the sweeper's
+        multirun.yaml goes, and the folders to it that it made (when empty)."""
+        if self.written is None or self.outcomes:
+            return
+        (self.written / "multirun.yaml").unlink(missing_ok=True)
+        for made in (self.written, *self.written.parents):
+            if made in self.existed:
+                return
+            try:
+                made.rmdir()  # only when empty
+            except OSError:
+                return
 
     def exit_code(self) -> int:
         return max((o.code for o in self.outcomes), default=0)

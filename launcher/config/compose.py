@@ -20,7 +20,8 @@ from typing import Any, Callable, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from launcher.config.hydra_errors import FREE_FORM, explain_hydra_error, shown
+from launcher.config.hydra_errors import (FREE_FORM, FREE_FORM_SHOWN, explain_hydra_error, shown,
+                                          unresolved)
 from launcher.config.schema import LaunchConfig, backend_of, backend_options
 from launcher.spec import registry
 from launcher.spec.errors import ConfigError
@@ -156,11 +157,13 @@ def run_spec(cfg: DictConfig) -> RunSpec:
         job = copy.copy(cfg)
         with open_dict(job):
             del job["hydra"]
-    spec = _resolved(lambda: OmegaConf.to_object(job))
-    _resolved(lambda: _keep_open_keys(job, spec))
-    run_dir = _resolved(lambda: str(OmegaConf.select(cfg, "hydra.run.dir") or "outputs"))
-    sweep_dir = _resolved(lambda: str(OmegaConf.select(cfg, "hydra.sweep.dir") or "multirun"))
+    spec = resolved(lambda: OmegaConf.to_object(job))
+    resolved(lambda: _keep_open_keys(job, spec))
+    run_dir = resolved(lambda: str(OmegaConf.select(cfg, "hydra.run.dir") or "outputs"))
+    sweep_dir = resolved(lambda: str(OmegaConf.select(cfg, "hydra.sweep.dir") or "multirun"))
     assert isinstance(spec, LaunchConfig)
+    for key, folder in (("hydra.run.dir", run_dir), ("hydra.sweep.dir", sweep_dir)):
+        check_folder_name(key, folder)
     return RunSpec(spec, run_dir, sweep_dir, cfg)
 
 
@@ -185,6 +188,21 @@ def _keep_open_keys(cfg: DictConfig, spec: Any) -> None:
             target.options = {**target.options, **extra}
 
 
+NAME_MAX = 255  # bytes of one file name on Linux and macOS file systems (ENAMETOOLONG)
+
+
+def check_folder_name(key: str, folder: str) -> None:
+    """Each part of a run folder's path fits in a file name, so making it cannot fail."""
+    import os
+
+    for part in Path(folder).parts:
+        if len(os.fsencode(part)) > NAME_MAX:
+            raise ConfigError(f"{key}: the folder name {part[:40]!r}... is "
+                              f"{len(os.fsencode(part))} bytes, more than the {NAME_MAX} a "
+                              "file name may have; shorten experiment_name or trial_name "
+                              f"(they name the run folder) or set {key}")
+
+
 def hydra_record(spec: RunSpec, run_dir: Path) -> dict[str, str]:
     """Hydra's own record of a run, for its run folder: `<hydra.output_subdir>/config.yaml,
     hydra.yaml, overrides.yaml`, as @hydra.main writes them (nothing when it is null)."""
@@ -205,19 +223,15 @@ def hydra_record(spec: RunSpec, run_dir: Path) -> dict[str, str]:
             f"{subdir}/overrides.yaml": OmegaConf.to_yaml(cfg.hydra.overrides.task)}
 
 
-def _resolved(make: Callable[[], Any]) -> Any:
+def resolved(make: Callable[[], Any], overrides: Sequence[str] = ()) -> Any:
     """`make()`, with an interpolation that fails (`${oc.env:NOPE}`) as one line."""
     from omegaconf.errors import OmegaConfBaseException
 
     try:
         return make()
     except OmegaConfBaseException as exc:
-        key = getattr(exc, "full_key", None) or "a value"
-        message = str(exc).splitlines()[0].strip()
-        fix = ""
-        if "oc.env" in message or "Environment variable" in message:
-            fix = " (export it, or give a default: ${oc.env:NAME,default})"
-        raise ConfigError(f"{key}: cannot resolve: {message}{fix}") from None
+        raise ConfigError(unresolved(exc, overrides) or explain_hydra_error(exc, overrides,
+                                                                            suggest)) from None
 
 
 def choices_only(overrides: Sequence[str]) -> list[str]:
@@ -240,18 +254,28 @@ def check_overrides(overrides: Sequence[str]) -> None:
 
 
 def check_added_keys(cfg: DictConfig, overrides: Sequence[str]) -> None:
-    """A `+key` that lands in a declared (typed) section is a typo, not a new option."""
+    """A `+key`/`++key` that lands in a declared (typed) section is a typo, not a new option:
+    OmegaConf would drop it without a word when it builds the dataclasses. Each part of the
+    key is looked up in turn until it reaches a dict whose keys are the user's own."""
+    import dataclasses
+
     for o in overrides:
         if not o.startswith("+"):
             continue
         key = o.lstrip("+").partition("=")[0]
-        parent, _, _ = key.rpartition(".")
-        node = OmegaConf.select(cfg, parent) if parent else cfg
-        declared = OmegaConf.get_type(node) not in (dict, None) or _backend_options_key(parent)
-        if isinstance(node, DictConfig) and declared:
-            raise ConfigError(f"unknown config key {key!r}{suggest(key, overrides)}: `+` adds "
-                              f"keys only to {', '.join(f + '*' for f in FREE_FORM)} "
-                              "(`areal-launch --cfg job` prints every key)")
+        node: Any = cfg
+        parts = key.split(".")
+        for i, part in enumerate(parts):
+            schema = OmegaConf.get_type(node) if isinstance(node, DictConfig) else None
+            if schema is None or not dataclasses.is_dataclass(schema) or \
+                    _backend_options_key(".".join(parts[:i])):
+                break  # a free dict (launcher.env, components, a backend's options: typed later)
+            if part not in {f.name for f in dataclasses.fields(schema)}:
+                wrong = ".".join(parts[:i + 1])
+                raise ConfigError(f"unknown config key {wrong!r}{suggest(wrong, overrides)}: "
+                                  f"`+` adds keys only to {FREE_FORM_SHOWN} "
+                                  "(`areal-launch --cfg job` prints every key)")
+            node = node.get(part)
 
 
 def _backend_options_key(key: str) -> bool:
@@ -260,16 +284,25 @@ def _backend_options_key(key: str) -> bool:
     return name in ENGINE_GROUPS and backend in registry.backend_names()
 
 
+_suggesting = False  # suggest() composes too; its own failure must not ask it again
+
+
 def suggest(key: str, overrides: Sequence[str] = ()) -> str:
     """`: did you mean 'a.b'?` from the keys the config declares with the groups the user
     chose (`launcher=slurm launcher.partiton=x` looks in the Slurm runner's keys), each
     part of a dotted key matched in turn."""
     import difflib
 
+    global _suggesting
+    if _suggesting:  # the config without the user's values failed too: no closest key to say
+        return ""
+    _suggesting = True
     try:
         node: Any = shown_config(compose_config(choices_only(overrides)))
     except ConfigError:
         return ""
+    finally:
+        _suggesting = False
     parts, fixed = key.split("."), []
     for part in parts:
         if not isinstance(node, DictConfig):

@@ -10,9 +10,13 @@ import difflib
 import re
 from typing import Callable, Optional, Sequence
 
+from launcher.spec.plan import ENGINES
+
 # dicts whose keys the user chooses: Hydra wants `+` there (a declared component, its env)
 FREE_FORM = ("launcher.env.", "components.", "cluster.component_placement.", "env.", "reward.",
-             "agent.")
+             "agent.", *(f"{name}.env." for name in ENGINES))
+FREE_FORM_SHOWN = ("launcher.env.*, <engine>.env.*, components.*, cluster.component_placement.*, "
+                   "env.*, reward.*, agent.*")
 
 
 Suggest = Callable[[str, Sequence[str]], str]  # key, overrides -> ": did you mean 'a.b'?" or ""
@@ -22,6 +26,9 @@ def explain_hydra_error(exc: BaseException, overrides: Sequence[str], suggest: S
     """One line for a Hydra/OmegaConf failure, with the quoted form to type where that is the fix."""
     text = flatten(exc)
     kind = type(exc).__name__
+    interpolation = unresolved(exc, overrides)
+    if interpolation is not None:
+        return interpolation
     if kind == "OverrideParseException" or text.startswith("Error parsing override") or \
             "Could not override ''" in text:
         return _parse_error(text, overrides)
@@ -47,9 +54,15 @@ def explain_hydra_error(exc: BaseException, overrides: Sequence[str], suggest: S
     match = re.search(r"Could not append to config\. An item is already at '([^']+)'", text)
     if match:
         return f"{match.group(1)!r} exists already: set it without the leading +"
-    match = re.search(r"Could not override '([^']+)'", text) or re.search(r"Key '([^']+)' not in", text)
+    match = re.search(r"Could not override '([^']+)'", text) or \
+        re.search(r"Key '[^']+' not in '[^']+' full_key: (\S+)", text) or \
+        re.search(r"Key '([^']+)' not in", text)
     if match:
         key = match.group(1)
+        in_file = re.match(r"In '([^']+)': ", text)  # a config file's key, not an override's
+        if in_file and not any(o.lstrip("+~").startswith(key) for o in overrides):
+            return (f"unknown config key {key!r} in config {in_file.group(1)!r}"
+                    f"{suggest(key, overrides)} (`areal-launch --cfg job` prints every key)")
         if key.startswith(FREE_FORM):  # dicts whose keys are the user's own: Hydra wants `+`
             given = _first(overrides, lambda o: o.startswith(key)) or key
             return f"{key!r} adds a key to {key.rsplit('.', 1)[0]}: write it as +{shown(given)}"
@@ -72,6 +85,28 @@ def explain_hydra_error(exc: BaseException, overrides: Sequence[str], suggest: S
     return f"invalid configuration: {text}"
 
 
+def unresolved(exc: BaseException, overrides: Sequence[str] = ()) -> Optional[str]:
+    """An interpolation that failed (`${oc.env:NOPE}`, `${nope}`) as one line naming its key
+    (the exception's, else the first override that interpolates); None when `exc` is none."""
+    chain: list[BaseException] = []
+    link: Optional[BaseException] = exc
+    while link is not None and link not in chain:
+        chain.append(link)
+        link = link.__cause__ or link.__context__
+    cur = next((c for c in chain if type(c).__name__.startswith("Interpolation")
+                or "resolving interpolation" in str(c)), None)
+    if cur is None:
+        return None
+    given = _first(overrides, lambda o: "${" in o)
+    key = next((str(k) for c in chain for k in [getattr(c, "full_key", None)] if k), None) \
+        or (given.lstrip("+").partition("=")[0] if given else "a value")
+    message = str(cur).splitlines()[0].strip()
+    fix = ""
+    if "oc.env" in message or "Environment variable" in message:
+        fix = " (export it, or give a default: ${oc.env:NAME,default})"
+    return f"{key}: cannot resolve: {message}{fix}"
+
+
 def _parse_error(text: str, overrides: Sequence[str]) -> str:
     bad = _first(overrides, lambda o: any(c in o for c in "()[]"))
     if bad is not None and bad.isprintable():
@@ -84,6 +119,14 @@ def _parse_error(text: str, overrides: Sequence[str]) -> str:
         alt = f", or without parentheses: {key}={bare}" if "(" in value and "[" not in value else ""
         return (f"cannot parse override {bad!r}: Hydra's override grammar needs quotes around "
                 f"values with ( ) or [ ]: type \"{key}='{value}'\"{alt}")
+    odd = _first(overrides, lambda o: not o.isascii())
+    if odd is not None:
+        key, _, value = odd.partition("=")
+        if key.isascii():
+            quoted = f"\"{key}='{value}'\"" if odd.isprintable() else "the value in quotes"
+            return (f"cannot parse override {shown(odd)}: Hydra's override grammar takes "
+                    f"other than ASCII only in quotes: type {quoted}")
+        return f"cannot parse override {shown(odd)}: a config key is ASCII (--cfg job lists them)"
     word = _first(overrides, lambda o: o.startswith("=") or "=" not in o and not o.startswith("~"))
     if word is not None:
         return f"cannot parse override {shown(word)}: overrides are KEY=VALUE (or group=option)"

@@ -59,6 +59,7 @@ class RolloutBase:
     pipeline_stage_num: int = 1
     health_timeout_s: float = HEALTH_TIMEOUT_S
     extra_args: List[str] = field(default_factory=list)
+    env: Dict[str, str] = field(default_factory=dict)  # this engine's processes only
 
     def __post_init__(self) -> None:
         problem = seconds_problem(self.health_timeout_s, allow_zero=False)
@@ -115,6 +116,7 @@ class TrainEngineBase:
     offload_grad: Optional[bool] = None
     model: ModelParallel = field(default_factory=ModelParallel)
     extra_args: List[str] = field(default_factory=list)
+    env: Dict[str, str] = field(default_factory=dict)  # this engine's processes only
 
     def __post_init__(self) -> None:
         if self.dtype is not None and self.dtype not in TRAIN_DTYPES:

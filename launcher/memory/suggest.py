@@ -40,6 +40,8 @@ from launcher.spec.errors import UserError
 from launcher.spec.plan import ComponentPlan
 
 POWERS = (1, 2, 4, 8, 16, 32, 64)
+MAX_SPLITS = 32  # disaggregated node splits tried on a cluster of more nodes than this
+BUDGET_S = 10.0  # the search stops here and says so (plan --suggest is interactive)
 MAX_PIPELINE = 16  # deeper pipelines than this are not worth suggesting
 COLLOCATED_SHARE = 0.5  # each phase has the GPUs about half of the time
 # KV tokens an instance can put to use: a server decodes a few hundred sequences at a time
@@ -59,6 +61,7 @@ class SuggestOptions:
     actor_backends: tuple[str, ...] = field(
         default_factory=lambda: registry.backend_names(registry.TRAIN))
     top: int = 5
+    budget_s: float = BUDGET_S  # seconds of search; the layouts found by then are ranked
 
 
 @dataclass(frozen=True)
@@ -151,11 +154,15 @@ def actor_layouts(shape: ModelShape, gpus: int, per_node: int,
 
 
 def _splits(cluster: ClusterSpec) -> Iterator[tuple[str, int, int]]:
-    """(mode, rollout GPUs, actor GPUs)."""
+    """(mode, rollout GPUs, actor GPUs). On many nodes, MAX_SPLITS rollout node counts spread
+    evenly (every one of 16384 took minutes; neighbours score alike)."""
     total, per = cluster.total_gpus, cluster.gpus_per_node
     yield "collocated", total, total
     if cluster.num_nodes > 1:
-        for k in range(1, cluster.num_nodes):
+        n = cluster.num_nodes
+        ks = range(1, n) if n - 1 <= MAX_SPLITS else \
+            sorted({max(1, min(n - 1, round(i * n / MAX_SPLITS))) for i in range(MAX_SPLITS + 1)})
+        for k in ks:
             yield "disaggregated", k * per, total - k * per
     else:
         for r in sorted({per // 4, per // 2, 3 * per // 4} - {0}):
@@ -205,9 +212,28 @@ def _largest_tokens(shape: ModelShape, alloc: ModelAllocation, opts: TrainOption
     return found
 
 
+@dataclass(frozen=True)
+class Search:
+    """What suggest_within found, and whether its time budget cut the search short."""
+
+    found: list[Suggestion]
+    cut: bool = False
+    budget_s: float = BUDGET_S  # the search's budget
+
+
 def suggest(shape: ModelShape, cluster: ClusterSpec, capacity_gib: Optional[float],
             options: SuggestOptions = SuggestOptions()) -> list[Suggestion]:
     """The best layouts that fit (at most options.top), each checked by memory_report."""
+    return suggest_within(shape, cluster, capacity_gib, options).found
+
+
+def suggest_within(shape: ModelShape, cluster: ClusterSpec, capacity_gib: Optional[float],
+                   options: SuggestOptions = SuggestOptions()) -> Search:
+    """suggest(), searching for at most options.budget_s seconds (Search.cut when stopped)."""
+    import time
+
+    deadline = time.monotonic() + options.budget_s
+    cut = False
     if capacity_gib is None:
         raise UserError("plan --suggest needs the GPU memory: set cluster.gpu_memory_gib "
                         "(an 80 GB card reports about 79.1)")
@@ -219,6 +245,9 @@ def suggest(shape: ModelShape, cluster: ClusterSpec, capacity_gib: Optional[floa
     order = {b: i for i, b in enumerate(options.rollout_backends + options.actor_backends)}
     per = cluster.gpus_per_node
     for mode, r_gpus, a_gpus in _splits(cluster):
+        if time.monotonic() > deadline:
+            cut = True
+            break
         together = mode == "collocated"
         infer = dataclasses.replace(options.infer, release=True) if together else options.infer
         train = dataclasses.replace(options.train, offload=Offload(True, True, True)) \
@@ -233,6 +262,9 @@ def suggest(shape: ModelShape, cluster: ClusterSpec, capacity_gib: Optional[floa
             continue
         residue = max(n.residue for _, n in servers) if together else 0.0
         for actor in actor_layouts(shape, a_gpus, per, options.actor_backends):
+            if time.monotonic() > deadline:
+                cut = True
+                break
             fitted = _fitted(shape, actor, train, limit - residue, least, cache)
             if fitted is None:
                 continue
@@ -269,7 +301,7 @@ def suggest(shape: ModelShape, cluster: ClusterSpec, capacity_gib: Optional[floa
         best.append(s)
         if len(best) == options.top:
             break
-    return best
+    return Search(best, cut, options.budget_s)
 
 
 def _confirmed(s: Suggestion, shape: ModelShape, cluster: ClusterSpec, capacity_gib: float,

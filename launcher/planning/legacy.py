@@ -5,9 +5,11 @@
     part  := [backend] ['[' name ']'] ':' (dims | attn/ffn form) | dims | 'eval'
 
 `sglang:d4t2+fsdp:d8` (unnamed: the first inference backend is rollout, the first training
-backend actor) or `sglang[rollout]:d2+fsdp[actor]:d4|fsdp[critic]:d4`. A training part may
-leave its backend out (`sglang:d4+d4`, `[actor]:d4`): megatron for pipeline, expert or
-attn/ffn layouts, fsdp otherwise. `+eval` is an evaluation client without GPUs.
+backend actor) or `sglang[rollout]:d2+fsdp[actor]:d4|fsdp[critic]:d4`. AReaL lets a training
+part leave its backend out (`sglang:d4+d4`, `[actor]:d4`: megatron for pipeline, expert or
+attn/ffn layouts, fsdp otherwise); here, as in `<engine>.backend`, every part names its
+backend, and such a part is an error that writes the whole string out. `+eval` is an
+evaluation client without GPUs.
 
 The string names the engines of the run: `sglang:d4p2t2` is an inference-only run and `fsdp:d4`
 a training-only one; engines it does not name are off (launcher.planning.resolve applies that). Unlike
@@ -29,6 +31,7 @@ from launcher.spec.alloc import (
     implied_names,
     parse_backend,
     read_parts,
+    starts_anonymous,
 )
 from launcher.spec.errors import ConfigError
 from launcher.spec.plan import ENGINES, WORKERS
@@ -82,7 +85,26 @@ def read_allocation_mode(text: str) -> AllocationMode:
             _check_name(t, part)
         if prev is not None and prev.group == part.group:
             _check_colocated(t, prev, part)
-    return AllocationMode(_named(t, parts), evaluation)
+    named = AllocationMode(_named(t, parts), evaluation)
+    _refuse_bare_dims(t, parts)
+    return named
+
+
+def _refuse_bare_dims(t: SpecText, parts: list[Part]) -> None:
+    """Every allocation string names its backend, here as in `<engine>.backend`: a part
+    without one (`d4`, `[actor]:d4`, `attn:...|ffn:...`, AReaL's implied fsdp or megatron)
+    is an error whose fix is the whole string with each backend written in."""
+    bare = [p for p in parts if p.alloc is not None and starts_anonymous(t, p.pos)]
+    if not bare:
+        return
+    fixed = t.s
+    for part in reversed(bare):
+        assert part.alloc is not None
+        insert = part.alloc.backend + ("" if t.s[part.pos] == "[" else ":")
+        fixed = fixed[:part.pos] + insert + fixed[part.pos:]
+    raise t.error(bare[0].pos, "a backend prefix is required (bare dims are no longer "
+                               f"read as {bare[0].alloc.backend if bare[0].alloc else 'fsdp'})",
+                  f"write allocation_mode={fixed}")
 
 
 def _check_name(t: SpecText, part: Part) -> None:

@@ -172,14 +172,14 @@ def _fixes(allocs: Mapping[str, ModelAllocation], cluster: ClusterSpec, need: in
     if big:
         sizes = " ".join(f"{n}.backend={a.backend}:d{total}" for n, a in allocs.items()
                          if n in big)
-        return (f"this machine has {total} GPU(s): use backends that fit, e.g. {sizes}; a "
+        return (f"on {total} GPU(s) with the local runner: use backends that fit, e.g. {sizes}; a "
                 "bigger layout needs launcher=slurm or launcher=ray")
     names = [n for n in allocs if n in ("rollout", "actor")] or list(allocs)
     share = " ".join(f"cluster.component_placement.{n}=all" for n in names
                      if allocs[n].world_size == total)
     shared = (f"or let engines share the GPUs, each releasing memory between phases: {share} "
               f"{' '.join(offload_option(n) for n in names)}") if share else ""
-    return f"this machine has {total} GPU(s): use smaller backends{', ' + shared if shared else ''}"
+    return f"on {total} GPU(s) with the local runner: use smaller backends{', ' + shared if shared else ''}"
 
 
 def _mode(gpus: Mapping[str, tuple[int, ...]]) -> str:

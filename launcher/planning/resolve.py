@@ -203,6 +203,8 @@ def check_unused_options(spec: LaunchConfig, chosen: Optional[Mapping[str, Optio
         text = texts.get(name)
         used = backend_of(text)
         kind = registry.SERVE if name == "rollout" else registry.TRAIN
+        if text is None:
+            _check_off_engine(name, engine(spec, name), engine(defaults, name))
         for backend in registry.backend_names(kind):
             if backend == used:
                 continue
@@ -213,6 +215,21 @@ def check_unused_options(spec: LaunchConfig, chosen: Optional[Mapping[str, Optio
                     inherited = name in INHERITING and engine(spec, name).backend == ""
                     raise ConfigError(_unused_message(f"{name}.{backend}.{f.name}", name, text,
                                                       inherited, backend))
+
+
+def _check_off_engine(name: str, value: Any, default: Any) -> None:
+    """An option of an engine that is off does nothing: ConfigError naming it."""
+    backends = set(registry.backend_names())
+    for f in dataclasses.fields(value):
+        if f.name == "backend" or f.name in backends:
+            continue  # the backend's own options: checked with the backends below
+        if getattr(value, f.name) != getattr(default, f.name):
+            kind = registry.SERVE if name == "rollout" else registry.TRAIN
+            example = "vllm" if kind == registry.SERVE else "fsdp"
+            raise ConfigError(f"{name}.{f.name} is set but {name} is off ({name}.backend is "
+                              f"null), so it does nothing; remove it or turn {name} on "
+                              f"({name}={example}, or {name}.backend={example}:"
+                              f"{EXAMPLE_DIMS[kind]})")
 
 
 def _written(spec: LaunchConfig) -> dict[str, Optional[str]]:

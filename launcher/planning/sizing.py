@@ -102,8 +102,11 @@ def size(texts: Mapping[str, Optional[str]], placement: Mapping[str, Optional[st
 def _share_gpus(texts: dict[str, Optional[str]], todo: list[str], total: int,
                 dims: Dims) -> Sizing:
     """Size bare rollout/actor into the GPUs the other engines leave free (see module doc)."""
+    from launcher.planning.resolve import is_bare
+
     out = dict(texts)
-    fixed = {n: _world(t) for n, t in texts.items() if n not in todo and t}
+    # a bare critic/ref/teacher takes the actor's world size later: it shares the actor's GPUs
+    fixed = {n: _world(t) for n, t in texts.items() if n not in todo and t and not is_bare(t)}
     actor_world = fixed.get("actor")
     need = sum(w for n, w in fixed.items()
                if n in ("rollout", "actor") or actor_world is None or w != actor_world)

@@ -65,11 +65,50 @@ class Config(LauncherBase):
             raise ConfigError(f"launcher.requeue_signal_s={self.requeue_signal_s}: choose "
                               f"{MIN_REQUEUE_SIGNAL_S} to {MAX_REQUEUE_SIGNAL_S} seconds "
                               "(Slurm's lead before the time limit)")
+        check_values(self)
         limit = time_limit_s(self.time_limit) if self.time_limit is not None else None
         if self.requeue and limit is not None and self.requeue_signal_s >= limit:
             raise ConfigError(f"launcher.requeue_signal_s={self.requeue_signal_s} is not below "
                               f"launcher.time_limit={self.time_limit} ({limit} s): the job "
                               "would be requeued as it starts; lower requeue_signal_s")
+
+
+MAX_CPUS_PER_GPU = 1024
+_MEM = re.compile(r"[0-9]{1,12}[KMGT]?\Z", re.IGNORECASE)  # sbatch's --mem-per-gpu: no decimals
+NO_LIMIT = ("infinite", "unlimited")
+
+
+def check_values(config: "Config") -> None:
+    """What sbatch would refuse (or read other than meant) is one line here, in a dry run too,
+    before a launch writes its run folder."""
+    text = config.time_limit
+    if text is not None and str(text).strip().lower() not in NO_LIMIT:
+        m = _TIME.match(str(text).strip())
+        parts = [int(g) for g in m.groups()[2:] if g is not None] if m else []
+        if m is None or any(p > 59 for p in parts):
+            raise ConfigError(f"launcher.time_limit={text}: not a Slurm time; write "
+                              "MINUTES, H:MM:SS or D-HH:MM:SS (e.g. 4:00:00, 2-00:00:00), "
+                              "minutes and seconds below 60, or UNLIMITED")
+    mem = config.mem_per_gpu
+    if mem is not None and not _MEM.match(str(mem).strip()):
+        raise ConfigError(f"launcher.mem_per_gpu={mem}: not a Slurm size; write a "
+                          "whole number with an optional unit K, M, G or T (e.g. 64G, 512M)")
+    cpus = config.cpus_per_gpu
+    if cpus is not None and not 1 <= cpus <= MAX_CPUS_PER_GPU:
+        raise ConfigError(f"launcher.cpus_per_gpu={cpus}: choose 1 to {MAX_CPUS_PER_GPU} "
+                          "(or null: whole nodes when the plan fills them)")
+
+
+def check_request(config: "Config", request: LaunchRequest) -> None:
+    """Per-GPU resources on a job that asks for no GPU: sbatch refuses the job."""
+    if request.device == "cuda":
+        return
+    for key in ("mem_per_gpu", "cpus_per_gpu"):
+        if getattr(config, key) not in (None, ""):
+            raise ConfigError(f"launcher.{key} is set but the plan asks Slurm for no GPU "
+                              "(cluster.device=cpu), and sbatch refuses per-GPU resources "
+                              "without one; remove it (launcher.sbatch_extra=[--mem=64G] "
+                              "sizes a CPU job)")
 
 
 _TIME = re.compile(r"(?:(\d{1,6})-)?(\d{1,9})(?::(\d{1,9}))?(?::(\d{1,9}))?\Z")
@@ -117,6 +156,7 @@ class Runner:
         return render_sbatch(request, self.config, self.python(), package_dirs(), mask_secrets)
 
     def check(self, request: LaunchRequest) -> list[str]:
+        check_request(self.config, request)
         self.script(request)
         return cpu_warning(request, self.config)
 

@@ -189,7 +189,7 @@ def anonymous_backend(pp: int, ep: int, hybrid: bool) -> str:
     return "megatron" if hybrid or pp > 1 or ep > 1 else "fsdp"
 
 
-def _starts_anonymous(t: SpecText, i: int) -> bool:
+def starts_anonymous(t: SpecText, i: int) -> bool:
     """A legacy part with no backend: `[name]:dims`, `d4p2`, `attn:...|ffn:...`, `(attn:...`."""
     s, n = t.s, t.n
     return i < n and (s[i] in "[(" or s.startswith("attn", i)
@@ -204,7 +204,7 @@ def read_component(t: SpecText, i: int, names: bool) -> tuple[ModelAllocation, O
     the component ('+', '|', end).
     """
     s, n = t.s, t.n
-    anonymous = names and _starts_anonymous(t, i)
+    anonymous = names and starts_anonymous(t, i)
     j = i
     while not anonymous and j < n and "a" <= s[j] <= "z":
         j += 1

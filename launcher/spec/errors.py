@@ -35,6 +35,10 @@ def restated(exc: LaunchError, message: str) -> LaunchError:
 
 
 def error_line(exc: BaseException) -> str:
-    """How the CLI shows an error: one line (a value with a newline is shown escaped)."""
+    """How the CLI shows an error: one line. A newline becomes a space; any other character
+    that is not printable (a carriage return, \\x1c, \\u2028: line breaks to some readers) is
+    shown escaped, so a value of any kind cannot break the line."""
     text = " ".join(str(exc).split("\n"))
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
     return f"error: {text}"
