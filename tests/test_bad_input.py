@@ -105,11 +105,11 @@ def test_an_unknown_key_in_a_whole_config_of_ones_own_is_one_line_naming_it_and_
     too, and its own failure once asked it again, without end (RecursionError after 20 s)."""
     (tmp_path / "mine.yaml").write_text("defaults: [config, _self_]\nseed: 1\n")
     (tmp_path / "rlinf.yaml").write_text("defaults: [config, _self_]\n"
-                                         "actor:\n  offload_optimizer: true\n")
+                                         "actor:\n  offload_everything: true\n")
     begun = time.monotonic()
     assert "unknown config key 'seed' in config 'mine'" in one_error_line(
         run("plan", "-cd", str(tmp_path), "-cn", "mine"))
-    assert "unknown config key 'actor.offload_optimizer' in config 'rlinf'" in one_error_line(
+    assert "unknown config key 'actor.offload_everything' in config 'rlinf'" in one_error_line(
         run("plan", "-cd", str(tmp_path), "-cn", "rlinf"))
     assert time.monotonic() - begun < 10
 
