@@ -79,8 +79,8 @@ def build_plan(spec: LaunchConfig, local_gpus: GPUCount = 0,
     sized_alone = _placed_inheritors(texts, placement)
     inheriting = frozenset(n for n in texts if sized_alone[n] != texts[n])
     texts = sized_alone
-    sizing = size(texts, placement, device, total,
-                  lambda text: len(parse_gpu_set(text, cluster or UNBOUNDED)), dims)
+    sizing = size(texts, placement, device, total, lambda text: _placed_count(text, cluster),
+                  dims)
     texts = sizing.texts
     placement = {**placement, **sizing.placement}
     spec = resolve.with_offload(spec, sizing.release)
@@ -112,6 +112,14 @@ def build_plan(spec: LaunchConfig, local_gpus: GPUCount = 0,
     plan = Plan(cluster=cluster, mode=placed.mode, components=components, weight_sync=syncs,
                 warnings=tuple(warnings), meta=meta)
     return Planned(plan, engines, spec, (sizing.note,) if sizing.note else (), declared)
+
+
+def _placed_count(text: str, cluster: Optional[ClusterSpec]) -> int:
+    """How many GPUs a placement text names; `all` on a CPU run whose size is not known yet is
+    one slot (the engines placed there share it, as the CPU demo does)."""
+    if cluster is None and str(text).strip().lower() == "all":
+        return 1
+    return len(parse_gpu_set(text, cluster or UNBOUNDED))
 
 
 def _dims(spec: LaunchConfig, per_process: dict[str, int]) -> Dims:
