@@ -85,15 +85,18 @@ def test_the_het_jobs_hosts_are_every_components_nodes_in_plan_order(tmp_path):
     assert out.stdout.strip() == "g1,g2,c1", out.stderr
 
 
-def test_groups_split_the_nodes_where_the_group_changes_and_only_there():
-    groups = (NodeGroup("h100", (0,)), NodeGroup("h20", (1, 2)), NodeGroup("cpu", (3, 4), False))
+def test_nodes_split_where_their_groups_options_or_gpus_change_and_only_there():
+    groups = (NodeGroup("h100", (0,)), NodeGroup("h20", (1, 2)), NodeGroup("a", (3,)),
+              NodeGroup("b", (4,)), NodeGroup("cpu", (5, 6), False))
     procs = [proc("actor-0", "trainer", 0, (0,)), proc("rollout-0", "server", 2, (0, 1)),
-             proc("reward-0", "worker", 4)]
-    req = request_for(RUN, procs, num_nodes=5, node_groups=groups, cpu_nodes=2)
+             proc("actor-1", "trainer", 4, (0,)), proc("reward-0", "worker", 6)]
+    req = request_for(RUN, procs, num_nodes=7, node_groups=groups, cpu_nodes=2)
     sets = node_sets(req, slurm.Config(group_sbatch={"h20": ["--partition=h20"]}))
-    assert [(s.label, list(s.nodes), s.gpus, s.cpu_only) for s in sets] == [
-        ("h100", [0], 1, False), ("h20", [1, 2], 2, False), ("cpu", [3, 4], 0, True)]
-    assert sets[1].options == ("--partition=h20",)
+    assert [(s.labels, list(s.nodes), s.gpus, s.cpu_only) for s in sets] == [
+        (("h100",), [0], 1, False), (("h20",), [1, 2], 2, False),
+        (("a", "b"), [3, 4], 1, False),  # no options of their own: Slurm gives them alike
+        (("cpu",), [5, 6], 0, True)]
+    assert sets[1].options == ("--partition=h20",) and sets[2].options == ()
 
 
 def test_a_plan_without_groups_is_one_component_as_before():
@@ -122,7 +125,7 @@ def test_the_dry_run_shows_the_heterogeneous_job_from_the_command_line():
               "reward.entry=tests/node_report_worker.py",
               "+launcher.group_sbatch.cpu=['--partition=cpu']", "hydra.run.dir=/tmp/x")
     assert out.returncode == 0, out.stderr
-    assert "#SBATCH hetjob  # plan node(s) 2: node group cpu\n#SBATCH --nodes=1" in out.stdout
+    assert "#SBATCH hetjob  # plan node(s) 2: node group(s) cpu\n#SBATCH --nodes=1" in out.stdout
     assert '"cpu_nodes": 1' in out.stdout and '"GROUP_ROLE": "reward"' in out.stdout
     line = one_error_line(run("launcher=slurm", "launcher.dry_run=true",
                               "+launcher.group_sbatch.gpu=['--partition=gpu']"))

@@ -5,6 +5,7 @@ not the engines; the end-to-end run is the last test.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -272,6 +273,37 @@ def test_a_newline_in_an_sbatch_value_is_refused_before_submitting(tmp_path):
 def test_a_plan_the_cluster_cannot_fit_is_refused_before_submitting(tmp_path):
     with pytest.raises(LaunchError, match="uses 9 GPUs on a node but nodes have"):
         submit(tmp_path, [step("actor-0", "trainer", 0, tuple(range(9)), "true")])
+
+
+def test_a_cpu_only_node_group_is_a_component_of_one_job_that_gets_no_gpu(tmp_path):
+    """GPU nodes with their GPUs (real GRES), the CPU-only node3 (partition cpu) with none: one
+    heterogeneous job, plan node k the k-th node, the worker on node3 shown no GPU."""
+    if not cpu_partition():
+        pytest.skip("the running Slurm test cluster has no CPU-only node (partition cpu): "
+                    "restart it with scripts/slurm/start-slurm.sh")
+    from launcher.spec.cluster import NodeGroup
+
+    marker = f"areal-srv-{uuid.uuid4().hex[:8]}"
+    procs = [step("rollout-0", "server", 0, (0, 1), f"{REPORT}; exec -a {marker} sleep 300"),
+             step("actor-0", "trainer", 1, (0, 1, 2), f"{REPORT}; sleep 2"),
+             dataclasses.replace(step("reward-0", "worker", 2, (), f"{REPORT}; sleep 300"),
+                                 component="reward")]
+    request = request_for(tmp_path, procs, num_nodes=3, node_groups=(
+        NodeGroup("gpu", (0, 1)), NodeGroup("cpu", (2,), gpus=False)), cpu_nodes=1)
+    runner = slurm.Runner(slurm.Config(grace_period_s=3, group_sbatch={"cpu": ["--partition=cpu"]}))
+    assert not any("node group" in w for w in runner.check(request))
+    write_plan(request)
+    runner.run(request)
+    job = read_record(tmp_path).job_id
+    assert job is not None
+    SUBMITTED.append(job)
+    assert wait_state(job) == "COMPLETED", "\n".join(logs(tmp_path))
+    r0, actor, reward = (env_line(tmp_path / "logs" / f"{n}.log")
+                         for n in ("rollout-0", "actor-0", "reward-0"))
+    assert (r0["NODE"], actor["NODE"], reward["NODE"]) == ("node1", "node2", "node3")
+    assert len(actor["TASK_GPUS"].split(",")) == 3 and actor["CVD"] == actor["TASK_GPUS"]
+    assert reward["CVD"] == "" and reward.get("TASK_GPUS", "") == ""
+    assert processes_with(marker) == []
 
 
 # ----------------------------------------------------------------------------- end to end

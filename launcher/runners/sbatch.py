@@ -49,10 +49,10 @@ def cpu_warning(request: LaunchRequest, opts: Any) -> list[str]:
                    "default CPUs with them (DefCpuPerGPU, often 1): set launcher.cpus_per_gpu")
     given = _opt(opts, "group_sbatch") or {}
     for s in node_sets(request, opts):
-        if s.cpu_only and s.label not in given:
-            out.append(f"node group {s.label!r} is CPU-only but launcher.group_sbatch has no "
-                       f"options for it: its nodes come from the job's default partition "
-                       f"(set e.g. launcher.group_sbatch.{s.label}=[--partition=cpu])")
+        out += [f"node group {label!r} is CPU-only but launcher.group_sbatch has no options "
+                "for it: its nodes come from the job's default partition (set e.g. "
+                f"launcher.group_sbatch.{label}=[--partition=cpu])"
+                for label in s.labels if s.cpu_only and label not in given]
     return out
 
 
@@ -61,7 +61,7 @@ class NodeSet:
     """Consecutive plan nodes that Slurm gives alike: one component of a heterogeneous job
     (the whole job when there is one). Plan node k stays the k-th node of the allocation."""
 
-    label: Optional[str]  # the node group (None: nodes in no group)
+    labels: tuple[str, ...]  # the node groups of its nodes (none: nodes in no group)
     nodes: range
     gpus: int  # GPUs each node asks for (0: none, CPU-only nodes always)
     cpu_only: bool
@@ -70,27 +70,33 @@ class NodeSet:
 
 
 def node_sets(request: LaunchRequest, opts: Any) -> list[NodeSet]:
-    """The allocation's node sets, in plan node order: a new set wherever the node group or
-    GPUs-or-none changes (docs/architecture.md §8). UserError for options of an unknown group."""
+    """The allocation's node sets, in plan node order: a new set wherever the group's options
+    (launcher.group_sbatch) or GPUs-or-none change, so groups that Slurm gives alike stay one
+    component (docs/architecture.md §8). UserError for options of an unknown group."""
     given = dict(_opt(opts, "group_sbatch") or {})
-    labels = {g.label for g in request.node_groups}
-    unknown = sorted(set(given) - labels)
+    known = {g.label for g in request.node_groups}
+    unknown = sorted(set(given) - known)
     if unknown:
         raise UserError(f"launcher.group_sbatch.{unknown[0]}: the plan has no node group "
-                        f"{unknown[0]!r} (its groups: {', '.join(sorted(labels)) or 'none'}); "
+                        f"{unknown[0]!r} (its groups: {', '.join(sorted(known)) or 'none'}); "
                         "use a label of cluster.node_groups")
-    keys = [(request.group_label(k), request.cpu_only(k)) for k in range(request.nodes_needed())]
+    group_of: dict[int, str] = {}
+    for g in reversed(request.node_groups):  # the first group holding a node wins
+        group_of.update(dict.fromkeys(g.nodes, g.label))
+    labels = [group_of.get(k) for k in range(request.nodes_needed())]
+    keys = [(tuple(str(o) for o in given.get(label or "", ())), request.cpu_only(k))
+            for k, label in enumerate(labels)]
     out: list[NodeSet] = []
     first = 0
     for k in range(1, len(keys) + 1):
         if k < len(keys) and keys[k] == keys[first]:
             continue
-        label, cpu = keys[first]
+        options, cpu = keys[first]
         nodes = range(first, k)
         gpus = 0 if cpu else gpus_per_node(request, nodes)
         whole = _opt(opts, "cpus_per_gpu") is None and gpus in (request.gpus_per_node, 0)
-        extra = given.get(label, ()) if label is not None else ()
-        out.append(NodeSet(label, nodes, gpus, cpu, whole, tuple(str(o) for o in extra)))
+        named = tuple(dict.fromkeys(label for label in labels[first:k] if label))
+        out.append(NodeSet(named, nodes, gpus, cpu, whole, options))
         first = k
     return out
 
@@ -142,7 +148,8 @@ def _sbatch_lines(opts: Any, request: LaunchRequest, sets: Sequence[NodeSet]) ->
     out = [f"#SBATCH --job-name={d('launcher.job_name', request.job_name)}"]
     for k, s in enumerate(sets):
         if k:
-            out.append(f"#SBATCH hetjob  # plan node(s) {_span(s.nodes)}: node group {s.label}")
+            out.append(f"#SBATCH hetjob  # plan node(s) {_span(s.nodes)}: node group(s) "
+                       f"{', '.join(s.labels) or 'none'}")
         out += [f"#SBATCH --nodes={len(s.nodes)}", "#SBATCH --ntasks-per-node=1"]
         if s.gpus > 0:
             out.append(f"#SBATCH --gpus-per-node={s.gpus}")
@@ -162,7 +169,7 @@ def _sbatch_lines(opts: Any, request: LaunchRequest, sets: Sequence[NodeSet]) ->
             for extra in _opt(opts, "sbatch_extra") or ():
                 out.append(f"#SBATCH {d('launcher.sbatch_extra', extra)}")
         for extra in s.options:
-            out.append(f"#SBATCH {d(f'launcher.group_sbatch.{s.label}', extra)}")
+            out.append(f"#SBATCH {d(f'launcher.group_sbatch.{s.labels[0]}', extra)}")
     return out
 
 
