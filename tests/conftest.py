@@ -52,7 +52,8 @@ def _slurm_nodes_idle() -> list[str]:
 
 @pytest.fixture(scope="session")
 def slurm_cluster():
-    """The local Slurm test cluster (node1, node2, 8 fake GPUs each), node names as a list.
+    """The local Slurm test cluster (node1, node2, 8 fake GPUs each, in the default partition;
+    node3 CPU-only, in partition cpu), node names as a list.
 
     Uses a running one (`make slurm-up`); else, as root, starts it with
     scripts/slurm/start-slurm.sh (installing Slurm if missing) and stops it afterwards.
@@ -85,7 +86,8 @@ def _ray_env(state_dir: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    """A real Ray cluster, 2 nodes x 8 fake GPUs on loopback (127.0.0.2, 127.0.0.3): the
+    """A real Ray cluster, 2 nodes x 8 fake GPUs on loopback (127.0.0.2, 127.0.0.3) and a
+    CPU-only node (127.0.0.4, custom resource cpu_node: 1): the
     environment a driver needs (tests run drivers with {**os.environ, **ray_cluster}).
 
     Uses a running one ($AREAL_RAY_CLUSTER: its state folder); else starts one with

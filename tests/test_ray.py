@@ -1,5 +1,5 @@
 """The Ray runner on a real Ray cluster (scripts/ray/start-ray-cluster.sh: 2 nodes x 8 fake GPUs
-on 127.0.0.2 and 127.0.0.3, all on this machine).
+on 127.0.0.2 and 127.0.0.3 and a CPU-only node on 127.0.0.4, all on this machine).
 
 Most runs are hand-built requests (shell and python processes; real torchrun on gloo where a
 trainer matters) driven by tests/launch_driver.py --runner ray in a process of its own, so
@@ -24,6 +24,7 @@ from typing import Optional
 import pytest
 
 from launcher.spec.plan import ProcessSpec, bind_placeholder, host_placeholder
+from tests.node_groups import group_overrides, node_reports
 from tests.processes import survivors, wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
@@ -31,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 EXE = str(Path(PY).parent / "areal-launch")
 DRIVER = str(ROOT / "tests" / "launch_driver.py")
+CPU_NODE_IP = "127.0.0.4"  # the test cluster's CPU-only node (custom resource cpu_node)
 TRAINER = str(ROOT / "tests" / "gloo_trainer.py")
 
 
@@ -260,10 +262,11 @@ def refused(out: subprocess.CompletedProcess) -> str:
 def test_a_plan_too_big_for_the_cluster_is_refused_before_anything_starts(tmp_path, env):
     cpu = ["launcher=ray", "cluster.device=cpu", "rollout=none", "cluster.gpus_per_node=1",
            f"hydra.run.dir={tmp_path}/r"]
-    assert "needs 3 Ray nodes" in refused(cli(*cpu, "cluster.num_nodes=3",
-                                              "actor.backend=fsdp:d3", env=env))
-    assert "needs 3 Ray nodes" in refused(cli(*cpu, "cluster.num_nodes=3", "launcher.dry_run=true",
-                                              "actor.backend=fsdp:d3", env=env))
+    # the test cluster has 3 nodes (2 with GPUs, 1 CPU-only)
+    assert "needs 4 Ray nodes" in refused(cli(*cpu, "cluster.num_nodes=4",
+                                              "actor.backend=fsdp:d4", env=env))
+    assert "needs 4 Ray nodes" in refused(cli(*cpu, "cluster.num_nodes=4", "launcher.dry_run=true",
+                                              "actor.backend=fsdp:d4", env=env))
     fits = cli(*cpu, "cluster.num_nodes=2", "actor.backend=fsdp:d2", "launcher.dry_run=true",
                env=env)
     assert fits.returncode == 0 and "did not check" not in fits.stderr, fits.stderr
@@ -552,12 +555,15 @@ def test_a_sweep_on_ray_runs_its_points_in_turn(tmp_path, env):
 @pytest.mark.vllm
 @pytest.mark.torch
 @pytest.mark.timeout(900)
-def test_the_default_run_spans_two_ray_nodes_and_confirms_its_weight_pushes(tmp_path, env, tag,
-                                                                           tiny_model):
+def test_the_default_run_spans_two_ray_nodes_and_rewards_run_on_the_cpu_only_one(
+        tmp_path, env, tag, tiny_model):
     """The real thing: `areal-launch launcher=ray`, a vLLM CPU server on one Ray node and two
-    FSDP2 ranks (torchrun, gloo) on the other, to exit 0 with every weight push confirmed."""
+    FSDP2 ranks (torchrun, gloo) on the other, to exit 0 with every weight push confirmed; and
+    two reward workers of a CPU-only node group on the CPU-only Ray node (its custom resource
+    cpu_node), with the group's environment and interpreter."""
+    groups, python = group_overrides(tmp_path, "+launcher.group_resources.cpu={cpu_node: 1}")
     out = cli("launcher=ray", "rollout.backend=vllm:d1", "actor.backend=fsdp:d2",
-              "cluster.device=cpu", "cluster.num_nodes=2", "cluster.gpus_per_node=2",
+              "cluster.device=cpu", "cluster.gpus_per_node=2", *groups,
               "cluster.component_placement.rollout=0", "cluster.component_placement.actor=2-3",
               f"hydra.run.dir={tmp_path / 'run'}", "recipe.steps=2", f"model_path={tiny_model}",
               f"launcher.base_port={free_ports(1)[0]}", f"+launcher.env.TEST_RUN_TAG={tag}",
@@ -569,9 +575,19 @@ def test_the_default_run_spans_two_ray_nodes_and_confirms_its_weight_pushes(tmp_
                   out.stdout), out.stdout[-4000:]
     assert out.stdout.strip().splitlines()[-1].startswith(
         "areal-launch: run finished: every node with trainers exited 0")
+    placed = re.search(r"placed: plan node 0 on (\S+), plan node 1 on (\S+), plan node 2 on "
+                       r"(\S+)", out.stdout)
+    assert placed and placed.group(3) == CPU_NODE_IP, out.stdout[-4000:]
+    assert CPU_NODE_IP not in placed.group(1, 2)
     run_dir = tmp_path / "run"
     ran = {p.stem: [q["name"] for q in json.loads(p.read_text())["processes"]]
            for p in (run_dir / "status").glob("node*.json")}
-    assert ran == {"node0": ["rollout-0"], "node1": ["actor-node1"]}
+    assert ran == {"node0": ["rollout-0"], "node1": ["actor-node1"],
+                   "node2": ["reward-0", "reward-1"]}
     assert "reloads confirmed 2/2" in (run_dir / "logs" / "actor-node1.log").read_text()
+    reports = node_reports(run_dir)
+    assert sorted(reports) == ["reward-0", "reward-1"]
+    for r in reports.values():
+        assert r["ray_node_ip"] == CPU_NODE_IP and not r["cuda_visible_devices"]
+        assert r["group_env"] == {"GROUP_ROLE": "reward"} and r["python"] == str(python)
     nothing_left(tag, tmp_path, env, run_id_of(run_dir))

@@ -5,6 +5,7 @@ not the engines; the end-to-end run is the last test.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -22,6 +23,7 @@ from launcher.runners import slurm
 from launcher.spec.errors import LaunchError
 from launcher.spec.plan import ProcessSpec, host_placeholder
 from tests.hand_requests import request_for, write_plan
+from tests.node_groups import group_overrides, node_reports
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(180)]
 ROOT = Path(__file__).resolve().parent.parent
@@ -273,20 +275,62 @@ def test_a_plan_the_cluster_cannot_fit_is_refused_before_submitting(tmp_path):
         submit(tmp_path, [step("actor-0", "trainer", 0, tuple(range(9)), "true")])
 
 
+def test_a_cpu_only_node_group_is_a_component_of_one_job_that_gets_no_gpu(tmp_path):
+    """GPU nodes with their GPUs (real GRES), the CPU-only node3 (partition cpu) with none: one
+    heterogeneous job, plan node k the k-th node, the worker on node3 shown no GPU."""
+    if not cpu_partition():
+        pytest.skip("the running Slurm test cluster has no CPU-only node (partition cpu): "
+                    "restart it with scripts/slurm/start-slurm.sh")
+    from launcher.spec.cluster import NodeGroup
+
+    marker = f"areal-srv-{uuid.uuid4().hex[:8]}"
+    procs = [step("rollout-0", "server", 0, (0, 1), f"{REPORT}; exec -a {marker} sleep 300"),
+             step("actor-0", "trainer", 1, (0, 1, 2), f"{REPORT}; sleep 2"),
+             dataclasses.replace(step("reward-0", "worker", 2, (), f"{REPORT}; sleep 300"),
+                                 component="reward")]
+    request = request_for(tmp_path, procs, num_nodes=3, node_groups=(
+        NodeGroup("gpu", (0, 1)), NodeGroup("cpu", (2,), gpus=False)), cpu_nodes=1)
+    runner = slurm.Runner(slurm.Config(grace_period_s=3, group_sbatch={"cpu": ["--partition=cpu"]}))
+    assert not any("node group" in w for w in runner.check(request))
+    write_plan(request)
+    runner.run(request)
+    job = read_record(tmp_path).job_id
+    assert job is not None
+    SUBMITTED.append(job)
+    assert wait_state(job) == "COMPLETED", "\n".join(logs(tmp_path))
+    r0, actor, reward = (env_line(tmp_path / "logs" / f"{n}.log")
+                         for n in ("rollout-0", "actor-0", "reward-0"))
+    assert (r0["NODE"], actor["NODE"], reward["NODE"]) == ("node1", "node2", "node3")
+    assert len(actor["TASK_GPUS"].split(",")) == 3 and actor["CVD"] == actor["TASK_GPUS"]
+    assert reward["CVD"] == "" and reward.get("TASK_GPUS", "") == ""
+    assert processes_with(marker) == []
+
+
 # ----------------------------------------------------------------------------- end to end
 AREAL_LAUNCH = ROOT / ".venv" / "bin" / "areal-launch"
+
+
+def cpu_partition() -> bool:
+    out = subprocess.run(["sinfo", "-h", "-p", "cpu", "-o", "%N"], capture_output=True, text=True)
+    return bool(out.stdout.strip())
 
 
 @pytest.mark.vllm
 @pytest.mark.torch
 @pytest.mark.timeout(900)
 @pytest.mark.skipif(not AREAL_LAUNCH.exists(), reason=f"{AREAL_LAUNCH} is not installed yet")
-def test_areal_launch_runs_vllm_and_fsdp_on_different_nodes(tmp_path):
+def test_areal_launch_runs_vllm_and_fsdp_on_different_nodes_and_rewards_on_a_cpu_node(tmp_path):
     """The real thing: `areal-launch launcher=slurm`, a vLLM CPU server on node1 and two
-    FSDP2 ranks (torchrun, gloo) on node2, to completion."""
+    FSDP2 ranks (torchrun, gloo) on node2, to completion; and two reward workers on the
+    CPU-only node3 (its own partition: a component of a heterogeneous job asking for no GPU),
+    with their node group's environment and interpreter."""
+    if not cpu_partition():
+        pytest.skip("the running Slurm test cluster has no CPU-only node (partition cpu): "
+                    "restart it with scripts/slurm/start-slurm.sh")
+    groups, python = group_overrides(tmp_path, "+launcher.group_sbatch.cpu=['--partition=cpu']")
     out = subprocess.run(
         [str(AREAL_LAUNCH), "launcher=slurm", "rollout.backend=vllm:d1", "actor.backend=fsdp:d2",
-         "cluster.device=cpu", "cluster.num_nodes=2", "cluster.gpus_per_node=2",
+         "cluster.device=cpu", "cluster.gpus_per_node=2", *groups,
          "cluster.component_placement.rollout=0", "cluster.component_placement.actor=2-3",
          f"hydra.run.dir={tmp_path}", "recipe.steps=2"],
         capture_output=True, text=True, cwd=ROOT, timeout=120,
@@ -299,11 +343,19 @@ def test_areal_launch_runs_vllm_and_fsdp_on_different_nodes(tmp_path):
     wait_for(lambda: "COMPLETED (exit 0:0)" in status(job, run_dir)[0],
              what="sacct to record the step")  # sacct lags ~1 s
     text = status(job, run_dir)[0]
-    assert re.search(r"step \d+\.\d+ \S+: COMPLETED \(exit 0:0\) on node\[1-2\]", text), text
+    assert re.search(r"step \S+ \S+: COMPLETED \(exit 0:0\) on node\[1-2\]", text), text
     assert "areal-launch: job finished: ok" in text
     ran = {path.stem: [p["name"] for p in json.loads(path.read_text())["processes"]]
            for path in (run_dir / "status").glob("node*.json")}
-    assert ran == {"node0": ["rollout-0"], "node1": ["actor-node1"]}  # one supervisor a node
+    assert ran == {"node0": ["rollout-0"], "node1": ["actor-node1"],  # one supervisor a node
+                   "node2": ["reward-0", "reward-1"]}
     # the trainers reached the server on the other node and had every weight push confirmed
     trainer_lines = "\n".join(logs(run_dir, engine="actor"))
     assert "reloads confirmed 2/2" in trainer_lines, trainer_lines[-3000:]
+    reports = node_reports(run_dir)
+    assert sorted(reports) == ["reward-0", "reward-1"]
+    for r in reports.values():
+        assert r["slurm_node"] == "node3" and not r["cuda_visible_devices"]
+        assert r["group_env"] == {"GROUP_ROLE": "reward"} and r["python"] == str(python)
+    script = (run_dir / slurm.SCRIPT_NAME).read_text()
+    assert "#SBATCH hetjob" in script and "#SBATCH --partition=cpu" in script

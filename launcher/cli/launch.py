@@ -182,7 +182,8 @@ def build_request(prep: Prepared, run_dir: Path, next_port: Callable[[], int]
         grace_period_s=float(config.launcher.grace_period_s),
         health_timeout_s=health_timeout_s(config), paths=read_paths(plan, prep.entry),
         max_restarts=int(config.launcher.max_restarts),
-        hang_timeout_s=config.launcher.hang_timeout_s, console=str(config.launcher.console))
+        hang_timeout_s=config.launcher.hang_timeout_s, console=str(config.launcher.console),
+        node_groups=plan.cluster.groups, cpu_nodes=plan.cluster.cpu_nodes)
     return plan, request
 
 

@@ -68,11 +68,12 @@ class Runner:
             yield reserver.take
 
     def check(self, request: LaunchRequest) -> list[str]:
-        nodes = request.nodes_needed()
+        # CPU-only nodes (a node group's workers) run here beside the one GPU node
+        nodes = len([k for k in range(request.nodes_needed()) if not request.cpu_only(k)])
         if nodes > 1 and request.device == "cuda":
-            raise UserError(f"the plan spans {nodes} nodes; launcher=local runs on this "
-                            "machine only: use launcher=slurm or launcher=ray, or a plan for "
-                            "one node (cluster.num_nodes=1)")
+            raise UserError(f"the plan spans {nodes} nodes with GPUs; launcher=local runs on "
+                            "this machine only: use launcher=slurm or launcher=ray, or a plan "
+                            "for one node (cluster.num_nodes=1)")
         from launcher.node.preflight import problems
 
         missing = problems(self.materialized(request), request.paths)  # and a GPU the mask hides

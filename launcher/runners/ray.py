@@ -21,9 +21,9 @@ import socket
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence
 
 from launcher.node.logs import engine_processes
 from launcher.node.ports import DEFAULT_BASE_PORT, counted_ports
@@ -33,10 +33,12 @@ from launcher.runners.rayjob import (
     JOB_FILE,
     RayJob,
     RayNode,
+    custom_resources,
     dry_run_text,
     entrypoint,
     first_line,
     fit_problem,
+    group_warnings,
     ray_job,
 )
 from launcher.runners.sbatch import REQUEST_FILE
@@ -60,6 +62,9 @@ class Config(LauncherBase):
     placement_timeout_s: float = 60.0  # how long the cluster may take to give every plan node
     cpus_per_node: float = 1.0  # Ray CPUs each node's actor takes (the processes' are not counted)
     python: Optional[str] = None  # the interpreter on the Ray nodes; None: this one's path
+    # node group label -> custom Ray resources each of its plan nodes asks for, so it lands on
+    # the Ray nodes started with them, e.g. {cpu: {cpu_node: 1}} for a CPU-only group
+    group_resources: Dict[str, Dict[str, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -103,7 +108,7 @@ class Runner:
 
     def job(self, request: LaunchRequest) -> RayJob:
         return ray_job(request, self.python(), self.config.cpus_per_node, os.getcwd(),
-                       self.config.placement_timeout_s)
+                       self.config.placement_timeout_s, self.config.group_resources)
 
     def check(self, request: LaunchRequest) -> list[str]:
         if not request.processes:
@@ -112,16 +117,19 @@ class Runner:
             raise UserError(f"the plan needs {request.nodes_needed()} nodes but "
                             f"cluster.num_nodes={request.num_nodes}; set cluster.num_nodes="
                             f"{request.nodes_needed()}")
+        job = self.job(request)
+        said = group_warnings(request, self.config.group_resources)
         try:
             nodes = self.cluster_nodes()
         except LaunchError as exc:
             if self.config.dry_run:  # printing needs no cluster; the fit is said to be unchecked
-                return [f"{exc}; the dry run did not check that the plan fits a Ray cluster"]
+                return said + [f"{exc}; the dry run did not check that the plan fits a Ray "
+                               "cluster"]
             raise
-        problem = fit_problem(self.job(request), nodes, f"launcher.address={self.config.address}")
+        problem = fit_problem(job, nodes, f"launcher.address={self.config.address}")
         if problem:
             raise UserError(problem)
-        return []
+        return said
 
     def cluster_nodes(self) -> list[RayNode]:
         """The cluster's alive nodes: through the driver's connection when this command will
@@ -130,7 +138,8 @@ class Runner:
             return state_api_nodes(self.config.address)
         ray = connect(self.config.address)
         return [RayNode(n["NodeManagerAddress"], n["Resources"].get("GPU", 0.0),
-                        n["Resources"].get("CPU", 0.0)) for n in ray.nodes() if n["Alive"]]
+                        n["Resources"].get("CPU", 0.0), custom_resources(n["Resources"]))
+                for n in ray.nodes() if n["Alive"]]
 
     def dryrun(self, request: LaunchRequest) -> str:
         request = for_nodes(request)
@@ -280,7 +289,8 @@ def state_api_nodes(address: str) -> list[RayNode]:
         raise LaunchError(f"cannot ask the Ray cluster at {address} for its nodes: "
                           f"{first_line(exc)}") from None
     return [RayNode(n.node_ip, n.resources_total.get("GPU", 0.0),
-                    n.resources_total.get("CPU", 0.0)) for n in found]
+                    n.resources_total.get("CPU", 0.0), custom_resources(n.resources_total))
+            for n in found]
 
 
 def job_client(address: str) -> Any:

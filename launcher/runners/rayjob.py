@@ -9,16 +9,19 @@ performs exactly this (launcher/runners/ray.py). `fit_problem` says, from the no
 why the plan cannot be placed at all.
 
 A cpu plan's GPU slots are virtual: its bundles ask Ray for CPUs only (a CPU-only Ray cluster
-runs it), and STRICT_SPREAD still gives every plan node a Ray node of its own.
+runs it), and STRICT_SPREAD still gives every plan node a Ray node of its own. A plan node of a
+node group asks for that group's custom resources too (launcher.group_resources), so it lands
+on the Ray nodes started with them; a CPU-only node asks for no GPU.
 """
 from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass
-from typing import Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Sequence
 
 from launcher.runners.sbatch import NODE_MODULE, REQUEST_FILE
+from launcher.spec.errors import UserError
 from launcher.spec.request import LaunchRequest
 
 STRATEGY = "STRICT_SPREAD"
@@ -32,6 +35,12 @@ class RayNode:
     ip: str
     gpus: float
     cpus: float
+    custom: Mapping[str, float] = field(default_factory=dict)  # its other resources
+
+
+def custom_resources(resources: Mapping[str, float]) -> dict[str, float]:
+    """A node's resources other than GPU and CPU (custom ones, Ray's memory, node:IP)."""
+    return {str(k): float(v) for k, v in resources.items() if k not in ("GPU", "CPU")}
 
 
 @dataclass(frozen=True)
@@ -82,15 +91,53 @@ def gpus_on_node(request: LaunchRequest, node: int) -> int:
 
 
 def ray_job(request: LaunchRequest, python: str, cpus_per_node: float, cwd: str,
-            placement_timeout_s: float) -> RayJob:
+            placement_timeout_s: float,
+            group_resources: Optional[Mapping[str, Mapping[str, float]]] = None) -> RayJob:
+    """group_resources: node group label -> the custom resources each of its plan nodes asks."""
+    given = checked_groups(request, group_resources or {})
     bundles = []
     for node in range(request.nodes_needed()):
         bundle = {"CPU": float(cpus_per_node)}
         if gpus_on_node(request, node):
             bundle["GPU"] = float(gpus_on_node(request, node))
+        bundle.update(given.get(request.group_label(node) or "", {}))
         bundles.append(bundle)
     return RayJob(request.run_id, f"{request.run_dir}/{REQUEST_FILE}", python, cwd,
                   tuple(bundles), placement_timeout_s)
+
+
+def checked_groups(request: LaunchRequest, given: Mapping[str, Mapping[str, float]]
+                   ) -> dict[str, dict[str, float]]:
+    """launcher.group_resources, checked: a label of the plan's node groups, custom resources
+    (not CPU or GPU: those come from the plan) in positive amounts."""
+    labels = {g.label for g in request.node_groups}
+    out: dict[str, dict[str, float]] = {}
+    for label, resources in given.items():
+        key = f"launcher.group_resources.{label}"
+        if label not in labels:
+            raise UserError(f"{key}: the plan has no node group {label!r} (its groups: "
+                            f"{', '.join(sorted(labels)) or 'none'}); use a label of "
+                            "cluster.node_groups")
+        out[label] = {}
+        for name, amount in dict(resources or {}).items():
+            if name in ("CPU", "GPU") or not isinstance(amount, (int, float)) \
+                    or isinstance(amount, bool) or not 0 < amount <= 1e9:
+                raise UserError(f"{key}.{name}={amount!r}: a custom Ray resource (not CPU or "
+                                "GPU, which the plan sets) and an amount above 0, e.g. "
+                                f"{key}={{cpu_node: 1}}")
+            out[label][str(name)] = float(amount)
+    return out
+
+
+def group_warnings(request: LaunchRequest, given: Mapping[str, Mapping[str, float]]) -> list[str]:
+    """A CPU-only node group that asks for no custom resource may land on a GPU node."""
+    cpu = sorted({request.group_label(k) or "" for k in range(request.nodes_needed())
+                  if request.cpu_only(k)})
+    return [f"node group {label!r} is CPU-only but launcher.group_resources has none for it: "
+            "its plan nodes may land on any Ray node with the CPUs (start its Ray nodes with a "
+            f"custom resource, e.g. --resources='{{\"cpu_node\": 1}}', and set "
+            f"launcher.group_resources.{label}={{cpu_node: 1}})" for label in cpu
+            if label and not given.get(label)]
 
 
 def placeholder_hosts(job: RayJob) -> list[str]:
@@ -133,6 +180,15 @@ def fit_problem(job: RayJob, nodes: Sequence[RayNode], where: str) -> Optional[s
         return (f"the plan needs {want} Ray nodes (one per plan node) but the Ray cluster "
                 f"({where}) has {len(nodes)} alive ({have}): add Ray nodes, or plan for "
                 f"{len(nodes)} (cluster.num_nodes={len(nodes)})")
+    custom = sorted({k for b in job.bundles for k in b if k not in ("GPU", "CPU")})
+    for name in custom:  # a node group's plan nodes, each on a Ray node of its own
+        asking = [b for b in job.bundles if name in b]
+        holding = [n for n in nodes if n.custom.get(name, 0) > 0]
+        if not _fit_apart(asking, holding):
+            return (f"{len(asking)} plan node(s) ask for the custom resource {name!r} "
+                    f"(launcher.group_resources) but the Ray cluster ({where}) has "
+                    f"{len(holding)} node(s) with it that fit them: start more Ray nodes "
+                    f"with --resources='{{\"{name}\": 1}}'")
     for k, b in enumerate(job.bundles):
         if not any(_fits(b, n) for n in nodes):
             return (f"plan node {k} needs {_text(b)} on one Ray node but no node of the Ray "
@@ -146,7 +202,8 @@ def fit_problem(job: RayJob, nodes: Sequence[RayNode], where: str) -> Optional[s
 
 
 def _fits(bundle: dict[str, float], node: RayNode) -> bool:
-    return bundle.get("GPU", 0) <= node.gpus and bundle.get("CPU", 0) <= node.cpus
+    return bundle.get("GPU", 0) <= node.gpus and bundle.get("CPU", 0) <= node.cpus and \
+        all(v <= node.custom.get(k, 0) for k, v in bundle.items() if k not in ("GPU", "CPU"))
 
 
 def _text(bundle: dict[str, float]) -> str:

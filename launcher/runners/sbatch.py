@@ -16,10 +16,12 @@ are the exception: they are commands by design, run as given before each node's 
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from launcher.node import restarts
 from launcher.spec.errors import UserError
+from launcher.spec.plan import ENV_GPUS
 from launcher.spec.request import LaunchRequest
 from launcher.worker import checkpoints
 
@@ -28,21 +30,75 @@ REQUEST_FILE = "request.json"
 REQUEUE_MARGIN_S = 20  # of the signal's lead, kept for `scontrol requeue` and the stop
 
 
-def gpus_per_node(request: LaunchRequest) -> int:
-    """GPUs each node's task asks for: up to the highest GPU position any process uses
-    (positions are indices into what Slurm shows the task). None on cpu."""
+def gpus_per_node(request: LaunchRequest, nodes: Optional[range] = None) -> int:
+    """GPUs each node's task asks for: up to the highest GPU position any process (of `nodes`,
+    None: of every node) uses (positions are indices into what Slurm shows the task). 0 on cpu."""
     if request.device != "cuda":
         return 0
-    return max((g + 1 for p in request.processes for g in p.gpus), default=0)
+    return max((g + 1 for p in request.processes for g in p.gpus
+                if nodes is None or p.node in nodes), default=0)
 
 
 def cpu_warning(request: LaunchRequest, opts: Any) -> list[str]:
-    """A job on part of a node without launcher.cpus_per_gpu gets Slurm's default CPUs."""
+    """A job on part of a node without launcher.cpus_per_gpu gets Slurm's default CPUs; a
+    CPU-only node group without its own options takes nodes of the default partition."""
     gpus = gpus_per_node(request)
+    out = []
     if _opt(opts, "cpus_per_gpu") is None and gpus not in (request.gpus_per_node, 0):
-        return [f"the job takes {gpus} of {request.gpus_per_node} GPUs per node and Slurm's "
-                "default CPUs with them (DefCpuPerGPU, often 1): set launcher.cpus_per_gpu"]
-    return []
+        out.append(f"the job takes {gpus} of {request.gpus_per_node} GPUs per node and Slurm's "
+                   "default CPUs with them (DefCpuPerGPU, often 1): set launcher.cpus_per_gpu")
+    given = _opt(opts, "group_sbatch") or {}
+    for s in node_sets(request, opts):
+        out += [f"node group {label!r} is CPU-only but launcher.group_sbatch has no options "
+                "for it: its nodes come from the job's default partition (set e.g. "
+                f"launcher.group_sbatch.{label}=[--partition=cpu])"
+                for label in s.labels if s.cpu_only and label not in given]
+    return out
+
+
+@dataclass(frozen=True)
+class NodeSet:
+    """Consecutive plan nodes that Slurm gives alike: one component of a heterogeneous job
+    (the whole job when there is one). Plan node k stays the k-th node of the allocation."""
+
+    labels: tuple[str, ...]  # the node groups of its nodes (none: nodes in no group)
+    nodes: range
+    gpus: int  # GPUs each node asks for (0: none, CPU-only nodes always)
+    cpu_only: bool
+    whole: bool  # every GPU of the nodes, or none: the nodes are the job's (--exclusive)
+    options: tuple[str, ...]  # launcher.group_sbatch.<label>: more #SBATCH options
+
+
+def node_sets(request: LaunchRequest, opts: Any) -> list[NodeSet]:
+    """The allocation's node sets, in plan node order: a new set wherever the group's options
+    (launcher.group_sbatch) or GPUs-or-none change, so groups that Slurm gives alike stay one
+    component (docs/architecture.md §8). UserError for options of an unknown group."""
+    given = dict(_opt(opts, "group_sbatch") or {})
+    known = {g.label for g in request.node_groups}
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise UserError(f"launcher.group_sbatch.{unknown[0]}: the plan has no node group "
+                        f"{unknown[0]!r} (its groups: {', '.join(sorted(known)) or 'none'}); "
+                        "use a label of cluster.node_groups")
+    group_of: dict[int, str] = {}
+    for g in reversed(request.node_groups):  # the first group holding a node wins
+        group_of.update(dict.fromkeys(g.nodes, g.label))
+    labels = [group_of.get(k) for k in range(request.nodes_needed())]
+    keys = [(tuple(str(o) for o in given.get(label or "", ())), request.cpu_only(k))
+            for k, label in enumerate(labels)]
+    out: list[NodeSet] = []
+    first = 0
+    for k in range(1, len(keys) + 1):
+        if k < len(keys) and keys[k] == keys[first]:
+            continue
+        options, cpu = keys[first]
+        nodes = range(first, k)
+        gpus = 0 if cpu else gpus_per_node(request, nodes)
+        whole = _opt(opts, "cpus_per_gpu") is None and gpus in (request.gpus_per_node, 0)
+        named = tuple(dict.fromkeys(label for label in labels[first:k] if label))
+        out.append(NodeSet(named, nodes, gpus, cpu, whole, options))
+        first = k
+    return out
 
 
 def render_sbatch(request: LaunchRequest, opts: Any, python: str,
@@ -51,6 +107,8 @@ def render_sbatch(request: LaunchRequest, opts: Any, python: str,
 
     python: the interpreter on the nodes (inside the container, with one). A job that takes
     every GPU of its nodes (request.gpus_per_node) takes whole nodes. package_dirs: the launcher's package folders, mounted into a container at the same path.
+    Node groups with CPU-only nodes or options of their own make a heterogeneous job, one
+    component per node set (node_sets), run by one srun step with a part per component.
     Raises UserError for what cannot be run: no processes, more nodes than the plan's cluster,
     more GPUs than a node has, a value that cannot be written into the script.
     """
@@ -64,12 +122,12 @@ def render_sbatch(request: LaunchRequest, opts: Any, python: str,
     if gpus > request.gpus_per_node:
         raise UserError(f"the plan uses {gpus} GPUs on a node but nodes have "
                         f"cluster.gpus_per_node={request.gpus_per_node}")
-    whole = _opt(opts, "cpus_per_gpu") is None and gpus in (request.gpus_per_node, 0)
+    sets = node_sets(request, opts)
     lines = ["#!/bin/bash",
              f"# areal-launch: {len(request.processes)} process(es) on {n_nodes} node(s); one "
              "task per node runs that node's supervisor",
-             *_sbatch_lines(opts, request, n_nodes, gpus, whole)]
-    lines += _body(request, opts, python, n_nodes, gpus, whole, package_dirs)
+             *_sbatch_lines(opts, request, sets)]
+    lines += _body(request, opts, python, sets, package_dirs)
     return "\n".join(lines) + "\n"
 
 
@@ -84,32 +142,56 @@ def _directive_value(key: str, value: Any) -> str:
     return shlex.quote(text).replace("\\", "\\\\")
 
 
-def _sbatch_lines(opts: Any, request: LaunchRequest, n_nodes: int, gpus: int,
-                  whole: bool) -> list[str]:
+def _sbatch_lines(opts: Any, request: LaunchRequest, sets: Sequence[NodeSet]) -> list[str]:
+    """The job's options with its first node set, then `hetjob` and each further set's."""
     d = _directive_value
-    out = [f"#SBATCH --job-name={d('launcher.job_name', request.job_name)}",
-           f"#SBATCH --nodes={n_nodes}",
-           "#SBATCH --ntasks-per-node=1"]
-    if gpus > 0:
-        out.append(f"#SBATCH --gpus-per-node={gpus}")
-    if whole:  # every GPU of the nodes (or none asked): the nodes' CPUs are ours too
-        out.append("#SBATCH --exclusive")
+    out = [f"#SBATCH --job-name={d('launcher.job_name', request.job_name)}"]
+    for k, s in enumerate(sets):
+        if k:
+            out.append(f"#SBATCH hetjob  # plan node(s) {_span(s.nodes)}: node group(s) "
+                       f"{', '.join(s.labels) or 'none'}")
+        out += [f"#SBATCH --nodes={len(s.nodes)}", "#SBATCH --ntasks-per-node=1"]
+        if s.gpus > 0:
+            out.append(f"#SBATCH --gpus-per-node={s.gpus}")
+        if s.whole:  # every GPU of the nodes (or none asked): the nodes' CPUs are ours too
+            out.append("#SBATCH --exclusive")
+        if k == 0:
+            out += _job_lines(opts, request)
+        # Slurm carries account, qos and time over to later components, not these; a CPU-only
+        # set's partition is its group's (launcher.group_sbatch)
+        keys = () if s.cpu_only else (("partition", "partition"), ("cpus_per_gpu", "cpus-per-gpu"),
+                                      ("mem_per_gpu", "mem-per-gpu"))
+        for key, flag in keys:
+            value = _opt(opts, key)
+            if value is not None:
+                out.append(f"#SBATCH --{flag}={d('launcher.' + key, value)}")
+        if k == 0:
+            for extra in _opt(opts, "sbatch_extra") or ():
+                out.append(f"#SBATCH {d('launcher.sbatch_extra', extra)}")
+        for extra in s.options:
+            out.append(f"#SBATCH {d(f'launcher.group_sbatch.{s.labels[0]}', extra)}")
+    return out
+
+
+def _span(nodes: range) -> str:
+    return str(nodes.start) if len(nodes) == 1 else f"{nodes.start}-{nodes.stop - 1}"
+
+
+def _job_lines(opts: Any, request: LaunchRequest) -> list[str]:
+    """What holds for the whole job: its output file, requeue, account, qos, time."""
+    d = _directive_value
     # sbatch expands %j and friends in the path: a literal % is written %%
-    out.append(f"#SBATCH --output="
-               f"{d('run_dir', request.run_dir.replace('%', '%%') + '/slurm-%j.out')}")
+    out = [f"#SBATCH --output="
+           f"{d('run_dir', request.run_dir.replace('%', '%%') + '/slurm-%j.out')}"]
     if _opt(opts, "requeue"):  # USR1 before the time limit: checkpoint, then requeue (below)
         out += ["#SBATCH --requeue", f"#SBATCH --signal=B:USR1@{int(opts.requeue_signal_s)}",
                 "#SBATCH --open-mode=append"]
     else:
         out.append("#SBATCH --no-requeue")
-    for key, flag in (("partition", "partition"), ("account", "account"), ("qos", "qos"),
-                      ("time_limit", "time"), ("cpus_per_gpu", "cpus-per-gpu"),
-                      ("mem_per_gpu", "mem-per-gpu")):
+    for key, flag in (("account", "account"), ("qos", "qos"), ("time_limit", "time")):
         value = _opt(opts, key)
         if value is not None:
             out.append(f"#SBATCH --{flag}={d('launcher.' + key, value)}")
-    for extra in _opt(opts, "sbatch_extra") or ():
-        out.append(f"#SBATCH {d('launcher.sbatch_extra', extra)}")
     return out
 
 
@@ -125,41 +207,43 @@ def shell_word(value: str) -> str:
 
 
 # ----------------------------------------------------------------------------- body
-def _body(request: LaunchRequest, opts: Any, python: str, n_nodes: int, gpus: int,
-          whole: bool, package_dirs: Sequence[str]) -> list[str]:
+def _body(request: LaunchRequest, opts: Any, python: str, sets: Sequence[NodeSet],
+          package_dirs: Sequence[str]) -> list[str]:
     q = shell_word
     run_dir = request.run_dir
-    srun = ["srun", f"--nodes={n_nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
-            f"--job-name={q(request.job_name)}", "--export=ALL"]
-    srun.append(f"--gpus-per-node={gpus}" if gpus else "--gres=none")
-    if whole:
-        srun.append("--cpus-per-task=$SLURM_CPUS_ON_NODE")
-    elif gpus and _opt(opts, "cpus_per_gpu") is not None:
-        srun.append(f"--cpus-per-gpu={q(str(_opt(opts, 'cpus_per_gpu')))}")
-    image = _opt(opts, "container_image")
-    if image is not None:
-        srun.append(f"--container-image={q(str(image))}")
-        srun.append(f"--container-mounts={q(_mounts(request, opts, package_dirs))}")
-    srun += [q(str(a)) for a in _opt(opts, "srun_extra") or ()]
+    het = len(sets) > 1
     command = [q(python), "-m", NODE_MODULE, q(f"{run_dir}/{REQUEST_FILE}"), "--peers"]
     setup = [str(s) for s in _opt(opts, "setup") or ()]  # commands by design: run as given
+    image = _opt(opts, "container_image")
     if image is not None and package_dirs:
         setup = [f"export PYTHONPATH={q(_parent(package_dirs))}${{PYTHONPATH:+:$PYTHONPATH}}",
                  *setup]
     if setup:  # then the supervisor replaces the shell
         script = "set -e\n" + "\n".join(setup) + '\nexec "$@"'
         command = ["bash", "-c", shlex.quote(script), "areal-node", *command]
-    step = [" ".join(srun) + " \\", "  " + " ".join(command)]
+    step: list[str] = []
+    for k, s in enumerate(sets):
+        part = _srun_part(request, opts, s, k if het else None, package_dirs)
+        # a CPU-only node shows its supervisor no GPUs (the batch shell's would be inherited)
+        cmd = (["env", "-u", ENV_GPUS] if s.cpu_only else []) + command
+        step += [("srun " if k == 0 else "  ") + " ".join(part) + " \\",
+                 "  " + " ".join(cmd) + (" : \\" if k < len(sets) - 1 else "")]
     if _opt(opts, "requeue"):
         step = _requeue_lines(opts, step)
     else:
         step.append("rc=$?")
+    if het:  # each component's nodes, in plan node order
+        hosts = (f"AREAL_HOSTS=$(for k in $(seq 0 {len(sets) - 1}); do "
+                 'v=SLURM_JOB_NODELIST_HET_GROUP_$k; scontrol show hostnames "${!v}"; done | '
+                 "paste -sd, -)")
+    else:
+        hosts = 'AREAL_HOSTS=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | paste -sd, -)'
     return [
         "",
         "set -uo pipefail",
         f"RUN_DIR={q(run_dir)}",
         '# plan node k is the k-th node of the allocation (each task reads $SLURM_NODEID)',
-        'AREAL_HOSTS=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | paste -sd, -)',
+        hosts,
         "export AREAL_HOSTS",
         'echo "areal-launch: job $SLURM_JOB_ID on $AREAL_HOSTS"',
         'mkdir -p "$RUN_DIR/logs"',
@@ -169,6 +253,26 @@ def _body(request: LaunchRequest, opts: Any, python: str, n_nodes: int, gpus: in
         'is above)"; fi',
         'exit "$rc"',
     ]
+
+
+def _srun_part(request: LaunchRequest, opts: Any, s: NodeSet, het_group: Optional[int],
+               package_dirs: Sequence[str]) -> list[str]:
+    """srun's options for one node set (the whole step when the job is not heterogeneous)."""
+    q = shell_word
+    part = [] if het_group is None else [f"--het-group={het_group}"]
+    part += [f"--nodes={len(s.nodes)}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+             f"--job-name={q(request.job_name)}", "--export=ALL"]
+    part.append(f"--gpus-per-node={s.gpus}" if s.gpus else "--gres=none")
+    if s.whole:
+        part.append("--cpus-per-task=$SLURM_CPUS_ON_NODE" if het_group is None else
+                    f"--cpus-per-task=${{SLURM_JOB_CPUS_PER_NODE_HET_GROUP_{het_group}%%[(,]*}}")
+    elif s.gpus and _opt(opts, "cpus_per_gpu") is not None:
+        part.append(f"--cpus-per-gpu={q(str(_opt(opts, 'cpus_per_gpu')))}")
+    image = _opt(opts, "container_image")
+    if image is not None:
+        part.append(f"--container-image={q(str(image))}")
+        part.append(f"--container-mounts={q(_mounts(request, opts, package_dirs))}")
+    return part + [q(str(a)) for a in _opt(opts, "srun_extra") or ()]
 
 
 def _requeue_lines(opts: Any, step: list[str]) -> list[str]:

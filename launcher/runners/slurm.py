@@ -16,7 +16,7 @@ import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, List, Optional
+from typing import Callable, Dict, Iterator, List, Optional
 
 from launcher.node.logs import follow_logs
 from launcher.node.ports import DEFAULT_BASE_PORT, counted_ports
@@ -50,6 +50,9 @@ class Config(LauncherBase):
     container_mounts: Optional[str] = None  # more srun --container-mounts, comma-separated
     container_python: str = "python3"  # the interpreter inside the container
     sbatch_extra: List[str] = field(default_factory=list)  # more #SBATCH options
+    # node group label -> more #SBATCH options for that group's nodes (its component of a
+    # heterogeneous job), e.g. {cpu: [--partition=cpu]} for a CPU-only group
+    group_sbatch: Dict[str, List[str]] = field(default_factory=dict)
     srun_extra: List[str] = field(default_factory=list)  # more options for the srun step
     setup: List[str] = field(default_factory=list)  # shell commands before each node's tasks
     job_name: Optional[str] = None  # None: <experiment_name>-<trial_name>

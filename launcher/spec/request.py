@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
+from launcher.spec.cluster import NodeGroup
 from launcher.spec.errors import LaunchError, UserError
 from launcher.spec.plan import (
     ENV_GPUS,
@@ -49,6 +50,17 @@ class LaunchRequest:
     max_restarts: int = 0  # restarts per run (failed trainer jobs, or a server alone)
     hang_timeout_s: Optional[float] = None  # no trainer progress this long: a failure
     console: str = "auto"  # launcher.console: which processes' lines the console shows
+    # the plan's node groups and how many last nodes are CPU-only (spec/cluster.py): schedulers
+    # ask for each group's nodes as the runner's options for that group say
+    node_groups: tuple[NodeGroup, ...] = ()
+    cpu_nodes: int = 0
+
+    def cpu_only(self, node: int) -> bool:
+        return node >= self.num_nodes - self.cpu_nodes
+
+    def group_label(self, node: int) -> Optional[str]:
+        """The label of the first node group holding `node` (None: none does)."""
+        return next((g.label for g in self.node_groups if node in g.nodes), None)
 
     @property
     def nodes(self) -> list[int]:
@@ -81,6 +93,8 @@ class LaunchRequest:
                 "health_timeout_s": self.health_timeout_s, "paths": list(self.paths),
                 "max_restarts": self.max_restarts, "hang_timeout_s": self.hang_timeout_s,
                 "console": self.console,
+                **({"node_groups": [g.to_dict() for g in self.node_groups],
+                    "cpu_nodes": self.cpu_nodes} if self.node_groups or self.cpu_nodes else {}),
                 "processes": procs}
 
     def to_json(self, mask_secrets: bool = False) -> str:
@@ -102,7 +116,9 @@ class LaunchRequest:
                    max_restarts=int(d.get("max_restarts", 0)),
                    hang_timeout_s=(None if d.get("hang_timeout_s") is None
                                    else float(d["hang_timeout_s"])),
-                   console=str(d.get("console", "auto")))
+                   console=str(d.get("console", "auto")),
+                   node_groups=tuple(NodeGroup.from_dict(g) for g in d.get("node_groups", ())),
+                   cpu_nodes=int(d.get("cpu_nodes", 0)))
 
 
 # ----------------------------------------------------------------------------- on a node

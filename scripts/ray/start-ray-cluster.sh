@@ -4,6 +4,8 @@
 # around `make test`. Measured facts behind each choice: /work/shared/reference/ray.md.
 #   start-ray-cluster.sh [DIR]     (DIR: state folder; default: a new `mktemp -d /tmp/rc.XXXXXX`)
 # Env: RAY_NODES (2), RAY_GPUS_PER_NODE (8), RAY_CPUS_PER_NODE (2), RAY_OBJ_MB (128 per node),
+#      RAY_CPU_NODES (1: CPU-only nodes after them, no GPUs and the custom resource cpu_node: 1,
+#      what a plan's CPU-only node group asks for with launcher.group_resources.cpu={cpu_node: 1}),
 #      RAY_DASHBOARD (1: HTTP API on the head, needed by `ray job` and the state API; 0: off),
 #      RAY_BIN (the `ray` CLI of the venv the driver uses, versions must match; default: this
 #      project's .venv/bin/ray, else `ray` on PATH).
@@ -14,6 +16,7 @@
 #   RAY_TMPDIR (keeps Ray's files inside DIR). Stop with stop-ray-cluster.sh DIR.
 set -euo pipefail
 NODES=${RAY_NODES:-2}; GPUS=${RAY_GPUS_PER_NODE:-8}; CPUS=${RAY_CPUS_PER_NODE:-2}
+CPU_NODES=${RAY_CPU_NODES:-1}; ALL=$((NODES + CPU_NODES))
 OBJ=$(( ${RAY_OBJ_MB:-128} * 1024 * 1024 ))
 PROJECT_RAY=$(cd "$(dirname "$0")/../.." && pwd)/.venv/bin/ray
 RAY=${RAY_BIN:-$([ -x "$PROJECT_RAY" ] && echo "$PROJECT_RAY" || echo ray)}
@@ -33,7 +36,7 @@ if ls "$DIR"/node*.pid >/dev/null 2>&1; then echo "already started in $DIR (stop
 # free ports: GCS, client server, dashboard, one dashboard-agent HTTP port per node
 read -r -a PORTS <<<"$("$PY" -c "
 import socket
-ss=[socket.socket() for _ in range(3+$NODES)]
+ss=[socket.socket() for _ in range(3+$ALL)]
 for s in ss: s.bind(('127.0.0.1',0))
 print(' '.join(str(s.getsockname()[1]) for s in ss))")"
 GCS=${PORTS[0]}; CLIENT=${PORTS[1]}; DASH=${PORTS[2]}
@@ -41,8 +44,9 @@ export RAY_TMPDIR=$DIR RAY_USAGE_STATS_ENABLED=0
 # SIGTERM to a node drains it for up to 30 s by default while actors run; tests want it quick
 export RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S=${RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S:-1}
 
-common() {  # args: k
-  echo --node-ip-address=127.0.0.$(( $1 + 2 )) --num-cpus="$CPUS" --num-gpus="$GPUS" \
+common() {  # args: k (nodes from NODES on are CPU-only)
+  local gpus=$GPUS; [ "$1" -ge "$NODES" ] && gpus=0
+  echo --node-ip-address=127.0.0.$(( $1 + 2 )) --num-cpus="$CPUS" --num-gpus="$gpus" \
     --object-store-memory="$OBJ" --temp-dir="$DIR/n$1" --dashboard-agent-listen-port="${PORTS[$((3 + $1))]}" \
     --min-worker-port=0 --max-worker-port=0 --disable-usage-stats --block
 }
@@ -67,11 +71,13 @@ start_node 0 --head --port="$GCS" --ray-client-server-port="$CLIENT" \
   --dashboard-host=127.0.0.1 --dashboard-port="$DASH"
 wait_up 0 || fail "the head did not start"
 for k in $(seq 1 $((NODES - 1))); do start_node "$k" --address="127.0.0.2:$GCS"; done
-for k in $(seq 1 $((NODES - 1))); do wait_up "$k" || fail "node $k did not start"; done
+for k in $(seq "$NODES" $((ALL - 1))); do
+  start_node "$k" --address="127.0.0.2:$GCS" --resources='{"cpu_node": 1}'; done
+for k in $(seq 1 $((ALL - 1))); do wait_up "$k" || fail "node $k did not start"; done
 cat >"$DIR/env" <<ENV
 export RAY_ADDRESS=127.0.0.2:$GCS
 export RAY_API_SERVER_ADDRESS=http://127.0.0.1:$DASH
 export RAY_TMPDIR=$DIR
 ENV
-echo "# $NODES nodes x $GPUS GPUs up in $("$PY" -c "import time;print(round(time.time()-$t0,1))") s; state in $DIR"
+echo "# $NODES nodes x $GPUS GPUs + $CPU_NODES CPU-only up in $("$PY" -c "import time;print(round(time.time()-$t0,1))") s; state in $DIR"
 cat "$DIR/env"

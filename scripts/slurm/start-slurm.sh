@@ -3,13 +3,16 @@
 #
 # munged + slurmctld + slurmd node1..nodeN (default 2) on 127.0.0.1, each with fake GPUs
 # (GRES files that are links to /dev/null, so jobs see CUDA_VISIBLE_DEVICES, SLURM_STEP_GPUS
-# as on real GPU nodes), no cgroups, no systemd. Installs Debian's Slurm packages when missing
+# as on real GPU nodes), and CPU-only nodes after them (default 1: node3, no GRES) in a
+# partition of their own (`cpu`), so a job lands there only when it asks (--partition=cpu);
+# the default partition `debug` holds the GPU nodes. No cgroups, no systemd. Installs Debian's Slurm packages when missing
 # (apt-get; needs root). Idempotent: a running cluster with the same config is left alone; a
 # changed config restarts the Slurm daemons. Stop with stop-slurm.sh (by PID file).
 # Measured facts behind each choice: /work/shared/reference/slurm.md.
 # Tunables (env):
 #   SLURM_BASE=/tmp/areal-slurm  state, logs, pid files, fake GPU links
-#   SLURM_NODES=2                nodes node1..nodeN (all on 127.0.0.1, slurmd ports 17001+)
+#   SLURM_NODES=2                GPU nodes node1..nodeN (all on 127.0.0.1, slurmd ports 17001+)
+#   SLURM_CPU_NODES=1            CPU-only nodes after them (partition cpu), 0: none
 #   SLURM_CPUS=16                CPUs advertised per node (may exceed the real cores)
 #   SLURM_GPUS=8                 fake GPUs per node
 #   SLURM_MEM=8000               RealMemory (MB) per node
@@ -17,18 +20,26 @@
 #                                steps (what real clusters have); 0: no accounting (sacct says
 #                                "accounting storage is disabled"; saves ~20 s of install)
 #   SLURM_WAIT=60                seconds to wait for all nodes to be idle
+#   SLURM_ETC=/etc/slurm         where slurm.conf and gres.conf go; another folder (and other
+#   SLURM_CTLD_PORT=6817         ports) runs a second cluster beside the first: its commands
+#   SLURMD_PORT=17001            then need SLURM_CONF=$SLURM_ETC/slurm.conf (accounting off)
 set -euo pipefail
 
 BASE=${SLURM_BASE:-/tmp/areal-slurm}
 NODES=${SLURM_NODES:-2}
+CPU_NODES=${SLURM_CPU_NODES:-1}
 CPUS=${SLURM_CPUS:-16}
 GPUS=${SLURM_GPUS:-8}
 MEM=${SLURM_MEM:-8000}
 ACCT=${SLURM_ACCOUNTING:-1}
 WAIT=${SLURM_WAIT:-60}
 HOST=$(hostname -s)
-CONF=/etc/slurm/slurm.conf
-GRES=/etc/slurm/gres.conf
+ETC=${SLURM_ETC:-/etc/slurm}
+CONF=$ETC/slurm.conf
+GRES=$ETC/gres.conf
+CTLD_PORT=${SLURM_CTLD_PORT:-6817}
+NODE_PORT=${SLURMD_PORT:-17001}
+export SLURM_CONF=$CONF  # the daemons and the commands below read this one
 HERE=$(cd "$(dirname "$0")" && pwd)
 T0=$SECONDS
 
@@ -61,12 +72,19 @@ if [ -n "$missing" ]; then
 fi
 
 # ---------------------------------------------------------------- 2. config
-mkdir -p "$BASE"/state/ctld "$BASE"/log "$BASE"/fakedev /etc/slurm
+mkdir -p "$BASE"/state/ctld "$BASE"/log "$BASE"/fakedev "$ETC"
 for ((g = 0; g < GPUS; g++)); do               # gres/gpu File= must be a char device:
   ln -sfn /dev/null "$BASE/fakedev/nvidia$g"    # plain files are dropped, /dev/null links work
 done
 NODELIST="node[1-$NODES]"
-NODENAMES=$(seq -f "node%g" 1 "$NODES" | tr '\n' ' ')
+ALL=$((NODES + CPU_NODES))
+NODENAMES=$(seq -f "node%g" 1 "$ALL" | tr '\n' ' ')
+CPU_LINES=""
+if [ "$CPU_NODES" -gt 0 ]; then  # no Gres: CPU-only, in a partition no job gets by default
+  CPU_LIST="node[$((NODES + 1))-$ALL]"
+  CPU_LINES="NodeName=$CPU_LIST NodeHostname=$HOST NodeAddr=127.0.0.1 Port=[$((NODE_PORT + NODES))-$((NODE_PORT + ALL - 1))] CPUs=$CPUS RealMemory=$MEM Feature=cpu State=UNKNOWN
+PartitionName=cpu Nodes=$CPU_LIST Default=NO MaxTime=INFINITE State=UP"
+fi
 HOSTS_LINE="127.0.0.1 $NODENAMES # start-slurm nodes"
 
 if [ "$ACCT" = 1 ]; then
@@ -102,8 +120,8 @@ AuthInfo=cred_expire=10
 CredType=cred/munge
 SlurmUser=root
 SlurmdUser=root
-SlurmctldPort=6817
-SlurmdPort=6818
+SlurmctldPort=$CTLD_PORT
+SlurmdPort=$((CTLD_PORT + 1))
 StateSaveLocation=$BASE/state/ctld
 SlurmdSpoolDir=$BASE/state/d/%n
 SlurmctldPidFile=$BASE/state/slurmctld.pid
@@ -128,8 +146,9 @@ InactiveLimit=0
 KillWait=5
 MinJobAge=300
 GresTypes=gpu
-NodeName=$NODELIST NodeHostname=$HOST NodeAddr=127.0.0.1 Port=[17001-$((17000 + NODES))] CPUs=$CPUS RealMemory=$MEM Gres=gpu:$GPUS State=UNKNOWN
-PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+NodeName=$NODELIST NodeHostname=$HOST NodeAddr=127.0.0.1 Port=[$NODE_PORT-$((NODE_PORT + NODES - 1))] CPUs=$CPUS RealMemory=$MEM Gres=gpu:$GPUS State=UNKNOWN
+PartitionName=debug Nodes=$NODELIST Default=YES MaxTime=INFINITE State=UP
+$CPU_LINES
 CONF
 )
 new_gres=$(cat <<GRESCONF
@@ -140,8 +159,8 @@ GRESCONF
 changed=0
 if [ "$(cat "$CONF" 2>/dev/null)" != "$new_conf" ]; then printf '%s\n' "$new_conf" > "$CONF"; changed=1; fi
 if [ "$(cat "$GRES" 2>/dev/null)" != "$new_gres" ]; then printf '%s\n' "$new_gres" > "$GRES"; changed=1; fi
-if [ "$ACCT" = 1 ] && [ "$(cat /etc/slurm/slurmdbd.conf 2>/dev/null)" != "$new_dbd" ]; then
-  printf '%s\n' "$new_dbd" > /etc/slurm/slurmdbd.conf; chmod 600 /etc/slurm/slurmdbd.conf; changed=1
+if [ "$ACCT" = 1 ] && [ "$(cat "$ETC/slurmdbd.conf" 2>/dev/null)" != "$new_dbd" ]; then
+  printf '%s\n' "$new_dbd" > "$ETC/slurmdbd.conf"; chmod 600 "$ETC/slurmdbd.conf"; changed=1
 fi
 # node names resolve to loopback (a job's MASTER_ADDR is a node name)
 if [ "$(grep '# start-slurm nodes' /etc/hosts || true)" != "$HOSTS_LINE" ]; then
@@ -204,7 +223,7 @@ while :; do
   bad=$(printf '%s\n' "$states" | awk 'NF==2 && $2!="idle" && $2!="mix" && $2!="alloc"')
   if [ -n "$states" ] && [ -z "$bad" ]; then break; fi
   if [ $resumed = 0 ] && [ $SECONDS -gt $((deadline - WAIT + 5)) ] && printf '%s\n' "$bad" | grep -Eq 'drain|down|inval|fail'; then
-    scontrol update nodename="$NODELIST" state=resume 2>/dev/null || true; resumed=1
+    scontrol update nodename="$(echo $NODENAMES | tr ' ' ,)" state=resume 2>/dev/null || true; resumed=1
   fi
   if [ $SECONDS -ge $deadline ]; then
     log "nodes not idle after ${WAIT}s:"; printf '%s\n' "$states" >&2
