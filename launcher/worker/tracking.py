@@ -192,7 +192,7 @@ class WandB:
                       "dir": env.get("WANDB_DIR") or str(run_dir)}
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
-        self.run.log(dict(metrics), step=step)
+        self.run.log(dict(metrics), step=step, commit=True)  # a row now, not at the next step
 
     def close(self) -> None:
         self.run.finish()
