@@ -89,7 +89,7 @@ def build_plan(spec: LaunchConfig, local_gpus: GPUCount = 0,
     _check_dims(spec, allocs, dims, per_process)
     if cluster is None:
         cluster = cpu_cluster(spec.cluster, lambda: max(slots_needed(allocs, placement),
-                                                        virtual_slots({}, worker_raw)))
+                                                        virtual_slots(worker_raw)))
     engines = resolve.engines(spec, allocs, inherited, model_path(spec), cluster.device)
     at = {name: read_placement(name, value, cluster) for name, value in worker_raw.items()}
     offload = {**{n: e.offload for n, e in engines.items()},

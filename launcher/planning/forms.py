@@ -34,7 +34,6 @@ class Placed:
     gpus: tuple[int, ...]
     runs: tuple[Run, ...]
     mapped: bool  # written as a process map (or on a CPU-only group)
-    groups: tuple[str, ...] = ()  # node-group labels it names
 
     @property
     def cpu_only(self) -> bool:
@@ -70,12 +69,9 @@ def read_placement(key: str, value: Any, cluster: ClusterSpec) -> Placed:
                     "placement: ...} items")
     gpus: list[int] = []
     runs: list[Run] = []
-    labels: list[str] = []
     mapped = False
     for item in items:
         label, text = _label_and_text(key, item, cluster)
-        if label is not None:
-            labels.append(label)
         part = _one(key, item, label, text, cluster)
         first, done = _first_process(text), sum(r[2] for r in runs)
         if first is not None and first != done:
@@ -94,7 +90,7 @@ def read_placement(key: str, value: Any, cluster: ClusterSpec) -> Placed:
     if gpus and len({bool(r[0]) for r in runs}) > 1:
         raise _fail(key, value, "mixes GPU and CPU-only items", "place a component on GPUs or "
                     "on CPU-only nodes, not both")
-    return Placed(key, shown(value), tuple(gpus), tuple(runs), mapped, tuple(labels))
+    return Placed(key, shown(value), tuple(gpus), tuple(runs), mapped)
 
 
 def _label_and_text(key: str, item: Any, cluster: ClusterSpec) -> tuple[Optional[str], str]:
@@ -235,14 +231,14 @@ def engine_sets(raw: Mapping[str, Any], cluster: ClusterSpec
                     raise _fail(key, value, f"{name} runs one process per GPU or fewer",
                                 f"give it processes 0-{len(placed.gpus) - 1} at most")
         out[key] = format_gpu_set(placed.gpus)
-    return out, {n: k for n, k in per_process.items()}
+    return out, per_process
 
 
-def virtual_slots(raw: Mapping[str, Any], worker_raw: Mapping[str, Any]) -> int:
+def virtual_slots(placement: Mapping[str, Any]) -> int:
     """The GPU slots a CPU run's plain placements name (the highest index + 1; `all` and
     node-group items name none of their own)."""
     top = 0
-    for key, value in [*raw.items(), *worker_raw.items()]:
+    for key, value in placement.items():
         if isinstance(value, bool) or not isinstance(value, (str, int)):
             continue
         left = str(value).partition(":")[0].strip()
