@@ -300,3 +300,8 @@ def test_the_plan_carries_the_pipeline_stages_and_each_workers_offload_for_the_r
 def test_a_pipeline_stage_count_out_of_bounds_is_one_error_line():
     line = one_error_line(run("plan", "rollout.pipeline_stage_num=0"))
     assert "rollout.pipeline_stage_num=0: choose 1 to 1024" in line
+
+
+def test_rlinf_model_keys_of_an_engine_reach_its_entry():
+    plan = plan_of(["actor.model.precision=bf16", "actor.model.tensor_model_parallel_size=1"])
+    assert plan.meta["engine_options"]["actor"]["model"] == {"precision": "bf16"}

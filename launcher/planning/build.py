@@ -104,7 +104,8 @@ def build_plan(spec: LaunchConfig, local_gpus: GPUCount = 0,
     syncs = tuple(weight_sync(components[src], components[dst], cluster)
                   for src, dst in chosen.feeds.items() if src in components and dst in components)
     meta = {**plan_meta(spec),
-            "engine_options": {**{n: engine_options(e) for n, e in engines.items()},
+            "engine_options": {**{n: engine_options(e, _model_keys(spec, e))
+                                  for n, e in engines.items()},
                                **{n: {"options": dict(w.options), "offload": w.offload,
                                       "mem_gib": w.mem_gib} for n, w in declared.items()}}}
     if "rollout" in meta["engine_options"]:  # RLinf's pipelined rollout: the recipe's stages
@@ -345,7 +346,13 @@ def stage_num(spec: LaunchConfig) -> int:
     return n
 
 
-def engine_options(engine: resolve.Engine) -> dict:
+def _model_keys(spec: LaunchConfig, e: resolve.Engine) -> dict:
+    """RLinf's other `<engine>.model.*` keys (precision, ...), for the entry point."""
+    node = resolve.engine(spec, e.inherited_from or e.name, e.alloc.kind)
+    return dict(getattr(getattr(node, "model", None), "options", None) or {})
+
+
+def engine_options(engine: resolve.Engine, model: Optional[dict] = None) -> dict:
     """One engine's options for its entry point: its backend's sub-key, its offload, and for
     trainers how they train (dtype, gradient_checkpointing, max_tokens_per_mb)."""
     import dataclasses
@@ -355,6 +362,8 @@ def engine_options(engine: resolve.Engine) -> dict:
     out = {"options": dataclasses.asdict(engine.options), "offload": offload}
     if engine.training is not None:
         out["training"] = dataclasses.asdict(engine.training)
+    if model:
+        out["model"] = model
     return out
 
 
