@@ -19,13 +19,13 @@ from launcher.planning.components import (
     worker_plan,
     workers,
 )
-from launcher.planning.forms import UNBOUNDED, engine_sets, read_placement, virtual_slots
+from launcher.planning.forms import engine_sets, read_placement, virtual_slots
 from launcher.planning.nodes import node_groups
 from launcher.planning.placement import place, slots_needed
 from launcher.planning.ranks import component_plan, weight_sync
 from launcher.planning.sizing import Dims, size
 from launcher.spec.alloc import ModelAllocation
-from launcher.spec.cluster import ClusterSpec, NodeGroup
+from launcher.spec.cluster import UNBOUNDED, ClusterSpec, NodeGroup
 from launcher.spec.errors import ConfigError
 from launcher.spec.gpuset import parse_gpu_set
 from launcher.spec.limits import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_NODES

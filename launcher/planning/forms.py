@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
-from launcher.spec.cluster import ANY_NODE, ClusterSpec, NodeGroup
+from launcher.spec.cluster import ANY_NODE, UNBOUNDED, ClusterSpec, NodeGroup
 from launcher.spec.errors import PlacementError
 from launcher.spec.gpuset import format_gpu_set, parse_gpu_set
 
@@ -248,5 +248,3 @@ def virtual_slots(placement: Mapping[str, Any]) -> int:
         top = max(top, gpus[-1] + 1)
     return top
 
-
-UNBOUNDED = ClusterSpec(1, 1 << 16, "cpu")  # more virtual slots than any machine runs

@@ -14,7 +14,7 @@ from typing import Iterator, Mapping, Optional, Sequence, Union
 
 from launcher.planning.ranks import check_inference, check_training
 from launcher.spec.alloc import ModelAllocation
-from launcher.spec.cluster import ClusterSpec
+from launcher.spec.cluster import UNBOUNDED, ClusterSpec
 from launcher.spec.errors import PlacementError
 from launcher.spec.gpuset import format_gpu_set, parse_gpu_set
 from launcher.spec.plan import ENGINES, INHERITING, WORKERS
@@ -114,13 +114,12 @@ def slots_needed(allocs: Mapping[str, ModelAllocation],
     placement's need, or the highest placed index + 1, whichever is larger. `all` counts as the
     largest world size placed on it."""
     placed = _keys(component_placement, list(allocs))
-    unbounded = ClusterSpec(1, 1 << 16, "cpu")  # more virtual slots than any machine runs
     fixed: dict[str, tuple[int, ...]] = {}
     everywhere = [name for name, (_, text) in placed.items() if text.strip().lower() == "all"]
     span = max((allocs[name].world_size for name in everywhere), default=0)
     for name, (key, text) in placed.items():
         fixed[name] = (tuple(range(span)) if name in everywhere
-                       else parse_gpu_set(text, unbounded, key=key))
+                       else parse_gpu_set(text, UNBOUNDED, key=key))
     used = {g for gpus in fixed.values() for g in gpus}
     gpus = _fill(allocs, fixed, _free(used, None))
     return max((max(s) + 1 for s in gpus.values() if s), default=1)

@@ -77,3 +77,6 @@ class ClusterSpec:
         return cls(int(c["num_nodes"]), int(c["gpus_per_node"]), str(c.get("device", "cuda")),
                    tuple(NodeGroup.from_dict(g) for g in c.get("node_groups", ())),
                    int(c.get("cpu_nodes", 0)))
+
+
+UNBOUNDED = ClusterSpec(1, 1 << 16, "cpu")  # more virtual slots than any machine runs
