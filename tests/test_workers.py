@@ -5,6 +5,7 @@ tests/test_rlinf_runs.py."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -118,7 +119,7 @@ def test_a_pipelined_rollout_prepares_the_next_stage_while_the_current_one_gener
     assert len(stages) == 2 and "rollout of 2 prompt(s)" in stages[0]
     time.sleep(0.2)
     env_log = (run_dir / "env-0.log").read_text()
-    rollout0 = [float(v) for v in stages[0].rsplit("[", 1)[1].rstrip("]").split(", ")]
+    rollout0 = [float(v) for v in re.search(r"\[(\S+), (\S+)\]", stages[0]).groups()]
     reset1 = next(ln for ln in env_log.splitlines() if "reset step 5 stage 1" in ln)
     begin, end = (float(v) for v in reset1.rsplit("[", 1)[1].rstrip("]").split(", "))
     assert rollout0[0] < end and begin < rollout0[1]  # env's stage 1 inside rollout's stage 0

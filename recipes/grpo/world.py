@@ -4,8 +4,9 @@ over HTTP, spread over its processes), else the task in recipes/grpo/reward.py i
 
 With `rollout.pipeline_stage_num: N` a step's prompts are N stages: while rollout generates
 stage k, the env prepares stage k+1 and stage k-1 is scored (RLinf's pipelined rollout). Each
-stage's rollout is one log line with wall-clock start and end; the env logs its resets the same
-way, so the overlap can be read from the run's logs. Stdlib only (the sampling is passed in).
+stage's rollout is one log line with wall-clock start and end and when the next stage's reset
+was issued; the env logs its resets with start and end, so the schedule can be read from the
+run's logs. Stdlib only (the sampling is passed in).
 """
 from __future__ import annotations
 
@@ -107,14 +108,16 @@ class World:
             scored = []
             for j, size in enumerate(sizes):
                 episodes = prepared.result()
+                issued = ""
                 if j + 1 < len(sizes):  # the env prepares the next stage meanwhile
+                    issued = f", stage {j + 1} issued {time.time():.6f}"
                     prepared = pool.submit(self.prepare, step, j + 1, sizes[j + 1], seed)
                 start = time.time()
                 got = [dataclasses.replace(x, prompt_index=firsts[j] + x.prompt_index)
                        for x in sample([e.prompt for e in episodes], sample_seed + firsts[j] * n)]
                 if self.stages > 1:
                     self.say(f"grpo: step {step} stage {j}: rollout of {size} prompt(s) "
-                             f"[{start:.6f}, {time.time():.6f}]")
+                             f"[{start:.6f}, {time.time():.6f}]{issued}")
                 samples += got
                 scored.append(pool.submit(self.score, episodes, got, n))
             rewards = [r for f in scored for r in f.result()]
