@@ -343,6 +343,7 @@ def test_optuna_sweep_runs_real_trials_and_ends_with_the_best_one(tmp_path, tiny
     [parent] = [r for r in runs if r.data.tags.get("areal_launch.sweep") == group]
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     assert len(runs) == 4 and len(children) == 3
+    assert {r.info.status for r in (parent, *children)} == {"FINISHED"}  # the sweep ended
     assert all(mlflow_steps(sweep / "0", c.info.run_id) == [1, 2] for c in children)
     assert f"sweep picture: {sweep / 'sweep.png'}" in out.stderr
     assert (sweep / "sweep.png").read_bytes()[:4] == b"\x89PNG"

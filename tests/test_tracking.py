@@ -19,7 +19,7 @@ import pytest
 from launcher.cli.launch import counted_request, prepare
 from launcher.node.preflight import problems
 from launcher.spec import tracking
-from launcher.spec.plan import ProcessSpec
+from launcher.spec.plan import ENV_RUN_MARKER, ProcessSpec
 from launcher.spec.request import materialize
 from launcher.worker import plot
 from launcher.worker.tracking import Trackers, read_metrics
@@ -137,3 +137,33 @@ def test_the_sparkline_runs_from_the_lowest_to_the_highest_bar():
     assert plot.sparkline([0.0, 0.5, 1.0]) == "▁▅█"
     assert plot.sparkline([2.0, 2.0]) == "▁▁" and plot.sparkline([]) == ""
     assert len(plot.sparkline(list(range(100)), width=40)) == 40
+
+
+def test_a_sweeps_mlflow_parent_runs_while_a_point_does_and_ends_with_the_last(tmp_path):
+    """Two points of one sweep on MLflow's real SQLite store: the parent is RUNNING while
+    either point is open and FINISHED once both closed; a point that starts again (a restart)
+    sets it running again."""
+    from tests.trackers import mlflow_runs
+
+    def point(i: int) -> Trackers:
+        folder = tmp_path / "sweep" / str(i)
+        folder.mkdir(parents=True)
+        env = tracking.Identity(("mlflow",), f"r{i}", str(folder), f"run-{i}", "areal",
+                                sweep="s1").env({})
+        return Trackers({**env, ENV_RUN_MARKER: f"r{i}"}, str(folder))
+
+    def status() -> dict[str, str]:
+        return {r.data.tags.get("mlflow.runName", "?"): r.info.status
+                for r in mlflow_runs(tmp_path / "sweep" / "0")}
+
+    first, second = point(0), point(1)
+    assert first.log({"reward": 0.1}, 1) and second.log({"reward": 0.2}, 1)
+    first.close()
+    assert status() == {"s1": "RUNNING", "run-0": "FINISHED", "run-1": "RUNNING"}
+    second.close()
+    assert status() == {"s1": "FINISHED", "run-0": "FINISHED", "run-1": "FINISHED"}
+    again = Trackers(first.env, str(tmp_path / "sweep" / "0"), restart=1)
+    assert again.log({"reward": 0.3}, 2)
+    assert status()["s1"] == "RUNNING" and status()["run-0"] == "RUNNING"
+    again.close()
+    assert status()["s1"] == "FINISHED"

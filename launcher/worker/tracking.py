@@ -210,16 +210,19 @@ class MLflow:
         experiment = self._experiment(env.get("MLFLOW_EXPERIMENT_NAME") or "Default")
         marker = _need(env, ENV_RUN_MARKER)
         run_id = self._find(experiment, spec.MLFLOW_RUN_TAG, marker)
+        sweep = env.get(spec.ENV_SWEEP)
+        self.parent = self._parent(uri, experiment, sweep) if sweep else None
         if run_id is None:
             tags = {spec.MLFLOW_RUN_TAG: marker}
-            sweep = env.get(spec.ENV_SWEEP)
-            if sweep:
-                tags["mlflow.parentRunId"] = self._parent(uri, experiment, sweep)
+            if self.parent:
+                tags["mlflow.parentRunId"] = self.parent
             run_id = self.client.create_run(experiment, run_name=env.get(spec.ENV_RUN_NAME),
                                             tags=tags).info.run_id
         else:
             self.client.update_run(run_id, "RUNNING")
-        self.run_id = run_id
+        if self.parent:  # the sweep runs while any of its points does
+            self.client.update_run(self.parent, "RUNNING")
+        self.experiment, self.run_id = experiment, run_id
         self.where = {"tracking_uri": uri, "experiment_id": experiment, "run_id": run_id}
 
     def _experiment(self, name: str) -> str:
@@ -266,4 +269,14 @@ class MLflow:
                                                     for k, v in metrics.items()])
 
     def close(self) -> None:
+        """This run ends; so does the sweep's parent when no other point of it is running (a
+        later point sets it running again)."""
         self.client.set_terminated(self.run_id)
+        if self.parent is None:
+            return
+        running = self.client.search_runs(
+            [self.experiment], max_results=1,
+            filter_string=f"tags.`mlflow.parentRunId` = '{self.parent}' and "
+                          "attributes.status = 'RUNNING'")
+        if not running:
+            self.client.set_terminated(self.parent)
