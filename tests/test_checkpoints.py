@@ -80,6 +80,18 @@ def test_a_checkpoint_request_is_pending_until_a_trainer_marks_it_done(tmp_path)
         ["checkpoint", "checkpoint.done"]  # no temporary files left behind
 
 
+def test_a_request_says_within_how_long_the_launcher_stops_the_job_after_it(tmp_path):
+    plain = ck.request_checkpoint(tmp_path)
+    assert ck.stop_within_s(tmp_path, plain) is None  # the job goes on after it
+    stopping = ck.request_checkpoint(tmp_path, stop_within_s=100)
+    assert ck.pending_request(tmp_path) == stopping  # the id alone, as before
+    assert ck.stop_within_s(tmp_path, stopping) == 100 and ck.stop_within_s(tmp_path, plain) is None
+    # the batch shell's own line (launcher/runners/sbatch.py): "<id> <seconds>"
+    (tmp_path / "control" / "checkpoint").write_text("slurm-7-0 100\n")
+    assert ck.pending_request(tmp_path) == "slurm-7-0"
+    assert ck.stop_within_s(tmp_path, "slurm-7-0") == 100
+
+
 def test_the_module_is_stdlib_only():
     code = ("import sys, launcher.worker.checkpoints, launcher.worker.progress, launcher.worker.runtime; "
             "print(sorted(m for m in ('torch', 'numpy', 'vllm', 'yaml') if m in sys.modules))")

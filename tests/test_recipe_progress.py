@@ -1,7 +1,8 @@
 """The default recipe reports progress and honours the launcher's checkpoint request, in a real
 `areal-launch rollout=none` run (two FSDP2 ranks on gloo): each rank's progress record moves
 through the recipe's phases with increasing steps, and a request written mid-run is honoured by
-every rank at the next step boundary (the checkpoint folder, then the .done file)."""
+every rank at the next step boundary (the checkpoint folder, then the .done file), after which
+every rank holds for the stop the request announced, and goes on when none comes."""
 from __future__ import annotations
 
 import os
@@ -16,6 +17,7 @@ from tests.areal_launch import EXE, ROOT
 pytestmark = pytest.mark.torch
 
 STEPS = 10
+HOLD_S = 2  # the request says the launcher stops the job within 2 s of the checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +37,8 @@ def watched_run(tmp_path_factory, tiny_model):
         now = progress.read_all(run_dir)
         samples += [p for p in now.values() if not samples or p not in samples[-4:]]
         if request is None and 0 in now and now[0].step >= 3:
-            request = (checkpoints.request_checkpoint(run_dir), now[0].step)
+            request = (checkpoints.request_checkpoint(run_dir, stop_within_s=HOLD_S),
+                       now[0].step)
         time.sleep(0.02)
     out = proc.communicate(timeout=60)[0]
     assert proc.returncode == 0, out[-4000:]
@@ -71,3 +74,9 @@ def test_a_checkpoint_request_mid_run_is_honoured_by_all_ranks_at_the_next_step_
                                                   "rng_1.pt", ".metadata", "meta.json"}
     assert [c.step for c in checkpoints.complete(run_dir / "checkpoints")] == [step, STEPS]
     assert any(p.phase == "checkpoint" and p.step == step for p in samples if p.rank == 1)
+    # the request announced a stop: every rank held after the checkpoint, then went on
+    for rank in (0, 1):
+        assert any(p.phase == "held for the stop" and p.step == step
+                   for p in samples if p.rank == rank), rank
+    assert out.count(f"step {step}: the launcher stops this job within {HOLD_S} s") == 1
+    assert out.count(f"step {step}: no stop came within {HOLD_S} s: going on") == 1  # rank 0

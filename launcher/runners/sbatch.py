@@ -280,7 +280,8 @@ def _requeue_lines(opts: Any, step: list[str]) -> list[str]:
     limit; it asks the trainers for a checkpoint through the run folder (checkpoints.py's
     control files), waits for it (at most the signal's lead less a margin for the requeue),
     records the requeue (restarts.py's record format) and requeues the job. The job starts
-    again in the same run folder and the trainers resume from their newest checkpoint. A run
+    again in the same run folder and the trainers resume from their newest checkpoint (they
+    hold after it, at most the signal's lead, for the stop: nothing is done twice). A run
     that ends meanwhile, or whose trainers say that checkpoint was their last step, is not
     requeued: it finishes. A start after any requeue (preemption, node failure, by hand) is
     recorded too."""
@@ -306,7 +307,8 @@ def _requeue_lines(opts: Any, step: list[str]) -> list[str]:
         '  echo "areal-launch: the time limit is near: asking the trainers for a checkpoint, '
         'then requeueing job $SLURM_JOB_ID"',
         f"  mkdir -p {control}",
-        f'  printf "%s\\n" "$id" > {control}/.{checkpoints.REQUEST}.part && '
+        f'  printf "%s {int(opts.requeue_signal_s)}\\n" "$id" '  # the stop comes within that
+        f"> {control}/.{checkpoints.REQUEST}.part && "
         f"mv {control}/.{checkpoints.REQUEST}.part {control}/{checkpoints.REQUEST}",
         f"  local got last; for _ in $(seq {wait_s}); do",
         f"    got=; last=; {{ read -r got last < {control}/{checkpoints.DONE}; }} 2>/dev/null",

@@ -6,9 +6,13 @@ temporary name in the same folder (`.tmp-step_<k>-<pid>`) and renamed into place
 so a `step_<k>` folder that exists is complete and the newest one is the one to resume from.
 
 Request: the launcher (Slurm requeue before the time limit, a graceful stop) writes
-`<run folder>/control/checkpoint` holding a request id; trainers honour it at their next step
+`<run folder>/control/checkpoint` holding a request id, optionally followed by the seconds
+within which it stops the job after the checkpoint; trainers honour it at their next step
 boundary (all ranks together), save, and write `control/checkpoint.done` with the same id,
 followed by ` final` when that was their last step (so a requeue is not asked for a finished run).
+A request with a stop bound is the job's last checkpoint: the trainers hold there, logging
+nothing more, until the stop (a step done after it would be done again after the resume, and a
+tracker's service killed by the stop could lose it).
 
 Stdlib only: the launcher (status, requeue) and the trainers both import it.
 """
@@ -164,12 +168,18 @@ def _read(path: Path) -> Optional[str]:
         return None
 
 
-def request_checkpoint(run_dir: PathLike) -> str:
-    """Ask the run's trainers for a checkpoint at their next step boundary; the request id
-    (give it to `checkpoint_done`)."""
+def request_checkpoint(run_dir: PathLike, stop_within_s: Optional[int] = None) -> str:
+    """Ask the run's trainers for a checkpoint at their next step boundary; `stop_within_s`:
+    the launcher stops the job that long after it at most (the trainers hold meanwhile).
+    The request id (give it to `checkpoint_done`)."""
     request_id = f"{int(time.time())}-{uuid.uuid4().hex[:8]}"
-    _write(request_path(run_dir), request_id + "\n")
+    bound = "" if stop_within_s is None else f" {int(stop_within_s)}"
+    _write(request_path(run_dir), request_id + bound + "\n")
     return request_id
+
+
+def _request_words(run_dir: PathLike) -> list[str]:
+    return (_read(request_path(run_dir)) or "").split()
 
 
 def _done_id(run_dir: PathLike) -> Optional[str]:
@@ -185,8 +195,17 @@ def checkpoint_done(run_dir: PathLike, request_id: str) -> bool:
 def pending_request(run_dir: PathLike) -> Optional[str]:
     """The id of a request not honoured yet, or None (read by one trainer rank, which shares
     the answer with the others so that they all save at the same step)."""
-    wanted = _read(request_path(run_dir))
-    return wanted if wanted and wanted != _done_id(run_dir) else None
+    words = _request_words(run_dir)
+    return words[0] if words and words[0] != _done_id(run_dir) else None
+
+
+def stop_within_s(run_dir: PathLike, request_id: str) -> Optional[int]:
+    """The seconds within which the launcher stops the job after request `request_id`'s
+    checkpoint, or None when it goes on after it (or the request is another one)."""
+    words = _request_words(run_dir)
+    if len(words) < 2 or words[0] != request_id or not words[1].isdigit():
+        return None
+    return int(words[1])
 
 
 def mark_done(run_dir: PathLike, request_id: str, final: bool = False) -> None:

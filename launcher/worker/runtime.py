@@ -28,7 +28,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from launcher.planning.ranks import AXES
 from launcher.spec.errors import LaunchError
@@ -304,6 +304,25 @@ class RuntimePlan:
             trackers.close()
         if run_dir:
             checkpoints.mark_done(run_dir, request_id, final)
+
+    def hold_for_stop(self, request_id: str, step: int,
+                      say: Callable[[str], None] = print) -> bool:
+        """After the checkpoint of request `request_id`: when the launcher said it stops the
+        job next (a requeue), hold here, heartbeating, until it does, so that nothing is done or
+        logged that the resume would do again. Returns False at once when the launcher goes on
+        after it, True when the stop never came within its bound (then the trainer goes on)."""
+        run_dir = self.run_dir()
+        bound = checkpoints.stop_within_s(run_dir, request_id) if run_dir else None
+        if bound is None:
+            return False
+        say(f"step {step}: the launcher stops this job within {bound} s after this checkpoint: "
+            "holding")
+        deadline = time.monotonic() + bound
+        while time.monotonic() < deadline:
+            self.heartbeat(step, "held for the stop")
+            time.sleep(0.5)
+        say(f"step {step}: no stop came within {bound} s: going on")
+        return True
 
     def enable_stack_dumps(self) -> str:
         """SIGUSR2 (launcher.worker.progress.STACK_SIGNAL) dumps every thread's Python stack to

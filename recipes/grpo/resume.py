@@ -153,6 +153,8 @@ def at_step_end(s: "Session", engine: Checkpointable, step: int,
                 s.rt.checkpoint_request_done(request, final=step == s.opts.steps)
             say(f"grpo: checkpoint {shown(s.rt, folder)} saved ({reason}, "
                 f"{time.monotonic() - start:.1f}s)")
+            if request and step != s.opts.steps:  # every rank: the launcher may stop us now
+                s.rt.hold_for_stop(request, step, say)
     test_failure(s.rt, s.rank, step)
 
 
