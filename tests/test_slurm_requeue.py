@@ -75,7 +75,7 @@ def test_a_job_warned_before_its_time_limit_checkpoints_requeues_and_resumes_in_
                 if len(starts) != n:
                     return False
                 since = text[starts[-1].end():] if starts else text
-                return len(re.findall(rf"^step \d+/{steps} ", since, re.MULTILINE)) >= 2
+                return len(re.findall(rf"\bstep \d+/{steps} ", since)) >= 2
             assert wait_until(two_more_steps, 300, 0.2), job_log(run_dir, job)[-3000:]
             subprocess.run(["scancel", "--batch", "--signal=USR1", job], check=True)
         deadline = time.monotonic() + 600
