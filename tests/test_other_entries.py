@@ -56,6 +56,7 @@ def seen(run_dir: Path, name: str) -> dict:
 
 
 # ----------------------------------------------------------------------------- the real run
+@pytest.mark.torch  # torchrun runs in the stand-in venv (torch through its .pth)
 def test_the_trainers_run_under_trainer_python_with_areals_environment(areal_run, stand_in):
     server = json.loads((areal_run / "request.json").read_text())["processes"][0]
     port = server["ports"][0]
@@ -68,6 +69,7 @@ def test_the_trainers_run_under_trainer_python_with_areals_environment(areal_run
         assert got["argv"] == ["--config", "gsm8k.yaml", "actor.lr=1e-5"]
 
 
+@pytest.mark.torch
 def test_the_server_runs_its_module_with_rollout_python_and_server_args(areal_run, stand_in):
     got = seen(areal_run, "server-seen.json")
     assert got["executable"] == str(stand_in.python)
@@ -76,11 +78,13 @@ def test_the_server_runs_its_module_with_rollout_python_and_server_args(areal_ru
     assert argv[-3:] == ["--max-num-seqs", "4", "--enable-prefix-caching"]
 
 
+@pytest.mark.torch
 def test_a_worker_runs_under_its_own_python(areal_run, stand_in):
     assert seen(areal_run, "worker-seen.json")["prefix"] == str(stand_in.venv)
 
 
 # ----------------------------------------------------------------------------- preflight
+@pytest.mark.torch
 def test_an_entry_importing_what_its_interpreter_lacks_is_one_line(stand_in, tmp_path):
     line = one_error_line(run(*CPU, "rollout=none", f"trainer.entry={stand_in.entry}",
                               f"hydra.run.dir={tmp_path}/run"))
