@@ -166,6 +166,15 @@ def test_under_ray_a_component_interpreter_wins_over_the_node_group_and_launcher
     assert set(argv0(request).values()) == {"/ray/bin/python"}  # nothing of their own
 
 
+def test_sglangs_server_module_is_chosen_the_same_way():
+    module = "areal.experimental.inference_service.sglang.launch_server"
+    request, _ = request_of("rollout.backend=sglang:d1", f"rollout.server_module={module}",
+                            "rollout.server_args.max_running_requests=8", *AREAL[5:])
+    argv = request.processes[0].argv
+    assert argv[1:4] == ("-m", module, "--model-path")
+    assert argv[-2:] == ("--max-running-requests", "8")
+
+
 def test_our_recipe_gets_no_areal_environment_or_folders():
     request, _ = request_of("cluster.device=cpu", "hydra.run.dir=/runs/r")
     assert request.areal is None
