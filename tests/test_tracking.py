@@ -83,7 +83,8 @@ def test_a_tracker_the_trainers_interpreter_lacks_is_named_with_its_extra():
                        env={tracking.ENV_TRACKING: "wandb,mlflow"})
     said = problems([materialize(spec, ["127.0.0.1"], None, "cpu", "r")], [])
     assert said[0] == (f"actor-node0 needs 'wandb', which {bare} cannot import: "
-                       "pip install 'areal-launch[wandb]'")
+                       "pip install 'areal-launch[wandb]' (or set trainer.python to an "
+                       "interpreter that has it)")
     assert said[1].startswith("actor-node0 needs 'mlflow'") and "areal-launch[mlflow]" in said[1]
 
 

@@ -18,13 +18,15 @@ from launcher.spec.plan import (
     component_addrs_env,
     host_placeholder,
 )
+from launcher.spec.registry import TRAIN
 
 
 def build_processes(planned: Any, entry: str, entry_args: Sequence[str],
-                    ctx: LaunchContext) -> Plan:
+                    ctx: LaunchContext, trainer_python: Optional[str] = None) -> Plan:
     """The plan with every process it needs and the backends' warnings added.
 
-    `planned` is a launcher.planning.build.Planned (the plan and its typed engines)."""
+    `planned` is a launcher.planning.build.Planned (the plan and its typed engines);
+    `trainer_python`: the interpreter of every training engine's ranks (trainer.python)."""
     plan: Plan = planned.plan
     servers: list[ProcessSpec] = []
     addrs: list[str] = []
@@ -46,8 +48,13 @@ def build_processes(planned: Any, entry: str, entry_args: Sequence[str],
     trainers = trainer_processes(plan, planned.engines, entry, entry_args, ctx, by_server,
                                  served)
     told = coordination(workers, by_server)
-    processes = tuple(servers) + tuple(on_node(plan, p, ctx.python, told)
-                                       for p in workers + trainers)
+    own = {name: e.python for name, e in planned.engines.items() if e.python}
+    own.update({name: w.python for name, w in planned.workers.items() if w.python})
+    if trainer_python:
+        own.update({c.name: trainer_python for c in plan.components.values() if c.kind == TRAIN})
+    processes = tuple(interpreter(plan, p, ctx.python, own) for p in servers) + \
+        tuple(interpreter(plan, on_node(plan, p, told), ctx.python, own)
+              for p in workers + trainers)
     names = [p.name for p in processes]
     if len(set(names)) != len(names):  # a bug here, not a user mistake
         raise AssertionError(f"duplicate process names: {names}")
@@ -67,14 +74,22 @@ def coordination(workers: Sequence[ProcessSpec], servers: dict[str, list[str]]
     return {k: v for k, v in told.items() if len(v) <= MAX_ENV_ADDRS}
 
 
-def on_node(plan: Plan, p: ProcessSpec, python: str, told: dict[str, str]) -> ProcessSpec:
+def on_node(plan: Plan, p: ProcessSpec, told: dict[str, str]) -> ProcessSpec:
     """A trainer or worker as its node group has it (the group's environment below the
-    launcher's own variables, the group's interpreter), told where every worker answers."""
+    launcher's own variables), told where every worker answers."""
     group = plan.cluster.group_of(p.node)
     env = {**p.env, **told}
-    argv = p.argv
     if group is not None:
         env.update({k: v for k, v in group.env.items() if not k.startswith(CONTRACT_PREFIX)})
-        if group.python and argv and argv[0] == python:
-            argv = (group.python, *argv[1:])
-    return dataclasses.replace(p, env=env, argv=argv)
+    return dataclasses.replace(p, env=env)
+
+
+def interpreter(plan: Plan, p: ProcessSpec, default: str, own: dict[str, str]) -> ProcessSpec:
+    """`p` run by its interpreter: its component's own (`own`: component -> interpreter),
+    else its node group's, else the runner's `default`, which the backends wrote
+    (launcher.spec.entry says why in that order)."""
+    if not p.argv or p.argv[0] != default:
+        return p
+    group = plan.cluster.group_of(p.node)
+    python = own.get(p.component.split(",")[0]) or (group.python if group else None) or default
+    return p if python == default else dataclasses.replace(p, argv=(python, *p.argv[1:]))

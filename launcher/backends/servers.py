@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
-from launcher.backends.common import layered_env
+from launcher.backends.common import layered_env, refuse_flags
 from launcher.spec.plan import (
     DEFAULT_SERVED_MODEL,
     ENV_COMPONENT,
@@ -100,6 +100,21 @@ def server_env(engine: "Engine", ctx: "LaunchContext", defaults: Mapping[str, st
 def health_url(node: int, port: int, client: ServerClient) -> str:
     """Where the supervisor polls a server before counting it up."""
     return f"http://{host_placeholder(node)}:{port}{client.health}"
+
+
+def module_argv(engine: "Engine", ctx: "LaunchContext", module: str) -> list[str]:
+    """`python -m MODULE`: the backend's module, or the one `<engine>.server_module` names
+    (a wrapper of the engine's own server that takes its flags, such as AReaL's). The
+    interpreter is chosen after (launcher.backends.processes.interpreter)."""
+    return [ctx.python, "-m", engine.server_module or module]
+
+
+def user_flags(engine: "Engine", refused: Mapping[str, str]) -> list[str]:
+    """The user's own flags for the servers, `<engine>.extra_args` then `server_args`; a
+    flag the launcher sets from the plan is refused in either."""
+    refuse_flags(engine.extra_args, refused, f"{engine.name}.extra_args")
+    refuse_flags(engine.server_args, refused, f"{engine.name}.server_args")
+    return [*engine.extra_args, *engine.server_args]
 
 
 def listen_args(node: int, port: int) -> list[str]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
-from launcher.backends.common import launcher_owned, refuse_flags
+from launcher.backends.common import launcher_owned
 from launcher.backends.protocol import Install
 from launcher.backends.servers import (
     HttpCall,
@@ -26,9 +26,11 @@ from launcher.backends.servers import (
     health_url,
     listen_args,
     local_gpus,
+    module_argv,
     process_name,
     served_model_name,
     server_env,
+    user_flags,
 )
 from launcher.memory.infer import STATIC_BUDGET, InferenceOptions
 from launcher.spec.errors import ConfigError
@@ -109,10 +111,10 @@ def servers(comp: "ComponentPlan", plan: "Plan", engine: "Engine",
             ctx: "LaunchContext") -> ServerSet:
     """One ProcessSpec per instance and node of the rollout component."""
     opts: Options = engine.options
-    refuse_flags(engine.extra_args, REFUSED, f"{engine.name}.extra_args")
+    flags = user_flags(engine, REFUSED)
     check_options(opts, comp.alloc.tp)
     dp_attention = attention_dp_size(opts, comp.alloc.tp) > 1
-    shared = _option_args(engine, comp.alloc.tp) + list(engine.extra_args)
+    shared = _option_args(engine, comp.alloc.tp) + flags
     out = ServerSet()
     if plan.cluster.device == "cpu":
         out.warnings.append("rollout: SGLang on cpu needs SGLang's CPU kernels built from "
@@ -124,7 +126,7 @@ def servers(comp: "ComponentPlan", plan: "Plan", engine: "Engine",
         dist_port = ctx.ports_in_a_row(DIST_INIT_PORTS) if len(nodes) > 1 or dp_attention else None
         out.addrs.append(f"{leader}:{port}")
         for rank, node in enumerate(nodes):
-            argv = [ctx.python, "-m", MODULE, "--model-path", engine.model_path,
+            argv = [*module_argv(engine, ctx, MODULE), "--model-path", engine.model_path,
                     "--tp-size", str(comp.alloc.tp)]
             if comp.alloc.pp > 1:
                 argv += ["--pp-size", str(comp.alloc.pp)]

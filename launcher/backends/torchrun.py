@@ -96,6 +96,19 @@ def entry_argv(entry: str) -> list[str]:
     return entry.split() if entry.startswith("-m ") else [entry]
 
 
+def entry_in(argv: Sequence[str]) -> tuple[str, ...]:
+    """What a process's argv runs: `("-m", module)` or `(script,)`; a trainer's, its entry
+    after torchrun's own flags (each `--flag value`, as trainer_processes writes them)."""
+    rest = list(argv[1:])
+    if rest[:2] == ["-m", MODULE]:
+        rest = rest[2:]
+        while len(rest) > 1 and rest[0].startswith("--"):
+            rest = rest[2:]
+    if rest[:1] == ["-m"]:
+        return tuple(rest[:2]) if len(rest) > 1 else ()
+    return tuple(rest[:1])
+
+
 def trainer_processes(plan: "Plan", engines: Mapping[str, "Engine"], entry: str,
                       entry_args: Sequence[str], ctx: "LaunchContext",
                       server_addrs: Mapping[str, Sequence[str]], served_model: Optional[str]

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
-from launcher.backends.common import launcher_owned, refuse_flags
+from launcher.backends.common import launcher_owned
 from launcher.backends.protocol import Install
 from launcher.backends.servers import (
     HttpCall,
@@ -26,9 +26,11 @@ from launcher.backends.servers import (
     health_url,
     listen_args,
     local_gpus,
+    module_argv,
     process_name,
     served_model_name,
     server_env,
+    user_flags,
 )
 from launcher.memory.infer import CARD_BUDGET, InferenceOptions
 from launcher.spec.errors import ConfigError
@@ -109,10 +111,10 @@ REFUSED = {
 def servers(comp: "ComponentPlan", plan: "Plan", engine: "Engine",
             ctx: "LaunchContext") -> ServerSet:
     """One ProcessSpec per instance and node of the rollout component."""
-    refuse_flags(engine.extra_args, REFUSED, f"{engine.name}.extra_args")
+    flags = user_flags(engine, REFUSED)
     out = ServerSet()
     device = plan.cluster.device
-    shared = _option_args(engine, device, out.warnings) + list(engine.extra_args)
+    shared = _option_args(engine, device, out.warnings) + flags
     for inst in comp.instances:
         nodes = sorted(inst.nodes)
         leader = host_placeholder(nodes[0])
@@ -120,7 +122,7 @@ def servers(comp: "ComponentPlan", plan: "Plan", engine: "Engine",
         master_port = ctx.next_port() if len(nodes) > 1 else None
         out.addrs.append(f"{leader}:{port}")
         for rank, node in enumerate(nodes):
-            argv = [ctx.python, "-m", MODULE, "--model", engine.model_path,
+            argv = [*module_argv(engine, ctx, MODULE), "--model", engine.model_path,
                     "--tensor-parallel-size", str(comp.alloc.tp),
                     "--pipeline-parallel-size", str(comp.alloc.pp),
                     "--distributed-executor-backend", "mp", *listen_args(node, port)]

@@ -23,11 +23,12 @@ from launcher.planning.build import Planned, explicit_keys
 from launcher.runners import Runner
 from launcher.spec import registry
 from launcher.spec.errors import ConfigError, LaunchError, UserError
-from launcher.spec.plan import ENGINES, Plan
-from launcher.spec.request import LaunchRequest
+from launcher.spec.plan import ENGINES, ENV_SPMD_MODE, Plan
+from launcher.spec.request import ArealFolders, LaunchRequest
 from launcher.spec.tracking import Identity, check
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # the folder holding launcher/ and recipes/
+RECIPES = REPO_ROOT / "recipes"
 
 
 @dataclass
@@ -168,13 +169,17 @@ def build_request(prep: Prepared, run_dir: Path, next_port: Callable[[], int]
     identity = Identity(check(config.launcher.tracking), run_id, str(run_dir),
                         job_name(prep) if prep.sweep else f"{job_name(prep)}-{run_dir.name}",
                         str(config.experiment_name), prep.sweep)
+    areal = areal_folders(prep, run_dir)
+    trainer_env = identity.env({**os.environ, **extra_env})
+    if areal is not None:  # AReaL's trainer reads it: started by a launcher, under torchrun
+        trainer_env[ENV_SPMD_MODE] = "1"
     ctx = LaunchContext(run_dir=str(run_dir), plan_path=str(run_dir / "plan.json"),
                         python=prep.runner.python(), next_port=next_port,
-                        cpus=prep.runner.cpus(), extra_env=extra_env,
-                        trainer_env=identity.env({**os.environ, **extra_env}),
+                        cpus=prep.runner.cpus(), extra_env=extra_env, trainer_env=trainer_env,
                         engine_env={name: user_env(engine(config, name).env, shell=False)
                                     for name in ENGINES})
-    plan = build_processes(prep.planned, prep.entry, [str(a) for a in config.trainer.args], ctx)
+    plan = build_processes(prep.planned, prep.entry, [str(a) for a in config.trainer.args], ctx,
+                           trainer_python=config.trainer.python)
     request = LaunchRequest(
         run_id=run_id, run_dir=str(run_dir), job_name=job_name(prep),
         device=plan.cluster.device, num_nodes=plan.cluster.num_nodes,
@@ -183,8 +188,29 @@ def build_request(prep: Prepared, run_dir: Path, next_port: Callable[[], int]
         health_timeout_s=health_timeout_s(config), paths=read_paths(plan, prep.entry),
         max_restarts=int(config.launcher.max_restarts),
         hang_timeout_s=config.launcher.hang_timeout_s, console=str(config.launcher.console),
-        node_groups=plan.cluster.groups, cpu_nodes=plan.cluster.cpu_nodes)
+        node_groups=plan.cluster.groups, cpu_nodes=plan.cluster.cpu_nodes, areal=areal)
     return plan, request
+
+
+def is_recipe(entry: str) -> bool:
+    """Whether a trainer entry is one of the recipes shipped here (recipes/, as a path or a
+    module), not someone else's (AReaL's examples/math/gsm8k_rl.py)."""
+    if entry.startswith("-m "):
+        return entry.split()[1].startswith(f"{RECIPES.name}.")
+    return Path(entry).absolute().is_relative_to(RECIPES)
+
+
+def areal_folders(prep: Prepared, run_dir: Path) -> Optional[ArealFolders]:
+    """AReaL's folders for a run whose trainers run an entry that is not ours (None: ours, or
+    no trainers): the run folder is the fileroot and holds name_resolve's records, so no run
+    shares them with another. (AReaL's `cluster.fileroot` and `cluster.name_resolve` keys,
+    read where the config is, take their place here when they are set.)"""
+    if not any(c.kind == registry.TRAIN for c in prep.plan.components.values()) or \
+            is_recipe(prep.entry):
+        return None
+    config = prep.spec.config
+    return ArealFolders(fileroot=str(run_dir), name_resolve=str(run_dir / "name_resolve"),
+                        trial=f"{config.experiment_name}/{config.trial_name}")
 
 
 def read_paths(plan: Plan, entry: str) -> tuple[str, ...]:

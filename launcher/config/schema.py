@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Mapping, Optional
 from omegaconf import MISSING
 
 from launcher.spec import registry
+from launcher.spec.entry import check_module, check_python, server_flags
 from launcher.spec.errors import ConfigError
 from launcher.spec.limits import seconds_problem
 from launcher.spec.plan import ENGINES
@@ -60,11 +61,20 @@ class RolloutBase:
     health_timeout_s: float = HEALTH_TIMEOUT_S
     extra_args: List[str] = field(default_factory=list)
     env: Dict[str, str] = field(default_factory=dict)  # this engine's processes only
+    # the servers' interpreter (None: the node group's, else the runner's), the module they
+    # run (None: the backend's own, e.g. AReaL's areal.engine.vllm_ext.areal_vllm_server)
+    # and more flags for it as a mapping, AReaL's way ({max_num_seqs: 64}: --max-num-seqs 64)
+    python: Optional[str] = None
+    server_module: Optional[str] = None
+    server_args: Dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         problem = seconds_problem(self.health_timeout_s, allow_zero=False)
         if problem:
             raise ConfigError(f"rollout.health_timeout_s={self.health_timeout_s}: {problem}")
+        check_python("rollout.python", self.python)
+        check_module("rollout.server_module", self.server_module)
+        server_flags("rollout.server_args", self.server_args)
 
 
 TRAIN_DTYPES = ("float32", "bfloat16", "float16")
@@ -139,10 +149,16 @@ TrainEngineConfig = _with_backend_options(TrainEngineBase, registry.TRAIN,
 
 @dataclass
 class TrainerConfig:
-    """The entry point every torchrun worker runs, and its arguments."""
+    """The entry point every torchrun worker runs, its arguments, and the interpreter of
+    every training engine's processes (torchrun runs in it, so its ranks do; None: the node
+    group's, else the runner's): another project's venv, e.g. AReaL's."""
 
     entry: str = "recipes/grpo/train.py"
     args: List[str] = field(default_factory=list)
+    python: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        check_python("trainer.python", self.python)
 
 
 @dataclass
@@ -159,6 +175,7 @@ class ComponentConfig:
     entry: Optional[str] = None  # a script path, or "-m module"
     args: List[str] = field(default_factory=list)
     env: Dict[str, str] = field(default_factory=dict)
+    python: Optional[str] = None  # its interpreter; None: the node group's, else the runner's
     processes: int = 1  # CPU-only: how many
     processes_per_gpu: int = 1  # placed on GPUs: how many on each
     # an HTTP path to poll (`/health`): each process gets a port (AREAL_WORKER_PORT) and the
@@ -374,4 +391,4 @@ def _open_backend_options() -> Any:
 
 
 # nodes whose keys the planner checks (RLinf's workers, placement names) rather than Hydra
-OPEN_NODES = ("env", "reward", "agent", "cluster.component_placement")
+OPEN_NODES = ("env", "reward", "agent", "cluster.component_placement", "rollout.server_args")

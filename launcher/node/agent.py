@@ -24,6 +24,7 @@ from typing import Optional, Sequence
 from launcher.node import keeper
 from launcher.node.console import RunConsole, plain_console
 from launcher.node.preflight import problems
+from launcher.node.runs import make_areal_folders
 from launcher.node.supervisor import DONE_DIR, Peers, materialize_node, supervise
 from launcher.spec.errors import LaunchError
 from launcher.spec.plan import ENV_HOSTS
@@ -40,6 +41,7 @@ def run_node(request: LaunchRequest, node: int, hosts: Sequence[str], peers: boo
     missing = problems(procs, request.paths)
     if missing:
         raise LaunchError(f"node {node} is not ready to run: " + "; ".join(missing))
+    make_areal_folders(request.areal, clear=node == min(request.nodes, default=node))
     trainer_nodes = tuple(k for k in request.nodes if request.has_trainers(k))
     watch = Peers(Path(request.run_dir) / DONE_DIR, trainer_nodes) if peers else None
     console = out or plain_console()

@@ -7,20 +7,32 @@ uses must find the package it runs (`python -m vllm...` needs vllm, torchrun nee
 recipe's declared needs (`REQUIRES` in its package's __init__.py, read without importing it),
 the trackers of `launcher.tracking` (a trainer's rank 0 imports them), and the folders the run reads (the model) must exist. Each problem is one line that says what to
 install. Nothing here imports torch, vllm or sglang: it only asks whether they could be found.
+
+Someone else's entry (a script or module outside this project: AReaL's examples, a server
+wrapper) is read too: its interpreter must exist and run, and each module its top-level
+imports name must be there for that interpreter (launcher.node.entry_imports, run by it).
 """
 from __future__ import annotations
 
 import ast
+import json
 import os
+import shutil
 import subprocess
 import sys
 from functools import lru_cache
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 from launcher.backends.protocol import backend
+from launcher.backends.torchrun import entry_in
 from launcher.spec import registry, tracking
+from launcher.spec.entry import python_key
 from launcher.spec.request import Materialized
+
+PROJECT = Path(__file__).resolve().parents[2]  # launcher/ and recipes/: entries of our own
+SCANNER = Path(__file__).with_name("entry_imports.py")
+ASK_TIMEOUT_S = 30.0
 
 # what recipes' REQUIRES name beyond the backends' own packages (theirs: each one's INSTALL)
 RECIPE_INSTALL = {
@@ -89,6 +101,59 @@ def importable(python: str, module: str) -> bool:
         return False
 
 
+@lru_cache(maxsize=None)
+def interpreter_problem(python: str) -> str:
+    """Why `python` cannot run a process here ('' when it can)."""
+    if python == sys.executable:
+        return ""
+    if os.sep in python:
+        if not os.path.isfile(python):
+            return "does not exist"
+        if not os.access(python, os.X_OK):
+            return "is not executable"
+    elif shutil.which(python) is None:
+        return "is not on PATH"
+    try:
+        done = subprocess.run([python, "-c", "import sys"], capture_output=True, text=True,
+                              timeout=ASK_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"does not run ({exc})"
+    if done.returncode != 0:
+        said = (done.stderr.strip().splitlines() or [""])[-1]
+        return f"does not run (exit {done.returncode}{': ' + said if said else ''})"
+    return ""
+
+
+def foreign_entry(proc: Materialized) -> tuple[str, ...]:
+    """The entry of `proc` when it is someone else's (`(script,)` or `("-m", module)`): not
+    a file of this project, nor a backend's own server module; () otherwise."""
+    entry = entry_in(proc.argv)
+    if not entry:
+        return ()
+    if entry[0] == "-m":
+        top = entry[1].split(".")[0]
+        return () if top in install_hints() or top in ("launcher", "recipes") else entry
+    script = Path(entry[0])
+    return () if not script.is_file() or script.resolve().is_relative_to(PROJECT) else entry
+
+
+@lru_cache(maxsize=None)
+def entry_missing(python: str, entry: tuple[str, ...], pythonpath: Optional[str]
+                  ) -> tuple[Optional[str], tuple[tuple[str, int], ...]]:
+    """(the entry's file, the modules its top-level imports name that `python` cannot find,
+    with their lines), asked of `python` itself; nothing missing when it cannot answer."""
+    env = dict(os.environ)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = pythonpath
+    try:
+        done = subprocess.run([python, "-c", SCANNER.read_text(), *entry], capture_output=True,
+                              text=True, timeout=ASK_TIMEOUT_S, env=env)
+        said = json.loads(done.stdout)
+        return said["file"], tuple((str(m), int(n)) for m, n in said["missing"])
+    except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError):
+        return None, ()
+
+
 def problems(procs: Sequence[Materialized], paths: Sequence[str]) -> list[str]:
     """One line per thing missing here (empty: ready)."""
     out = [f"{path} does not exist here (the run reads it)" for path in paths
@@ -96,11 +161,33 @@ def problems(procs: Sequence[Materialized], paths: Sequence[str]) -> list[str]:
     seen: set[tuple[str, str]] = set()
     for proc in procs:
         python = proc.argv[0]
+        key = python_key(proc.spec.role, proc.spec.component)
+        wrong = interpreter_problem(python)
+        if wrong:
+            if (python, "") not in seen:
+                seen.add((python, ""))
+                out.append(f"{proc.name}: the interpreter {python} {wrong}: set {key} to a "
+                           "Python that has what it runs")
+            continue
+        lacks = False
         for module in needs(proc):
             if (python, module) in seen:
                 continue
             seen.add((python, module))
             if not importable(python, module):
+                lacks = True
                 how = install_hints().get(module, f"pip install {module}")
-                out.append(f"{proc.name} needs {module!r}, which {python} cannot import: {how}")
+                out.append(f"{proc.name} needs {module!r}, which {python} cannot import: {how}"
+                           f" (or set {key} to an interpreter that has it)")
+        entry = foreign_entry(proc)
+        if lacks or not entry or (python, " ".join(entry)) in seen:
+            continue
+        seen.add((python, " ".join(entry)))
+        path, missing = entry_missing(python, entry, proc.env.get("PYTHONPATH"))
+        for module, line in missing[:1]:
+            where = f"{path} imports (line {line})" if path else f"{' '.join(entry)} names"
+            more = f" (and {len(missing) - 1} more of its imports)" if len(missing) > 1 else ""
+            out.append(f"{proc.name}: {python} cannot import {module!r}, which {where}"
+                       f"{more}: install it for that interpreter or set {key} to one that "
+                       "has it")
     return out

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from launcher.spec.errors import LaunchError, UserError
+from launcher.spec.request import ArealFolders
 
 RECORD = "launch.json"
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
@@ -140,3 +141,24 @@ def read_record(run_dir: Path) -> RunRecord:
         return RunRecord(**data)
     except (OSError, ValueError, TypeError) as exc:
         raise LaunchError(f"{run_dir}/{RECORD}: unreadable ({exc})") from None
+
+
+def make_areal_folders(folders: Optional[ArealFolders], clear: bool) -> None:
+    """AReaL's fileroot and name_resolve root for a run of someone else's entry (the
+    request's `areal`), before anything starts; `clear` (one node of the run): this run's
+    earlier records there removed first, as AReaL's launcher does. LaunchError when they
+    cannot be made."""
+    if folders is None:
+        return
+    import getpass
+    import shutil
+
+    try:
+        if clear:
+            shutil.rmtree(Path(folders.name_resolve, getpass.getuser(), folders.trial),
+                          ignore_errors=True)
+        for folder in (folders.fileroot, folders.name_resolve):
+            Path(folder).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise LaunchError(f"cannot make AReaL's folder {exc.filename}: {exc.strerror}") \
+            from None

@@ -28,6 +28,7 @@ from launcher.planning.forms import Placed
 from launcher.spec import registry
 from launcher.spec.alloc import ModelAllocation
 from launcher.spec.cluster import ClusterSpec
+from launcher.spec.entry import check_python
 from launcher.spec.errors import ConfigError, PlacementError
 from launcher.spec.plan import ENGINES, WORKERS, ComponentPlan, Runs
 
@@ -54,6 +55,7 @@ class Worker:
     mem_gib: Optional[float] = None
     offload: bool = False
     options: Mapping[str, Any] = field(default_factory=dict)
+    python: Optional[str] = None  # its own interpreter (launcher.spec.entry)
 
 
 def workers(spec: LaunchConfig, placed: frozenset[str] = frozenset()) -> dict[str, Worker]:
@@ -122,7 +124,8 @@ def _worker(name: str, node: ComponentConfig, key: str) -> Worker:
     if health is not None and (not str(health).strip() or any(c.isspace() for c in str(health))):
         raise ConfigError(f"{key}.health_path={health!r}: an HTTP path such as /health "
                           "(or null: no probe)")
-    return Worker(name=name, backend=backend, entry=entry,
+    check_python(f"{key}.python", node.python)
+    return Worker(name=name, backend=backend, entry=entry, python=node.python,
                   args=tuple(str(a) for a in node.args),
                   env={str(k): str(v) for k, v in dict(node.env).items()},
                   processes=int(node.processes), processes_per_gpu=int(node.processes_per_gpu),

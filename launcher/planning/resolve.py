@@ -24,6 +24,7 @@ from launcher.config.schema import (
 from launcher.planning.legacy import apply_allocation_mode
 from launcher.spec import registry
 from launcher.spec.alloc import AllocationError, ModelAllocation, parse_backend
+from launcher.spec.entry import check_module, check_python, server_flags
 from launcher.spec.errors import ConfigError
 from launcher.spec.plan import ENGINES, INHERITING, ON_WHEN_PLACED
 
@@ -43,6 +44,11 @@ class Engine:
     inherited_from: Optional[str] = None
     model_path: str = ""  # the model it loads
     training: Optional["Training"] = None  # training engines: how they train
+    # serving engines: their own interpreter, the module their servers run (None: the
+    # backend's) and its extra flags as argv (launcher.spec.entry)
+    python: Optional[str] = None
+    server_module: Optional[str] = None
+    server_args: tuple[str, ...] = ()
 
     @property
     def backend(self) -> str:
@@ -152,9 +158,15 @@ def engines(spec: LaunchConfig, allocs: Mapping[str, ModelAllocation],
         if problem:
             raise ConfigError(f"{owner}.{alloc.backend}.{problem}")
         if alloc.is_inference:
+            key = name if name in ENGINES else f"components.{name}"
+            check_python(f"{key}.python", node.python)
+            check_module(f"{key}.server_module", node.server_module)
             out[name] = Engine(name, alloc, options, bool(node.offload or node.enable_offload),
                                extra_args=tuple(str(a) for a in node.extra_args),
-                               model_path=model_path)
+                               model_path=model_path, python=node.python,
+                               server_module=node.server_module,
+                               server_args=server_flags(f"{key}.server_args",
+                                                        dict(node.server_args)))
         else:
             parts: OffloadOptions = node.offload
             if node.enable_offload:  # RLinf's: weights and optimizer states between phases

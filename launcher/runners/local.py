@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 from launcher.node.logs import follow_logs
 from launcher.node.report import progress_lines
-from launcher.node.runs import RunRecord, write_record
+from launcher.node.runs import RunRecord, make_areal_folders, write_record
 from launcher.runners import LauncherBase
 from launcher.spec.errors import UserError
 from launcher.spec.plan import mask_env
@@ -90,7 +90,10 @@ class Runner:
         return materialize_node(request, None, hosts, visible_gpus(os.environ))
 
     def dryrun(self, request: LaunchRequest) -> str:
-        return dry_run_text(self.materialized(request)) + "\n"
+        made = request.areal
+        first = (f"# first: AReaL's folders {made.fileroot} and {made.name_resolve} made, this "
+                 f"run's name_resolve records ({made.trial}) cleared\n\n") if made else ""
+        return first + dry_run_text(self.materialized(request)) + "\n"
 
     def run(self, request: LaunchRequest) -> int:
         from launcher.node import keeper
@@ -98,6 +101,7 @@ class Runner:
         from launcher.node.supervisor import supervise
 
         procs = self.materialized(request)
+        make_areal_folders(request.areal, clear=True)
         me = os.getpid()
         write_record(RunRecord("local", request.run_id, request.run_dir, pid=me,
                                pid_start=start_time(me)))

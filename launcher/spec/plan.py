@@ -34,6 +34,7 @@ ENV_COMPONENT_ADDRS = "AREAL_{NAME}_ADDRS"  # host:port,... of a worker componen
 ENV_HOSTS = "AREAL_HOSTS"  # every plan node's address, in order: fills the plan's placeholders
 MAX_ENV_ADDRS = 32 * 1024  # longer address lists stay in the plan (Linux caps a variable at 128K)
 ENV_SERVED_MODEL = "AREAL_SERVED_MODEL_NAME"  # the model name the servers answer to
+ENV_SPMD_MODE = "AREAL_SPMD_MODE"  # "1": AReaL's trainer was started by a launcher (torchrun)
 ENV_RUN_MARKER = "AREAL_LAUNCH_RUN"  # the run id, in every process of a run
 ENV_RESTART = "AREAL_RESTART"  # how many times this process's job was restarted (0 first)
 ENV_PROCESS = "AREAL_LAUNCH_PROCESS"  # the process's name in the plan: what to stop of it

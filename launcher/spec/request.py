@@ -34,6 +34,28 @@ HEALTH_TIMEOUT_S = 600.0  # a server must answer its health probe within this
 
 
 @dataclass(frozen=True)
+class ArealFolders:
+    """What AReaL's launcher prepares for an entry point that is not ours (AReaL's own): its
+    `cluster.fileroot` and name_resolve's record root, made on each node before anything
+    starts; the run's records under that root (`<root>/<user>/<experiment>/<trial>`, AReaL's
+    trial_root) are cleared first, as AReaL's launcher clears them, so a trainer never finds
+    an earlier run's server addresses there (AReaL asks name_resolve before
+    AREAL_LLM_SERVER_ADDRS)."""
+
+    fileroot: str
+    name_resolve: str
+    trial: str  # "<experiment_name>/<trial_name>"
+
+    def to_dict(self) -> dict:
+        return {"fileroot": self.fileroot, "name_resolve": self.name_resolve,
+                "trial": self.trial}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ArealFolders":
+        return cls(str(d["fileroot"]), str(d["name_resolve"]), str(d["trial"]))
+
+
+@dataclass(frozen=True)
 class LaunchRequest:
     """One run, runner-neutral: its processes per plan node and how to supervise them."""
 
@@ -54,6 +76,7 @@ class LaunchRequest:
     # ask for each group's nodes as the runner's options for that group say
     node_groups: tuple[NodeGroup, ...] = ()
     cpu_nodes: int = 0
+    areal: Optional[ArealFolders] = None  # an entry that is not ours: AReaL's folders
 
     def cpu_only(self, node: int) -> bool:
         return node >= self.num_nodes - self.cpu_nodes
@@ -95,6 +118,7 @@ class LaunchRequest:
                 "console": self.console,
                 **({"node_groups": [g.to_dict() for g in self.node_groups],
                     "cpu_nodes": self.cpu_nodes} if self.node_groups or self.cpu_nodes else {}),
+                **({"areal": self.areal.to_dict()} if self.areal else {}),
                 "processes": procs}
 
     def to_json(self, mask_secrets: bool = False) -> str:
@@ -118,7 +142,8 @@ class LaunchRequest:
                                    else float(d["hang_timeout_s"])),
                    console=str(d.get("console", "auto")),
                    node_groups=tuple(NodeGroup.from_dict(g) for g in d.get("node_groups", ())),
-                   cpu_nodes=int(d.get("cpu_nodes", 0)))
+                   cpu_nodes=int(d.get("cpu_nodes", 0)),
+                   areal=ArealFolders.from_dict(d["areal"]) if d.get("areal") else None)
 
 
 # ----------------------------------------------------------------------------- on a node
