@@ -192,7 +192,8 @@ def test_a_planned_cluster_is_not_called_this_machine():
     ("mem_per_gpu=64G", "asks Slurm for no GPU"),
 ])
 def test_a_slurm_value_sbatch_would_refuse_fails_the_dry_run(tmp_path, value, says):
-    line = one_error_line(run("launcher=slurm", "launcher.dry_run=true", f"launcher.{value}",
+    line = one_error_line(run("launcher=slurm", "launcher.dry_run=true", "cluster.device=cpu",
+                              f"launcher.{value}",
                               cwd=tmp_path))
     assert f"launcher.{value.partition('=')[0]}" in line and says in line
     assert list(tmp_path.iterdir()) == []
@@ -201,7 +202,7 @@ def test_a_slurm_value_sbatch_would_refuse_fails_the_dry_run(tmp_path, value, sa
 def test_a_sweep_that_fails_its_rehearsal_writes_nothing(tmp_path):
     """Hydra's sweeper writes multirun.yaml before the launcher rehearses the first point."""
     (tmp_path / "multirun").mkdir()  # the user's: stays
-    line = one_error_line(run("-m", "launcher=slurm", "launcher.dry_run=true",
+    line = one_error_line(run("-m", "launcher=slurm", "launcher.dry_run=true", "cluster.device=cpu",
                               "launcher.time_limit=1:00:00,nope", cwd=tmp_path))
     assert "sweep point 1" in line and "nothing was started" in line
     assert [p.name for p in tmp_path.rglob("*")] == ["multirun"]

@@ -127,7 +127,7 @@ def test_the_dry_run_shows_the_heterogeneous_job_from_the_command_line():
     assert out.returncode == 0, out.stderr
     assert "#SBATCH hetjob  # plan node(s) 2: node group(s) cpu\n#SBATCH --nodes=1" in out.stdout
     assert '"cpu_nodes": 1' in out.stdout and '"GROUP_ROLE": "reward"' in out.stdout
-    line = one_error_line(run("launcher=slurm", "launcher.dry_run=true",
+    line = one_error_line(run("launcher=slurm", "launcher.dry_run=true", "cluster.device=cpu",
                               "+launcher.group_sbatch.gpu=['--partition=gpu']"))
     assert "launcher.group_sbatch.gpu: the plan has no node group 'gpu'" in line
 

@@ -306,6 +306,59 @@ def test_a_cpu_only_node_group_is_a_component_of_one_job_that_gets_no_gpu(tmp_pa
     assert processes_with(marker) == []
 
 
+# ----------------------------------------------------------------------------- device auto
+def partition_gres(node: str) -> tuple[int, Optional[str]]:
+    """A node's GPUs and their type, as `scontrol show node` says (gpu:h100:8(S:0), gpu:8)."""
+    text = subprocess.run(["scontrol", "show", "node", node], capture_output=True, text=True,
+                          check=True).stdout
+    words = re.search(r"\bGres=gpu:(\S+?)(?:\(|\s)", text + " ").group(1).split(":")
+    return int(words[-1]), (words[0] if len(words) == 2 else None)
+
+
+def test_a_dry_run_from_a_node_without_gpus_asks_for_the_partitions_gpus(tmp_path):
+    """The login node (this machine: no GPU visible, no nvidia-smi) plans for the default
+    partition's nodes as Slurm describes them: cuda, their GPU count, their gres type for the
+    memory table; more nodes than the partition has is one error line."""
+    from tests.areal_launch import one_error_line, run
+
+    gpus, kind = partition_gres("node1")
+    args = ("launcher=slurm", "cluster.num_nodes=2", f"hydra.run.dir={tmp_path}/run")
+    out = run(*args, "launcher.dry_run=true")
+    assert out.returncode == 0, out.stderr
+    assert f"#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gpus-per-node={gpus}\n" \
+        in out.stdout and "--gres=none" not in out.stdout
+    request = json.loads(out.stdout.split("(secrets masked):\n", 1)[1])
+    assert (request["device"], request["gpus_per_node"]) == ("cuda", gpus)
+    assert f"note: cluster.device=auto: Slurm partition debug has 2 node(s) with {gpus} GPU(s)" \
+        in out.stderr
+    plan = run("plan", "--json", *args)
+    assert plan.returncode == 0, plan.stderr
+    memory = json.loads(plan.stdout)["memory"]
+    assert memory["capacity_source"] == (f"table: {kind}" if kind else "unknown"), memory
+    line = one_error_line(run(*args, "cluster.num_nodes=3", "launcher.dry_run=true"))
+    assert f"the plan needs 3 node(s) but Slurm partition debug has 2 with {gpus} GPU(s)" in line
+    if cpu_partition():
+        cpu = run(*args, "launcher.dry_run=true", "launcher.partition=cpu", "cluster.num_nodes=1")
+        assert cpu.returncode == 0, cpu.stderr
+        assert "--gres=none" in cpu.stdout and "--gpus-per-node" not in cpu.stdout
+
+
+def test_a_slurm_that_does_not_answer_is_one_line_within_the_sinfo_timeout(tmp_path):
+    """A real sinfo against a controller that is not there: it would wait ~9 s, the plan
+    stops at SINFO_TIMEOUT_S with one line."""
+    from launcher.runners.slurmnodes import SINFO_TIMEOUT_S
+    from tests.areal_launch import one_error_line, run
+
+    conf = Path(os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf")).read_text()
+    bad = tmp_path / "slurm.conf"
+    bad.write_text(re.sub(r"(?m)^SlurmctldPort=.*$", "SlurmctldPort=1", conf))
+    begun = time.monotonic()
+    line = one_error_line(run("plan", "launcher=slurm", env={"SLURM_CONF": str(bad)}))
+    assert time.monotonic() - begun < SINFO_TIMEOUT_S + 10  # the CLI's start-up is the rest
+    assert "sinfo did not answer" in line or "sinfo failed" in line, line
+    assert "cluster.device=cuda" in line
+
+
 # ----------------------------------------------------------------------------- end to end
 AREAL_LAUNCH = ROOT / ".venv" / "bin" / "areal-launch"
 

@@ -167,7 +167,7 @@ def test_hydra_mode_multirun_sweeps_without_dash_m(tmp_path):
 def test_a_bad_point_stops_the_sweep_before_anything_starts(tmp_path, launcher, bad, named):
     """Runs without Slurm: nothing is submitted, so sbatch is never reached (the Slurm cluster
     test below checks that against a real one)."""
-    out = run(sweep_args(tmp_path, f"launcher={launcher}", *bad), tmp_path)
+    out = run(sweep_args(tmp_path, f"launcher={launcher}", "cluster.device=cpu", *bad), tmp_path)
     assert out.returncode == 2
     assert out.stdout == ""
     lines = out.stderr.strip().splitlines()
@@ -204,7 +204,7 @@ def test_interrupting_a_local_sweep_stops_it_and_the_rest_is_not_started(tmp_pat
 # ----------------------------------------------------------------------------- slurm
 def test_slurm_points_get_ports_of_their_own(tmp_path):
     """Jobs of one sweep may run at once on one host: their torchrun rendezvous ports differ."""
-    out = run(sweep_args(tmp_path, "launcher=slurm", "launcher.dry_run=true",
+    out = run(sweep_args(tmp_path, "launcher=slurm", "launcher.dry_run=true", "cluster.device=cpu",
                          "actor.backend=fsdp:d1,fsdp:d2,fsdp:d4", "launcher.base_port=31000"), tmp_path)
     assert out.returncode == 0, out.stderr
     ports = [[p["argv"][p["argv"].index("--master-port") + 1] for p in r["processes"]]
@@ -237,7 +237,8 @@ def status_of(job: str, tmp_path: Path) -> str:
 @pytest.mark.slurm
 @pytest.mark.timeout(600)
 def test_slurm_sweep_submits_one_job_per_point_and_all_complete(tmp_path, slurm_cluster):
-    out = run(sweep_args(tmp_path, "launcher=slurm", "cluster.num_nodes=2", "cluster.gpus_per_node=2",
+    out = run(sweep_args(tmp_path, "launcher=slurm", "cluster.device=cpu", "cluster.num_nodes=2",
+                         "cluster.gpus_per_node=2",
                          "actor.backend=fsdp:d1,fsdp:d2,fsdp:d4"), tmp_path, timeout=120)
     jobs = out.stdout.split()
     try:
@@ -271,7 +272,8 @@ def test_slurm_sweep_submits_one_job_per_point_and_all_complete(tmp_path, slurm_
 @pytest.mark.slurm
 @pytest.mark.timeout(120)
 def test_slurm_sweep_with_a_bad_point_submits_nothing(tmp_path, slurm_cluster):
-    out = run(sweep_args(tmp_path, "launcher=slurm", "cluster.num_nodes=2", "cluster.gpus_per_node=2",
+    out = run(sweep_args(tmp_path, "launcher=slurm", "cluster.device=cpu", "cluster.num_nodes=2",
+                         "cluster.gpus_per_node=2",
                          "actor.backend=fsdp:d1,fsdp:d2,fsdp:d0"), tmp_path, timeout=120)
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.startswith("error: sweep point 2 (actor.backend=fsdp:d0): "), out.stderr
@@ -285,6 +287,7 @@ def test_slurm_sweep_with_a_bad_point_submits_nothing(tmp_path, slurm_cluster):
 def test_areal_slurm_runs_every_point_on_the_slurm_runner(tmp_path):
     """hydra/launcher=areal_slurm: the points run with launcher=slurm without writing it."""
     out = run(sweep_args(tmp_path, "hydra/launcher=areal_slurm", "launcher.dry_run=true",
+                         "cluster.device=cpu",
                          "actor.backend=fsdp:d1,fsdp:d2"), tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("#!/bin/bash") == 2 and len(dry_requests(out.stdout)) == 2

@@ -13,12 +13,12 @@ import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from omegaconf import DictConfig
 
 from launcher.config.compose import RunSpec
-from launcher.config.schema import LaunchConfig, engine
+from launcher.config.schema import engine
 from launcher.planning.build import Planned, explicit_keys
 from launcher.runners import Runner
 from launcher.spec import registry
@@ -26,6 +26,9 @@ from launcher.spec.errors import ConfigError, LaunchError, UserError
 from launcher.spec.plan import ENGINES, ENV_SPMD_MODE, Plan
 from launcher.spec.request import ArealFolders, LaunchRequest
 from launcher.spec.tracking import Identity, check
+
+if TYPE_CHECKING:
+    from launcher.memory.capacity import Capacity
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # the folder holding launcher/ and recipes/
 RECIPES = REPO_ROOT / "recipes"
@@ -75,7 +78,8 @@ def prepare(overrides: list[str], to_run: bool = True,
     runner = runners.create(config.launcher)
     device = str(config.cluster.device)
     planned = build_plan(config, count_local_gpus, explicit_keys(overrides),
-                         more_nodes=runner.more_nodes(device))
+                         more_nodes=runner.more_nodes(device),
+                         offer=runner.offer() if device == "auto" else None)
     chosen = {n: str(c.alloc) for n, c in planned.plan.components.items()}
     try:
         check_unused_options(config, chosen)
@@ -89,28 +93,28 @@ def prepare(overrides: list[str], to_run: bool = True,
         name: dataclasses.replace(w, entry=resolve_entry(w.entry, to_run,
                                                          f"components.{name}.entry"))
         for name, w in planned.workers.items()})
-    planned = with_memory(planned, config, here=not runner.more_nodes(device))
+    planned = with_memory(planned, here=not runner.more_nodes(device))
     return Prepared(list(overrides), spec, planned, runner, entry, Path(spec.run_dir).absolute())
 
 
-def with_memory(planned: Planned, config: LaunchConfig, here: bool) -> Planned:
+def with_memory(planned: Planned, here: bool) -> Planned:
     """The plan with its `memory` section (docs/architecture.md §10): the model's shape from its config.json
-    (read here, never downloaded), the GPUs' memory (`here`: NVML may ask this machine's);
-    a plan that does not fit is refused (launcher.check_memory=error), said (warn) or not
-    checked (off)."""
+    (read here, never downloaded), the GPUs' memory (`here`: this machine's GPUs, by NVML or
+    their names; else cluster.gpu_type, which the Slurm partition's gres fills in); a plan
+    that does not fit is refused (launcher.check_memory=error), said (warn) or not checked
+    (off)."""
 
-    from launcher.memory.capacity import resolve_capacity
     from launcher.memory.model_shape import read_model_shape
     from launcher.memory.plan import plan_memory
 
+    config = planned.spec
     mode = config.launcher.check_memory
     plan = planned.plan
     if mode == "off":
         return planned
     model = plan.meta["model_path"]
     shape = read_model_shape(model)
-    capacity = resolve_capacity(plan.cluster.device, config.cluster.gpu_memory_gib,
-                                config.cluster.gpu_type, detect=here)
+    capacity = gpu_capacity(planned, here)
     if shape is None:  # a hub name, or a folder on the cluster's disks: nothing to read here
         why = f"no config.json at {model} here"
         memory = {"gpu_capacity_gib": capacity.gib, "fits": None, "unknown": why,
@@ -131,6 +135,18 @@ def with_memory(planned: Planned, config: LaunchConfig, here: bool) -> Planned:
     plan = dataclasses.replace(plan, meta={**plan.meta, "memory": memory},
                                warnings=plan.warnings + tuple(said))
     return dataclasses.replace(planned, plan=plan)
+
+
+def gpu_capacity(planned: Planned, here: bool) -> "Capacity":
+    """Memory per GPU (or of the host on cpu) for the memory check and --suggest: the
+    planned cluster's gpu_type (the user's, or the Slurm partition's gres type); `here`: this
+    machine's GPUs are the run's, asked first (NVML, else their names from nvidia-smi -L)."""
+    from launcher.memory.capacity import resolve_capacity
+    from launcher.node.hostinfo import local_gpu_names
+
+    cluster = planned.spec.cluster
+    return resolve_capacity(planned.plan.cluster.device, cluster.gpu_memory_gib,
+                            cluster.gpu_type, detect=here, local_names=local_gpu_names)
 
 
 def resolve_entry(entry: str, must_exist: bool = True, key: str = "trainer.entry") -> str:
@@ -330,7 +346,6 @@ def show_plan(overrides: list[str], json_out: bool, svg: Optional[Path]) -> int:
 def show_suggestions(overrides: list[str]) -> int:
     """`areal-launch plan --suggest OVERRIDES`: the layouts that fit, ranked as
     `areal-launch plan --help` says (the --suggest flag in cli/flags.py)."""
-    from launcher.memory.capacity import resolve_capacity
     from launcher.memory.model_shape import read_model_shape
     from launcher.memory.plan import inference_options, train_options
     from launcher.memory.suggest import SuggestOptions, suggest_within
@@ -341,8 +356,7 @@ def show_suggestions(overrides: list[str]) -> int:
     if shape is None:
         raise UserError(f"model_path={plan.meta['model_path']}: no config.json there, so "
                         "nothing to size: point model_path at a local model folder")
-    capacity = resolve_capacity(plan.cluster.device, config.cluster.gpu_memory_gib,
-                                config.cluster.gpu_type, detect=not prep.runner.more_nodes("cuda"))
+    capacity = gpu_capacity(prep.planned, here=not prep.runner.more_nodes("cuda"))
     engines = prep.planned.engines
     options = SuggestOptions(
         train=train_options(engines["actor"]) if "actor" in engines else SuggestOptions().train,

@@ -1,9 +1,11 @@
 """How much memory each GPU (or, on cpu, the host) has: the one edge of the memory check.
 
-Order: `cluster.gpu_memory_gib` when the user set it; else what NVML reports here
-(nvidia-ml-py's `pynvml`, imported lazily, never torch; absent or failing: unknown); else the
-table below for a GPU type named in the config (a Slurm partition's `gres` type such as
-`h100`); on cpu, the host's MemAvailable from /proc/meminfo. The per-process host costs the
+Order: `cluster.gpu_memory_gib` when the user set it; else, where this machine's GPUs are the
+run's, what NVML reports here (nvidia-ml-py's `pynvml`, imported lazily, never torch) or,
+without NVML, the table below for their names (`nvidia-smi -L`: "NVIDIA H100 80GB HBM3"); else
+the table for the GPU type the config names (`cluster.gpu_type`, which under launcher=slurm
+the partition's gres type fills in, such as `h100`); on cpu, the host's MemAvailable from
+/proc/meminfo. The per-process host costs the
 cpu check adds (vLLM CPU server, torchrun ranks) are measured constants in
 launcher/memory/parts.py.
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from launcher.spec.errors import ConfigError
 
@@ -49,7 +51,9 @@ class Capacity:
     """Memory per GPU (cuda) or of the host (cpu), in GiB, and where the number came from."""
 
     gib: Optional[float]
-    source: str  # "cluster.gpu_memory_gib", "nvml", "table: h100", "host MemAvailable", "unknown"
+    # "cluster.gpu_memory_gib", "nvml", "nvidia-smi: NVIDIA H100 80GB HBM3", "table: h100",
+    # "host MemAvailable", "unknown"
+    source: str
 
     @property
     def known(self) -> bool:
@@ -70,6 +74,16 @@ def gpu_memory_from_name(name: str) -> Optional[float]:
         if re.search(pattern, text):
             return GPU_MEMORY_GIB[key]
     return None
+
+
+def smallest_named(names: Sequence[str]) -> Optional[Capacity]:
+    """The smallest of these GPUs by the table, None when any name is unknown to it (a
+    smaller card could hide behind it) or there is none."""
+    sized = [(gpu_memory_from_name(n), n) for n in names]
+    if not sized or any(gib is None for gib, _ in sized):
+        return None
+    gib, name = min((g, n) for g, n in sized if g is not None)
+    return Capacity(gib, f"nvidia-smi: {name}")
 
 
 def detect_gpu_memory_gib() -> Optional[float]:
@@ -138,8 +152,11 @@ def check_configured(value: Any, key: str = "cluster.gpu_memory_gib") -> Optiona
 
 
 def resolve_capacity(device: str, configured: Any = None, gpu_name: Optional[str] = None,
-                     detect: bool = True) -> Capacity:
-    """The capacity the memory check uses, and its source (see the module docstring)."""
+                     detect: bool = True,
+                     local_names: Callable[[], Sequence[str]] = lambda: ()) -> Capacity:
+    """The capacity the memory check uses, and its source (see the module docstring).
+    detect: this machine's GPUs are the run's; local_names: their names (nvidia-smi -L), asked
+    only when NVML cannot say."""
     value = check_configured(configured)
     if value is not None:
         return Capacity(value, "cluster.gpu_memory_gib")
@@ -150,6 +167,9 @@ def resolve_capacity(device: str, configured: Any = None, gpu_name: Optional[str
         found = detect_gpu_memory_gib()
         if found is not None:
             return Capacity(found, "nvml")
+        named = smallest_named(local_names())
+        if named is not None:
+            return named
     if gpu_name:
         from_table = gpu_memory_from_name(gpu_name)
         if from_table is not None:

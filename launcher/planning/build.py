@@ -1,7 +1,8 @@
 """From the typed config to a Plan: resolve, size the cluster, place, map ranks (pure).
 
-The only outside fact it takes is `local_gpus` (how many GPUs this machine has: a number, or a
-callable the CLI passes so that `nvidia-smi` runs only when the answer matters), so the same
+The only outside facts it takes are `local_gpus` (how many GPUs this machine has: a number, or a
+callable the CLI passes so that `nvidia-smi` runs only when the answer matters) and, under a
+scheduler, `offer` (what the job's nodes have, read by the runner: planning.offer), so the same
 config plans the same way everywhere and tests need no GPU.
 """
 from __future__ import annotations
@@ -21,11 +22,12 @@ from launcher.planning.components import (
 )
 from launcher.planning.forms import engine_sets, read_placement, virtual_slots
 from launcher.planning.nodes import node_groups
+from launcher.planning.offer import check_holds, with_offer
 from launcher.planning.placement import place, slots_needed
 from launcher.planning.ranks import component_plan, weight_sync
 from launcher.planning.sizing import Dims, size
 from launcher.spec.alloc import ModelAllocation
-from launcher.spec.cluster import UNBOUNDED, ClusterSpec, NodeGroup
+from launcher.spec.cluster import UNBOUNDED, ClusterSpec, NodeGroup, NodeOffer
 from launcher.spec.errors import ConfigError
 from launcher.spec.gpuset import parse_gpu_set
 from launcher.spec.limits import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_NODES
@@ -48,13 +50,20 @@ class Planned:
 
 
 def build_plan(spec: LaunchConfig, local_gpus: GPUCount = 0,
-               explicit: frozenset[str] = frozenset(), more_nodes: bool = True) -> Planned:
+               explicit: frozenset[str] = frozenset(), more_nodes: bool = True,
+               offer: Optional[NodeOffer] = None) -> Planned:
     """Everything decided before anything starts: engines, GPUs, ranks, weight-sync pairs.
 
     explicit: the keys the user set on the command line. more_nodes: whether the runner can
     give the plan more nodes (Slurm, Ray) or not (this machine): errors advise accordingly.
+    offer: the scheduler's nodes (Slurm's partition): cluster.device=auto plans for them, and
+    a cluster they cannot hold is refused.
     """
     warnings: list[str] = []
+    notes: tuple[str, ...] = ()
+    if offer is not None and str(spec.cluster.device) == "auto":
+        offered, notes = with_offer(spec.cluster, offer)
+        spec = dataclasses.replace(spec, cluster=offered)
     if spec.cluster.auto_scheduler:
         raise ConfigError("cluster.auto_scheduler=true: not supported (RLinf's run-time "
                           "placement); areal-launch places every component before anything "
@@ -71,6 +80,8 @@ def build_plan(spec: LaunchConfig, local_gpus: GPUCount = 0,
         cluster = cuda_cluster(spec.cluster, count, warnings)
     elif spec.cluster.gpus_per_node is not None:  # a CPU run of a given size: known now
         cluster = cpu_cluster(spec.cluster, lambda: 0)
+    if cluster is not None:
+        _check_offer(cluster, offer)
     # RLinf's forms (process maps, node groups) as global GPU sets: against an unbounded
     # cluster while a CPU run's size is not known yet (place() checks them again)
     placement, per_process = engine_sets(raw, cluster or UNBOUNDED)
@@ -90,6 +101,7 @@ def build_plan(spec: LaunchConfig, local_gpus: GPUCount = 0,
     if cluster is None:
         cluster = cpu_cluster(spec.cluster, lambda: max(slots_needed(allocs, placement),
                                                         virtual_slots(worker_raw)))
+        _check_offer(cluster, offer)
     engines = resolve.engines(spec, allocs, inherited, model_path(spec), cluster.device)
     at = {name: read_placement(name, value, cluster) for name, value in worker_raw.items()}
     offload = {**{n: e.offload for n, e in engines.items()},
@@ -112,7 +124,13 @@ def build_plan(spec: LaunchConfig, local_gpus: GPUCount = 0,
         meta["engine_options"]["rollout"]["pipeline_stage_num"] = stage_num(spec)
     plan = Plan(cluster=cluster, mode=placed.mode, components=components, weight_sync=syncs,
                 warnings=tuple(warnings), meta=meta)
-    return Planned(plan, engines, spec, (sizing.note,) if sizing.note else (), declared)
+    return Planned(plan, engines, spec, notes + ((sizing.note,) if sizing.note else ()),
+                   declared)
+
+
+def _check_offer(cluster: ClusterSpec, offer: Optional[NodeOffer]) -> None:
+    if offer is not None:
+        check_holds(cluster, offer)
 
 
 def _placed_count(text: str, cluster: Optional[ClusterSpec]) -> int:

@@ -86,7 +86,7 @@ def size(texts: Mapping[str, Optional[str]], placement: Mapping[str, Optional[st
         for name in todo:
             out[name] = dims.text(name, str(texts[name]).strip(),
                                   CPU_SIZE[kind[name]] * dims.group(name))
-        note = "sized for this machine (no GPU): " if todo else ""
+        note = "sized for cpu (no GPU): " if todo else ""
     else:
         extra = _share_gpus(out, todo, total_gpus, dims) if todo else Sizing(out)  # all placed
         out = extra.texts

@@ -25,6 +25,7 @@ from launcher.spec.request import GRACE_PERIOD_S
 
 if TYPE_CHECKING:  # for annotations only: a node's runner code (a Ray actor) loads faster
     from launcher.node.runs import RunRecord
+    from launcher.spec.cluster import NodeOffer
     from launcher.spec.request import LaunchRequest
 
 CHECK_MEMORY = ("error", "warn", "off")
@@ -92,6 +93,11 @@ class Runner(Protocol):
 
     def more_nodes(self, device: str) -> bool:
         """Whether a plan may span more nodes than this machine (for advice and checks)."""
+
+    def offer(self) -> Optional[NodeOffer]:
+        """What the nodes the run gets have, as the scheduler says (Slurm: the job's
+        partition), for cluster.device=auto; None: this machine's GPUs are the run's (local),
+        or the scheduler is not asked (Ray). May raise UserError (the scheduler cannot say)."""
 
     def python(self) -> str:
         """The interpreter the run's processes use where they run."""

@@ -27,6 +27,7 @@ from launcher.node.logs import follow_logs
 from launcher.node.report import progress_lines
 from launcher.node.runs import RunRecord, make_areal_folders, write_record
 from launcher.runners import LauncherBase
+from launcher.spec.cluster import NodeOffer
 from launcher.spec.errors import UserError
 from launcher.spec.plan import mask_env
 from launcher.spec.request import LaunchRequest, Materialized, visible_gpus
@@ -53,6 +54,9 @@ class Runner:
 
     def more_nodes(self, device: str) -> bool:
         return False
+
+    def offer(self) -> Optional[NodeOffer]:
+        return None  # this machine: count_local_gpus
 
     def python(self) -> str:
         return sys.executable

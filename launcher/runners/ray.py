@@ -42,6 +42,7 @@ from launcher.runners.rayjob import (
     ray_job,
 )
 from launcher.runners.sbatch import REQUEST_FILE
+from launcher.spec.cluster import NodeOffer
 from launcher.spec.errors import ConfigError, LaunchError, UserError
 from launcher.spec.limits import seconds_problem
 from launcher.spec.request import LaunchRequest
@@ -94,6 +95,9 @@ class Runner:
 
     def more_nodes(self, device: str) -> bool:
         return True
+
+    def offer(self) -> Optional[NodeOffer]:
+        return None  # not asked yet: cluster.device=auto reads this machine
 
     def python(self) -> str:
         return self.config.python or sys.executable

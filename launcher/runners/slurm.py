@@ -24,6 +24,7 @@ from launcher.node.report import progress_lines
 from launcher.node.runs import RunRecord, write_private, write_record
 from launcher.runners import LauncherBase
 from launcher.runners.sbatch import REQUEST_FILE, cpu_warning, render_sbatch
+from launcher.spec.cluster import NodeOffer
 from launcher.spec.errors import ConfigError, LaunchError, UserError
 from launcher.spec.request import LaunchRequest
 
@@ -143,6 +144,13 @@ class Runner:
 
     def more_nodes(self, device: str) -> bool:
         return True
+
+    def offer(self) -> Optional[NodeOffer]:
+        """The job's partition's nodes, from sinfo (runners/slurmnodes.py)."""
+        from launcher.runners.slurmnodes import job_partition, read_offer
+
+        return read_offer(job_partition(self.config.partition, self.config.sbatch_extra,
+                                        os.environ))
 
     def python(self) -> str:
         return self.config.container_python if self.config.container_image else sys.executable

@@ -80,3 +80,26 @@ class ClusterSpec:
 
 
 UNBOUNDED = ClusterSpec(1, 1 << 16, "cpu")  # more virtual slots than any machine runs
+
+
+@dataclass(frozen=True)
+class OfferedNode:
+    """One node a scheduler can give the job, as it describes the node (Slurm: its gres)."""
+
+    name: str
+    gpus: int  # 0: CPU-only
+    gpu_type: Optional[str] = None  # the gres type (h100, nvidia_h100_80gb_hbm3); None: untyped
+
+
+@dataclass(frozen=True)
+class NodeOffer:
+    """What the nodes a job may land on have, read from the scheduler (launcher.runners.
+    slurmnodes: sinfo of the job's partition) so that cluster.device=auto plans for them, not
+    for the machine that plans (a login node without GPUs)."""
+
+    where: str  # for messages: "Slurm partition debug"
+    nodes: tuple[OfferedNode, ...]
+
+    def holding(self, gpus: int) -> tuple[OfferedNode, ...]:
+        """The nodes with at least `gpus` GPUs."""
+        return tuple(n for n in self.nodes if n.gpus >= gpus)

@@ -15,6 +15,8 @@
 #   SLURM_CPU_NODES=1            CPU-only nodes after them (partition cpu), 0: none
 #   SLURM_CPUS=16                CPUs advertised per node (may exceed the real cores)
 #   SLURM_GPUS=8                 fake GPUs per node
+#   SLURM_GPU_TYPE=h100          their gres type (Gres=gpu:h100:8, as sites name theirs; the
+#                                launcher's memory table reads it), empty: untyped (gpu:8)
 #   SLURM_MEM=8000               RealMemory (MB) per node
 #   SLURM_ACCOUNTING=1           1: MariaDB + slurmdbd too, so sacct knows finished jobs and
 #                                steps (what real clusters have); 0: no accounting (sacct says
@@ -30,6 +32,7 @@ NODES=${SLURM_NODES:-2}
 CPU_NODES=${SLURM_CPU_NODES:-1}
 CPUS=${SLURM_CPUS:-16}
 GPUS=${SLURM_GPUS:-8}
+GPU_TYPE=${SLURM_GPU_TYPE-h100}
 MEM=${SLURM_MEM:-8000}
 ACCT=${SLURM_ACCOUNTING:-1}
 WAIT=${SLURM_WAIT:-60}
@@ -77,6 +80,7 @@ for ((g = 0; g < GPUS; g++)); do               # gres/gpu File= must be a char d
   ln -sfn /dev/null "$BASE/fakedev/nvidia$g"    # plain files are dropped, /dev/null links work
 done
 NODELIST="node[1-$NODES]"
+GRES_SPEC="gpu:${GPU_TYPE:+$GPU_TYPE:}$GPUS"
 ALL=$((NODES + CPU_NODES))
 NODENAMES=$(seq -f "node%g" 1 "$ALL" | tr '\n' ' ')
 CPU_LINES=""
@@ -146,14 +150,14 @@ InactiveLimit=0
 KillWait=5
 MinJobAge=300
 GresTypes=gpu
-NodeName=$NODELIST NodeHostname=$HOST NodeAddr=127.0.0.1 Port=[$NODE_PORT-$((NODE_PORT + NODES - 1))] CPUs=$CPUS RealMemory=$MEM Gres=gpu:$GPUS State=UNKNOWN
+NodeName=$NODELIST NodeHostname=$HOST NodeAddr=127.0.0.1 Port=[$NODE_PORT-$((NODE_PORT + NODES - 1))] CPUs=$CPUS RealMemory=$MEM Gres=$GRES_SPEC State=UNKNOWN
 PartitionName=debug Nodes=$NODELIST Default=YES MaxTime=INFINITE State=UP
 $CPU_LINES
 CONF
 )
 new_gres=$(cat <<GRESCONF
 AutoDetect=off
-NodeName=$NODELIST Name=gpu File=$BASE/fakedev/nvidia[0-$((GPUS - 1))]
+NodeName=$NODELIST Name=gpu ${GPU_TYPE:+Type=$GPU_TYPE }File=$BASE/fakedev/nvidia[0-$((GPUS - 1))]
 GRESCONF
 )
 changed=0
