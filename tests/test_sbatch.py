@@ -142,7 +142,8 @@ def test_requeue_asks_slurm_for_a_warning_and_a_requeue_and_appends_to_the_job_l
 FAKE_SRUN = """#!/bin/bash
 echo $$ > "$FAKE/srun.pid"; touch "$FAKE/started"
 until [ -s "$CONTROL/checkpoint" ]; do sleep 0.1; done
-id=$(cat "$CONTROL/checkpoint")
+read -r id bound < "$CONTROL/checkpoint"  # the request's id, then the stop's bound
+[ "$bound" = 60 ] || exit 3  # launcher.requeue_signal_s: the trainers hold at most that long
 case "$MODE" in
   final) echo "$id final" > "$CONTROL/checkpoint.done"; sleep 0.5; exit 0 ;;
   saved) echo "$id" > "$CONTROL/checkpoint.done"; exec sleep 60 ;;
