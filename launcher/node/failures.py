@@ -37,13 +37,22 @@ def _flag(argv: Sequence[str], name: str) -> Optional[str]:
     return None
 
 
+def _local_ranks(spec: ProcessSpec) -> int:
+    return len(spec.gpus) or int(_flag(spec.argv, "--nproc-per-node") or 1)
+
+
 def _rank_offset(request: LaunchRequest, spec: ProcessSpec) -> int:
     """Ranks on the job's nodes before this one (torchrun numbers nodes by --node-rank)."""
     mine = int(_flag(spec.argv, "--node-rank") or 0)
-    return sum(len(p.gpus) or int(_flag(p.argv, "--nproc-per-node") or 1)
-               for p in request.processes
+    return sum(_local_ranks(p) for p in request.processes
                if p.component == spec.component and p.is_trainer
                and int(_flag(p.argv, "--node-rank") or 0) < mine)
+
+
+def node_ranks(request: LaunchRequest, spec: ProcessSpec) -> range:
+    """The global ranks a trainer process (one node's torchrun) runs."""
+    first = _rank_offset(request, spec)
+    return range(first, first + _local_ranks(spec))
 
 
 def torchrun_root_cause(request: LaunchRequest, spec: ProcessSpec, since: float = 0.0

@@ -30,6 +30,7 @@ import select
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -56,19 +57,41 @@ def exit_code(status: int) -> int:
 
 
 # ----------------------------------------------------------------------------- the tree
-def descendants(root: int) -> list[int]:
-    """Live processes below `root` (zombies left out), from /proc."""
-    children: dict[int, list[int]] = {}
+@dataclass(frozen=True)
+class ProcStat:
+    """What /proc/<pid>/stat says of a process that the run's bookkeeping needs."""
+
+    ppid: int
+    state: str  # R, S, D, Z (zombie), ...
+    cpu_ticks: int  # utime+stime+cutime+cstime: its CPU time and its waited-for children's
+
+
+def proc_stat(pid: int) -> Optional[ProcStat]:
+    """The process's ProcStat, None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return ProcStat(int(fields[1]), fields[0].decode(), sum(int(x) for x in fields[11:15]))
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def proc_table() -> dict[int, ProcStat]:
+    """Every process's ProcStat, from one pass over /proc (zombies included)."""
+    table: dict[int, ProcStat] = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[0] not in (b"Z", b"X"):
-            children.setdefault(int(fields[1]), []).append(int(entry))
+        stat = proc_stat(int(entry)) if entry.isdigit() else None
+        if stat is not None:
+            table[int(entry)] = stat
+    return table
+
+
+def descendants(root: int, table: Optional[dict[int, ProcStat]] = None) -> list[int]:
+    """Live processes below `root` (zombies left out), from /proc (or a proc_table())."""
+    children: dict[int, list[int]] = {}
+    for pid, stat in (proc_table() if table is None else table).items():
+        if stat.state not in ("Z", "X"):
+            children.setdefault(stat.ppid, []).append(pid)
     out: list[int] = []
     todo = [root]
     while todo:

@@ -10,7 +10,9 @@ descendant, SIGKILL after the grace period; unless launcher.max_restarts allows 
 node: the restart is recorded in the run folder and the other nodes' supervisors follow), a
 failed server restarts alone on its GPUs and port while the rest goes on. Each start gets its
 restart count in AREAL_RESTART; trainers resume from their newest checkpoint. A trainer rank
-that makes no progress for launcher.hang_timeout_s is a failure too (watchdog.py).
+that makes no progress for launcher.hang_timeout_s is a failure too (watchdog.py; for entry
+points that write no heartbeats, silence.py: no output and no CPU time, or a rank that ended
+while the others run on).
 
 Exit codes: 0 when every trainer exited 0 (or, on a node without trainers, when the run's
 trainers finished elsewhere); 1 when the run failed (a process exited or was killed, or a
@@ -34,8 +36,9 @@ from typing import Iterator, Optional, Sequence
 
 from launcher.node import keeper, restarts
 from launcher.node.console import RunConsole, tail
-from launcher.node.failures import torchrun_root_cause
-from launcher.node.watchdog import Watchdog
+from launcher.node.failures import node_ranks, torchrun_root_cause
+from launcher.node.silence import Job, SilentHang, SilentWatch
+from launcher.node.watchdog import Watchdog, foreign_stacks, stacks_tail
 from launcher.spec.plan import ENV_PROCESS, ENV_RESTART, ENV_RUN_MARKER
 from launcher.spec.request import LaunchRequest, Materialized, materialize
 
@@ -149,9 +152,13 @@ def materialize_node(request: LaunchRequest, node: Optional[int], hosts: Sequenc
             for p in request.on_node(node)]
 
 
-def _start(proc: Materialized, logs: Path, restart: int) -> Started:
+def _start(proc: Materialized, logs: Path, restart: int, fault_dumps: bool = False) -> Started:
+    """fault_dumps: Python's faulthandler on (PYTHONFAULTHANDLER), for the stacks of ranks
+    that write no heartbeats (watchdog.foreign_stacks)."""
     log = logs / f"{proc.name}.log"
     env = {**os.environ, "PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1"),
+           **({"PYTHONFAULTHANDLER": os.environ.get("PYTHONFAULTHANDLER") or "1"}
+              if fault_dumps else {}),
            **proc.env, ENV_RESTART: str(restart), ENV_PROCESS: proc.name}
     with open(log, "ab") as out:
         popen = subprocess.Popen(list(proc.argv), env=env, stdin=subprocess.DEVNULL,
@@ -268,6 +275,7 @@ class NodeRun:
         self.epoch = restarts.trainer_epoch(history)  # trainer starts so far, requeues included
         self.watchdog = (Watchdog(self.run_dir, request.hang_timeout_s, self._local_pids,
                                   self.epoch) if request.hang_timeout_s else None)
+        self.silent = SilentWatch(request.hang_timeout_s) if request.hang_timeout_s else None
         self._next_peek = 0.0
         self._next_show = 0.0
 
@@ -275,7 +283,8 @@ class NodeRun:
     def start(self, proc: Materialized) -> Started:
         kind = restarts.TRAINERS if proc.spec.is_trainer else proc.name
         s = _start(proc, self.logs, restarts.starts_of(kind, restarts.read_all(self.run_dir))
-                   if self.request.max_restarts or self.epoch else 0)
+                   if self.request.max_restarts or self.epoch else 0,
+                   fault_dumps=self.silent is not None and proc.spec.is_trainer)
         if s.is_service and s.proc.health_url:
             threading.Thread(target=_probe, args=(s, self.done), daemon=True).start()
         elif s.is_service:
@@ -374,7 +383,7 @@ class NodeRun:
             return None
         records = self.watchdog.check()
         if records is None:
-            return None
+            return self._silent_hang()
         owners = {p: s for s in self.trainers for p in _tree(s.popen.pid)}
         hang = self.watchdog.dump(records, lambda pid: owners[pid].log if pid in owners
                                   else None)
@@ -382,6 +391,31 @@ class NodeRun:
         failed = owners.get(hang.last.pid) or self.trainers[0]
         return RunResult(1, failed.name, hang.reason(timeout), hang.tail(), failed=failed,
                          explained=True, tail_kind="stacks")
+
+    def _silent_hang(self) -> Optional[RunResult]:
+        """A trainer job that writes no heartbeats, silent or with a rank ended (silence.py)."""
+        if self.silent is None:
+            return None
+        jobs: dict[str, list[Started]] = {}
+        for s in self.trainers:
+            jobs.setdefault(s.proc.spec.component, []).append(s)
+        found = self.silent.check(
+            [Job(name, tuple(s.popen.pid for s in group if s.popen.returncode is None),
+                 tuple(s.log for s in group),
+                 tuple(r for s in group for r in node_ranks(self.request, s.proc.spec)))
+             for name, group in jobs.items()],
+            lambda: {r.pid for r in self.watchdog.mine()} if self.watchdog else set(),
+            waiting=any(s.healthy_at is None for s in self.servers))
+        if found is None:
+            return None
+        by_pid = {s.popen.pid: s for s in self.trainers}
+        running = {rank: found.pids[rank] for rank in found.verdict.running}
+        hang = SilentHang(found, foreign_stacks(
+            running, lambda rank: by_pid[found.roots[rank]].log))
+        failed = by_pid[found.roots[found.verdict.running[0]]]
+        return RunResult(1, failed.name, hang.reason(float(self.request.hang_timeout_s or 0)),
+                         stacks_tail(hang.stacks), failed=failed, explained=True,
+                         tail_kind="stacks")
 
     # ------------------------------------------------------------------ restarting
     def explain(self, result: RunResult) -> None:
@@ -467,6 +501,8 @@ class NodeRun:
         self.finished.clear()
         if self.watchdog is not None:
             self.watchdog.rearm(epoch)
+        if self.silent is not None:
+            self.silent.rearm()
         self.out.say(f"trainers started again (restart {epoch}): "
                      + ", ".join(f"{s.name} (pid {s.popen.pid})" for s in self.trainers), "dim")
 

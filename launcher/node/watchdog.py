@@ -4,7 +4,7 @@ its trainers restart (launcher.max_restarts).
 
 Progress is what trainers write through the runtime API (launcher.worker.progress: one record per
 rank, replaced at each step and phase). The watchdog arms only once a rank of the current
-trainer start has written one (an entry point that never reports is never called hung), and
+trainer start has written one (an entry point that never reports is silence.py's), and
 phases that wait on something the launcher already watches ("wait_server": a server's health
 deadline; "done") never count as hung.
 
@@ -13,24 +13,33 @@ said it handles (launcher.worker.progress.STACK_SIGNAL: faulthandler writes ever
 its stderr, the log). Ranks are asked one at a time and the log's growth read after each, so
 each stack is known to be that rank's. A rank whose main thread sits in torch.distributed
 waits for its peers; the one that does not is the one that stopped.
+
+Ranks of an entry that writes no heartbeats (silence.py finds them hung) have no stack signal:
+foreign_stacks asks py-spy, else ends each rank with SIGABRT, on which faulthandler (enabled by
+PYTHONFAULTHANDLER in their environment) writes their stacks to the log.
 """
 from __future__ import annotations
 
 import os
 import re
+import resource
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
+from launcher.node import keeper
 from launcher.worker import progress
 from launcher.worker.progress import Progress
 
 NOT_HUNG = ("wait_server", "done")  # phases the watchdog leaves to others
 CHECK_EVERY_S = 1.0
 DUMP_WAIT_S = 0.5  # for faulthandler to write a rank's stacks
+FATAL_SIGNAL = signal.SIGABRT  # for ranks without our handler: faulthandler dumps, it ends
+FATAL_WAIT_S = 3.0  # for such a rank to end (its dump is written by then)
 COLLECTIVE = "torch/distributed/"
 _FAULTHANDLER_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+) in (\S+)')
 _PYSPY_FRAME = re.compile(r"^\s+(\S+) \(([^:()]+):(\d+)\)")
@@ -54,6 +63,7 @@ class RankStacks:
     pid: int
     text: str
     main: list[Frame] = field(default_factory=list)
+    missing: str = ""  # why no stack came back, where that is known
 
     @property
     def collective(self) -> Optional[Frame]:
@@ -65,7 +75,8 @@ class RankStacks:
         if waiting is not None:
             return f"rank {self.rank} waits in {waiting.func} (a collective)"
         if not self.main:
-            return f"rank {self.rank}: no Python stack came back"
+            return f"rank {self.rank}: no Python stack came back" + (
+                f" ({self.missing})" if self.missing else "")
         return f"rank {self.rank} stopped in {self.main[0].short()}"
 
 
@@ -113,11 +124,16 @@ class Hang:
                 f"{timeout_s:g}; last: step {self.last.step} {self.last.phase}): {said}")
 
     def tail(self) -> list[str]:
-        out = []
-        for s in self.stacks:
-            out.append(f"--- rank {s.rank} (pid {s.pid}) ---")
-            out += s.text.rstrip().splitlines()[:40]
-        return out
+        return stacks_tail(self.stacks)
+
+
+def stacks_tail(stacks: Sequence[RankStacks]) -> list[str]:
+    """The stacks as the failure's tail: each rank's first lines."""
+    out = []
+    for s in stacks:
+        out.append(f"--- rank {s.rank} (pid {s.pid}) ---")
+        out += s.text.rstrip().splitlines()[:40] or [f"(none: {s.missing or 'no dump'})"]
+    return out
 
 
 @dataclass
@@ -162,7 +178,7 @@ class Watchdog:
         for r in sorted(records, key=lambda r: r.rank):
             text = _py_spy(spy, r.pid) if spy else None
             if text is None and r.stack_signal is not None:
-                text = _by_signal(r, log_of(r.pid))
+                text = _by_signal(r.pid, r.stack_signal, log_of(r.pid), _waited(DUMP_WAIT_S))
             if text is None:
                 continue
             if spy:  # faulthandler wrote into the log already; py-spy's goes there too
@@ -181,14 +197,15 @@ def _py_spy(spy: str, pid: int) -> Optional[str]:
     return out.stdout if out.returncode == 0 and out.stdout.strip() else None
 
 
-def _by_signal(record: Progress, log: Optional[Path]) -> Optional[str]:
-    """Send the rank its stack signal and read what its log gained."""
+def _by_signal(pid: int, sig: int, log: Optional[Path], wait: Callable[[int], None]
+               ) -> Optional[str]:
+    """Send the process `sig` and read what its log gained once `wait` returns."""
     start = log.stat().st_size if log is not None and log.exists() else 0
     try:
-        os.kill(record.pid, record.stack_signal or 0)
+        os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):
         return None
-    time.sleep(DUMP_WAIT_S)
+    wait(pid)
     if log is None:
         return None
     try:
@@ -197,6 +214,82 @@ def _by_signal(record: Progress, log: Optional[Path]) -> Optional[str]:
             return f.read().decode("utf-8", "replace")
     except OSError:
         return None
+
+
+def _waited(seconds: float) -> Callable[[int], None]:
+    return lambda _pid: time.sleep(seconds)
+
+
+def _until_ended(pid: int) -> None:
+    """Until `pid` is a zombie or gone (its dump is written then), at most FATAL_WAIT_S."""
+    deadline = time.monotonic() + FATAL_WAIT_S
+    while time.monotonic() < deadline:
+        stat = keeper.proc_stat(pid)
+        if stat is None or stat.state in ("Z", "X"):
+            return
+        time.sleep(0.02)
+
+
+def foreign_stacks(ranks: Mapping[int, int], log_of: Callable[[int], Optional[Path]]
+                   ) -> list[RankStacks]:
+    """Stacks of ranks that offered no stack signal (rank -> pid), one rank at a time.
+
+    py-spy where it is installed and can read the process; else FATAL_SIGNAL to a Python rank
+    whose environment enables faulthandler (PYTHONFAULTHANDLER, which the supervisor sets for
+    trainers while the watchdog is on): faulthandler writes every thread's stack to stderr (the
+    log) and the rank ends, as the failing run would end it anyway. The ranks' parents
+    (torchrun) are stopped meanwhile (SIGSTOP), or torchrun would end the other ranks as soon
+    as the first one ended, before their turn; they continue (SIGCONT) afterwards."""
+    spy = shutil.which("py-spy")
+    table = keeper.proc_table()
+    parents = sorted({table[p].ppid for p in ranks.values() if p in table}
+                     - set(ranks.values()) - {os.getpid()})  # never this process
+    keeper.signal_all(parents, signal.SIGSTOP)
+    stacks = []
+    try:
+        for rank, pid in sorted(ranks.items()):
+            log = log_of(rank)
+            text = _py_spy(spy, pid) if spy else None
+            if text is not None:
+                _append(log, f"areal-launch: stacks of rank {rank} (py-spy)\n" + text)
+                stacks.append(RankStacks(rank, pid, text, main_thread_frames(text)))
+                continue
+            why = _no_fault_dump(pid)
+            if why is None:
+                _append(log, f"areal-launch: stacks of rank {rank} (pid {pid}): faulthandler "
+                        f"on {FATAL_SIGNAL.name}, which ends it")
+                _no_core(pid)
+                text = _by_signal(pid, FATAL_SIGNAL, log, _until_ended) or ""
+                why = "" if text.strip() else f"{FATAL_SIGNAL.name} wrote none"
+            if why:
+                why = ("py-spy could not read it; " if spy else "py-spy is not installed; ") + why
+            stacks.append(RankStacks(rank, pid, text or "", main_thread_frames(text or ""), why))
+    finally:
+        keeper.signal_all(parents, signal.SIGCONT)
+    return stacks
+
+
+def _no_fault_dump(pid: int) -> Optional[str]:
+    """Why FATAL_SIGNAL would bring no stack from `pid` (None: it would)."""
+    try:
+        exe = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError as e:
+        return f"cannot read the process: {e.strerror}"
+    if "python" not in exe:
+        return f"{exe} is not a Python interpreter"
+    if not any(v.startswith(b"PYTHONFAULTHANDLER=") and v != b"PYTHONFAULTHANDLER="
+               for v in env):
+        return "faulthandler is off in its environment (PYTHONFAULTHANDLER)"
+    return None
+
+
+def _no_core(pid: int) -> None:
+    """No core file from the dump's signal."""
+    try:
+        resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))
+    except (OSError, ValueError):
+        pass
 
 
 def _append(log: Optional[Path], text: str) -> None:

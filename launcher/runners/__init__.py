@@ -50,8 +50,9 @@ class LauncherBase:
     # resumes from its newest checkpoint; a failed server restarts alone; 0: the first failure
     # ends the run
     max_restarts: int = 0
-    # no trainer progress (runtime heartbeats) this long: stacks in the log, the stopped ranks
-    # named, then a failure (restarted within max_restarts); null: no watchdog
+    # no trainer progress (runtime heartbeats; for an entry without them, no output and no CPU
+    # time, or a rank ended while the others run) this long: stacks in the log, the stopped
+    # ranks named, then a failure (restarted within max_restarts); null: no watchdog
     hang_timeout_s: Optional[float] = None
     # auto: the trainers' lines and each process's state (live on a terminal), servers' logs
     # in their files only; all: every process's lines, prefixed
