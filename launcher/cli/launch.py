@@ -89,6 +89,7 @@ def prepare(overrides: list[str], to_run: bool = True,
                                                          f"components.{name}.entry"))
         for name, w in planned.workers.items()})
     planned = with_memory(planned, config, here=not runner.more_nodes(device))
+    planned = dataclasses.replace(planned, notes=(*planned.notes, *spec.notes))
     return Prepared(list(overrides), spec, planned, runner, entry, Path(spec.run_dir).absolute())
 
 
@@ -174,7 +175,10 @@ def build_request(prep: Prepared, run_dir: Path, next_port: Callable[[], int]
                         trainer_env=identity.env({**os.environ, **extra_env}),
                         engine_env={name: user_env(engine(config, name).env, shell=False)
                                     for name in ENGINES})
-    plan = build_processes(prep.planned, prep.entry, [str(a) for a in config.trainer.args], ctx)
+    args = [str(a) for a in config.trainer.args]
+    if prep.spec.handoff is not None:  # an entry of another trainer: its config, as AReaL's
+        args += prep.spec.handoff.args(str(run_dir))  # launcher hands it (--config FILE ...)
+    plan = build_processes(prep.planned, prep.entry, args, ctx)
     request = LaunchRequest(
         run_id=run_id, run_dir=str(run_dir), job_name=job_name(prep),
         device=plan.cluster.device, num_nodes=plan.cluster.num_nodes,
@@ -247,6 +251,7 @@ def start(prep: Prepared, own_folder: bool = False) -> int:
             (run_dir / name).parent.mkdir(exist_ok=True)
             write_private(run_dir / name, text)
         write_private(run_dir / "request.json", request.to_json())
+        write_entry_config(prep, run_dir)
         if prep.runner.runs_here:  # attached here: the console shows where everything runs
             show_plan_summary(plan, run_dir)
         code = prep.runner.run(request)
@@ -257,6 +262,23 @@ def start(prep: Prepared, own_folder: bool = False) -> int:
     except LaunchError:  # no record (yet) to read the job id from: the run said its own end
         pass
     return code
+
+
+def write_entry_config(prep: Prepared, run_dir: Path) -> None:
+    """The entry's config (launcher.config.areal.Handoff) where its --config points, and
+    AReaL's folders (cluster.fileroot, name_resolve's nfs_record_root) made for the run."""
+    from launcher.config.areal import ENTRY_CONFIG
+    from launcher.node.runs import write_private
+
+    if prep.spec.handoff is not None:
+        write_private(run_dir / ENTRY_CONFIG, prep.spec.handoff.text())
+    for folder in prep.plan.meta.get("areal_folders", ()):
+        try:
+            Path(folder).expanduser().mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise LaunchError(f"{folder}: cannot make it ({exc.strerror}); set "
+                              "cluster.fileroot / cluster.name_resolve.nfs_record_root to a "
+                              "folder you can write") from None
 
 
 def show_plan_summary(plan: Plan, run_dir: Path) -> None:
