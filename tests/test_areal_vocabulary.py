@@ -226,6 +226,10 @@ def test_a_bad_areal_value_is_one_error_line(folder):
     out = run("plan", "-cd", str(folder), "-cn", "grpo", f"trainer.entry={ENTRY}",
               "cluster.name_resolve.type=zookeeper")
     assert "cluster.name_resolve.type='zookeeper': choose nfs, etcd3, ray" in one_error_line(out)
+    (folder / "old.yaml").write_text(GRPO + "launcher: {trainer_cpus_per_gpu: 4}\n")
+    with pytest.raises(ConfigError, match="launcher.trainer_cpus_per_gpu in config 'old': "
+                                          "AReaL's former launcher section is not read"):
+        prepared(folder, CUDA, name="old")
 
 
 @pytest.mark.torch

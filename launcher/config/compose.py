@@ -221,6 +221,24 @@ def _scheduler_runner(cfg: DictConfig, overrides: Sequence[str]) -> Optional[str
     return str(wanted)
 
 
+# AReaL's former `launcher` section (resources per GPU, environment per kind of process)
+OLD_LAUNCHER = ("inference_server_cpus_per_gpu", "inference_server_mem_per_gpu",
+                "trainer_cpus_per_gpu", "trainer_mem_per_gpu", "inference_server_env_vars",
+                "trainer_env_vars")
+
+
+def _check_old_launcher(raw: dict, name: str) -> None:
+    """`launcher:` is our runner's options; AReaL's former section of that name is refused
+    with what to write instead, rather than as an unknown key of the runner."""
+    section = raw.get("launcher")
+    old = [k for k in section if k in OLD_LAUNCHER] if isinstance(section, dict) else []
+    if old:
+        raise ConfigError(f"launcher.{old[0]} in config {name!r}: AReaL's former launcher "
+                          "section is not read (areal-launch's `launcher` holds its runner's "
+                          "options); write <engine>.scheduling_spec instead: cpu, mem, "
+                          "env_vars")
+
+
 def _primary(hydra: Any) -> tuple[str, Optional[dict]]:
     """The config Hydra composes first: the user's -cn, or (a peer's file without a defaults
     list) ours with that file laid over where our config.yaml has `_self_`, and its keys."""
@@ -232,6 +250,7 @@ def _primary(hydra: Any) -> tuple[str, Optional[dict]]:
         return source.config_name, None  # ours, or a config of ours; Hydra says a missing one
     raw = OmegaConf.to_container(found.config, resolve=False)
     assert isinstance(raw, dict)
+    _check_old_launcher(raw, source.config_name)
     ours = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "config.yaml")
     assert isinstance(ours, DictConfig)
     defaults = ours.pop("defaults")
