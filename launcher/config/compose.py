@@ -133,6 +133,8 @@ def compose_config(overrides: Sequence[str], with_hydra: bool = False,
     mode = RunMode.MULTIRUN if multirun else RunMode.RUN
     try:
         name, raw = _primary(hydra)
+    except ConfigError:
+        raise
     except Exception as exc:  # the file does not load (a duplicate key): Hydra's own error
         raise hydra_error(exc, overrides) from None
     opened = raw is not None
