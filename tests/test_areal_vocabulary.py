@@ -63,7 +63,8 @@ def folder(tmp_path_factory) -> Path:
     (d / "grpo.yaml").write_text(GRPO)
     (d / "sft.yaml").write_text("experiment_name: sft\ntrial_name: t\nseed: 1\n"
                                 "cluster: {n_nodes: 1, n_gpus_per_node: 2}\n"
-                                "actor: {backend: 'fsdp:d2', path: /m, optimizer: {lr: 1}}\n")
+                                "actor: {backend: 'fsdp:d2', path: /m, optimizer: {lr: 1},\n"
+                                "        max_new_tokens: '${gconfig.max_new_tokens}'}\n")
     (d / "ours.yaml").write_text("defaults: [config, _self_]\nseed: 1\n")
     (d / "theirs.yaml").write_text(f"defaults: [config, _self_]\nseed: 1\n"
                                    f"trainer: {{entry: {ENTRY}}}\n")
@@ -124,10 +125,21 @@ def test_the_entry_gets_the_whole_config_and_the_users_overrides(folder):
                                  "++actor.optimizer.beta1=0.8")
 
 
+def test_a_peer_file_named_config_is_read_not_shadowed_by_ours(folder, tmp_path):
+    (tmp_path / "config.yaml").write_text(GRPO)
+    prep = prepared(tmp_path, CUDA, name="config")
+    assert prep.plan.meta["experiment_name"] == "tiny-grpo"
+    assert prep.spec.handoff.config["seed"] == 7
+    out = run("plan", "-cp", str(tmp_path), "-cn", "config", f"trainer.entry={ENTRY}")
+    assert "give its folder with --config-dir/-cd instead" in one_error_line(out)
+
+
 def test_an_engine_the_file_does_not_name_is_off(folder):
     prep = prepared(folder, ["cluster.device=cuda", f"trainer.entry={ENTRY}"], name="sft")
     assert layout(prep) == {"actor": ("fsdp:d2", (0, 1))}
     assert prep.spec.handoff.config["actor"]["optimizer"] == {"lr": 1}
+    # a key only AReaL's schema has (its gconfig defaults): handed as written, it resolves it
+    assert prep.spec.handoff.config["actor"]["max_new_tokens"] == "${gconfig.max_new_tokens}"
 
 
 def test_our_recipe_refuses_an_areal_key_naming_the_entry_to_give(folder):

@@ -245,12 +245,27 @@ def _primary(hydra: Any) -> tuple[str, Optional[dict]]:
     """The config Hydra composes first: the user's -cn, or (a peer's file without a defaults
     list) ours with that file laid over where our config.yaml has `_self_`, and its keys."""
     source = _source
-    if source.config_name == "config" and source.config_path is None:
+    mine = Path(source.config_dir or "").expanduser() / f"{source.config_name}.yaml"
+    shadowed = source.config_name == "config" and source.config_dir and mine.is_file()
+    if source.config_name == "config" and source.config_path is None and not shadowed:
         return source.config_name, None  # ours: the hot path reads no file
-    found = hydra.config_loader.repository.load_config(source.config_name)
-    if found is None or found.defaults_list or found.is_schema_source:
-        return source.config_name, None  # ours, or a config of ours; Hydra says a missing one
-    raw = OmegaConf.to_container(found.config, resolve=False)
+    if shadowed:
+        # launcher/conf's config.yaml comes first in the search path: a peer's own
+        # config.yaml in -cd is read from its folder, not shadowed by ours without a word
+        loaded = OmegaConf.load(mine)
+        if not isinstance(loaded, DictConfig) or "defaults" in loaded:
+            return source.config_name, None
+        found_config: Any = loaded
+    else:
+        found = hydra.config_loader.repository.load_config(source.config_name)
+        if found is None or found.defaults_list or found.is_schema_source:
+            return source.config_name, None  # ours, or a config of ours; Hydra: a missing one
+        found_config = found.config
+    if source.config_path is not None:
+        raise ConfigError(f"--config-path {source.config_path}: {source.config_name!r} is a "
+                          "config of another launcher (no defaults list), laid over ours, and "
+                          "-cp replaces ours: give its folder with --config-dir/-cd instead")
+    raw = OmegaConf.to_container(found_config, resolve=False)
     assert isinstance(raw, dict)
     _check_old_launcher(raw, source.config_name)
     ours = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "config.yaml")
@@ -375,7 +390,11 @@ def _split_entry_keys(cfg: DictConfig, job: DictConfig, origin: Origin
     areal.model_from_actor(ours, job, origin.raw)
     if not unknown and origin.raw is None:
         return ours, None
-    values = resolved(lambda: OmegaConf.to_container(job, resolve=True))
+    try:
+        values = OmegaConf.to_container(job, resolve=True)
+    except Exception:  # noqa: BLE001 - ${gconfig.x} of a key only the entry's schema has:
+        values = OmegaConf.to_container(job, resolve=False)  # the entry resolves it
+    assert isinstance(values, dict)
     overrides = list(OmegaConf.select(cfg, "hydra.overrides.task", default=None) or [])
     return ours, areal.handoff(values, areal.mask_of(unknown, origin.raw), overrides)
 
