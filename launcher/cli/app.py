@@ -177,7 +177,9 @@ def multirun(hydra: Any, overrides: list[str]) -> int:
     RECORD.given = list(overrides)
     code = 0
     try:
-        hydra.multirun(config_name=config_name(), task_function=run_hydra_job,
+        from launcher.config.compose import hydra_primary
+
+        hydra.multirun(config_name=hydra_primary(), task_function=run_hydra_job,
                        overrides=overrides + ["hydra.mode=MULTIRUN"])
     except (RunFailed, SweepStopped):
         pass  # the run said why, the table below says which

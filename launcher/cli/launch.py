@@ -94,6 +94,7 @@ def prepare(overrides: list[str], to_run: bool = True,
                                                          f"components.{name}.entry"))
         for name, w in planned.workers.items()})
     planned = with_memory(planned, here=not runner.more_nodes(device))
+    planned = dataclasses.replace(planned, notes=(*planned.notes, *spec.notes))
     return Prepared(list(overrides), spec, planned, runner, entry, Path(spec.run_dir).absolute())
 
 
@@ -194,7 +195,12 @@ def build_request(prep: Prepared, run_dir: Path, next_port: Callable[[], int]
                         cpus=prep.runner.cpus(), extra_env=extra_env, trainer_env=trainer_env,
                         engine_env={name: user_env(engine(config, name).env, shell=False)
                                     for name in ENGINES})
-    plan = build_processes(prep.planned, prep.entry, [str(a) for a in config.trainer.args], ctx,
+    args = [str(a) for a in config.trainer.args]
+    if prep.spec.handoff is not None:  # an entry of another trainer: its config, as AReaL's
+        args += prep.spec.handoff.args(str(run_dir))  # launcher hands it (--config FILE ...)
+        if areal is not None:
+            args += folder_overrides(prep, areal)
+    plan = build_processes(prep.planned, prep.entry, args, ctx,
                            trainer_python=config.trainer.python)
     request = LaunchRequest(
         run_id=run_id, run_dir=str(run_dir), job_name=job_name(prep),
@@ -218,15 +224,28 @@ def is_recipe(entry: str) -> bool:
 
 def areal_folders(prep: Prepared, run_dir: Path) -> Optional[ArealFolders]:
     """AReaL's folders for a run whose trainers run an entry that is not ours (None: ours, or
-    no trainers): the run folder is the fileroot and holds name_resolve's records, so no run
-    shares them with another. (AReaL's `cluster.fileroot` and `cluster.name_resolve` keys,
-    read where the config is, take their place here when they are set.)"""
+    no trainers): AReaL's `cluster.fileroot` and name_resolve's `nfs_record_root` where the
+    config sets them, else the run folder and `<run folder>/name_resolve`, so that no run
+    shares them with another."""
     if not any(c.kind == registry.TRAIN for c in prep.plan.components.values()) or \
             is_recipe(prep.entry):
         return None
     config = prep.spec.config
-    return ArealFolders(fileroot=str(run_dir), name_resolve=str(run_dir / "name_resolve"),
+    records = config.cluster.name_resolve.nfs_record_root \
+        if config.cluster.name_resolve.type == "nfs" else None
+    return ArealFolders(fileroot=str(config.cluster.fileroot or run_dir),
+                        name_resolve=str(records or run_dir / "name_resolve"),
                         trial=f"{config.experiment_name}/{config.trial_name}")
+
+
+def folder_overrides(prep: Prepared, areal: ArealFolders) -> list[str]:
+    """The folders the launcher chose for AReaL's keys the user left unset, as overrides
+    of the entry's config (AReaL's own defaults are shared folders under /tmp)."""
+    cluster = prep.spec.config.cluster
+    out = [] if cluster.fileroot else [f"++cluster.fileroot={areal.fileroot}"]
+    if cluster.name_resolve.type == "nfs" and not cluster.name_resolve.nfs_record_root:
+        out.append(f"++cluster.name_resolve.nfs_record_root={areal.name_resolve}")
+    return out
 
 
 def read_paths(plan: Plan, entry: str) -> tuple[str, ...]:
@@ -289,6 +308,7 @@ def start(prep: Prepared, own_folder: bool = False) -> int:
             (run_dir / name).parent.mkdir(exist_ok=True)
             write_private(run_dir / name, text)
         write_private(run_dir / "request.json", request.to_json())
+        write_entry_config(prep, run_dir)
         if prep.runner.runs_here:  # attached here: the console shows where everything runs
             show_plan_summary(plan, run_dir)
         code = prep.runner.run(request)
@@ -299,6 +319,16 @@ def start(prep: Prepared, own_folder: bool = False) -> int:
     except LaunchError:  # no record (yet) to read the job id from: the run said its own end
         pass
     return code
+
+
+def write_entry_config(prep: Prepared, run_dir: Path) -> None:
+    """The entry's config (launcher.config.areal.Handoff) where its --config points (AReaL's
+    folders are made by each node, launcher.node.runs.make_areal_folders)."""
+    from launcher.config.areal import ENTRY_CONFIG
+    from launcher.node.runs import write_private
+
+    if prep.spec.handoff is not None:
+        write_private(run_dir / ENTRY_CONFIG, prep.spec.handoff.text())
 
 
 def show_plan_summary(plan: Plan, run_dir: Path) -> None:

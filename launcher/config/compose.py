@@ -20,9 +20,10 @@ from typing import Any, Callable, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from launcher.config.areal import Handoff
 from launcher.config.hydra_errors import (FREE_FORM, FREE_FORM_SHOWN, explain_hydra_error, shown,
                                           unresolved)
-from launcher.config.schema import LaunchConfig, backend_of, backend_options
+from launcher.config.schema import LaunchConfig, backend_of, backend_options, engine
 from launcher.spec import registry
 from launcher.spec.errors import ConfigError
 from launcher.spec.plan import ENGINES
@@ -45,12 +46,31 @@ class ConfigSource:
 @dataclass(frozen=True)
 class RunSpec:
     """A composed run: the typed config, where Hydra says its folders go, and the composed
-    config itself (written to the run folder as Hydra's own record, hydra.output_subdir)."""
+    config itself (written to the run folder as Hydra's own record, hydra.output_subdir).
+    handoff: for an entry that is not ours, its part of the config (launcher.config.areal);
+    notes: what the run does not honour of what was written, one line each."""
 
     config: LaunchConfig
     run_dir: str
     sweep_dir: str
     composed: DictConfig
+    handoff: Optional[Handoff] = None
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Origin:
+    """How a config was composed: over an open schema (keys it does not declare kept, for the
+    entry or for an error) and, for a peer's file (no defaults list: AReaL's), that file's
+    own keys as written."""
+
+    opened: bool
+    raw: Optional[dict] = None
+
+
+PEER_PRIMARY = "areal_launch_peer_primary"  # ours with a peer's file laid over (ConfigStore)
+_origins: dict[int, tuple[DictConfig, Origin]] = {}  # id(composed config) -> how
+_peer_raw: dict[ConfigSource, dict] = {}  # a peer's file as written, by where it was found
 
 
 _hydra: Any = None  # hydra._internal.hydra.Hydra, once opened
@@ -99,20 +119,166 @@ def config_name() -> str:
 
 def compose_config(overrides: Sequence[str], with_hydra: bool = False,
                    multirun: bool = False) -> DictConfig:
-    """Compose the config for `overrides` (Hydra command-line syntax); raise ConfigError."""
+    """Compose the config for `overrides` (Hydra command-line syntax); raise ConfigError.
+
+    A peer's file as the primary config (-cn NAME, no defaults list: AReaL's) is laid over
+    ours, on a schema that keeps the keys it does not declare; a config of ours that holds
+    such keys is composed again that way, and run_spec says whose they are (the entry's, or
+    an error for our recipe). `scheduler.type` (AReaL's) chooses the runner as launcher= does.
+    """
     from hydra.types import RunMode
 
     check_overrides(overrides)
     hydra = open_config(_source)
     mode = RunMode.MULTIRUN if multirun else RunMode.RUN
-    cfg = explained(lambda: hydra.compose_config(config_name=_source.config_name,
-                                                 overrides=list(overrides), run_mode=mode),
-                    overrides)
-    check_added_keys(cfg, overrides)
+    try:
+        name, raw = _primary(hydra)
+    except ConfigError:
+        raise
+    except Exception as exc:  # the file does not load (a duplicate key): Hydra's own error
+        raise hydra_error(exc, overrides) from None
+    opened = raw is not None
+    given = list(overrides)
+
+    def compose(extra: Sequence[str] = ()) -> DictConfig:
+        return _composed(hydra, name, [*given, *extra], mode, opened)
+
+    try:
+        cfg = compose()
+    except Exception as exc:  # Hydra raises several unrelated types for user mistakes
+        if opened or not _unknown_key(exc):
+            raise hydra_error(exc, overrides) from None
+        opened = True
+        cfg = explained(compose, overrides)
+    runner = _scheduler_runner(cfg, overrides)
+    if runner is not None:
+        cfg = explained(lambda: compose([f"launcher={runner}"]), overrides)
+    if not opened:
+        try:
+            check_added_keys(cfg, overrides)
+        except ConfigError:  # `+seed=1` is the entry's own key when the entry is not ours
+            from launcher.config.areal import ours_entry
+
+            if ours_entry(str(OmegaConf.select(cfg, "trainer.entry", default=""))):
+                raise
+            opened = True
     if not with_hydra:
         with open_dict(cfg):
             del cfg["hydra"]
+    _origins[id(cfg)] = (cfg, Origin(opened, raw))
+    while len(_origins) > 32:
+        del _origins[next(iter(_origins))]
     return cfg
+
+
+def _composed(hydra: Any, name: str, overrides: list[str], mode: Any, opened: bool
+              ) -> DictConfig:
+    from launcher.config.schema import register_base
+
+    before = register_base(opened)
+    try:
+        cfg: DictConfig = hydra.compose_config(config_name=name, overrides=overrides,
+                                               run_mode=mode)
+    finally:
+        register_base(before)
+    return cfg
+
+
+def hydra_primary() -> str:
+    """The config name for Hydra's own composing (a sweep's points): the wrapper of a peer's
+    file, with the open schema registered from now on (run_spec sorts each point's keys)."""
+    from launcher.config.schema import register_base
+
+    name, raw = _primary(open_config(_source))
+    if raw is not None:
+        register_base(True)
+    return name
+
+
+def _unknown_key(exc: BaseException) -> bool:
+    """Hydra's failure for a key the schema does not declare (in a file, or `+` in a typed
+    section): the config is composed again over the open schema, and run_spec decides."""
+    from launcher.config.hydra_errors import flatten
+
+    text = flatten(exc)
+    return "not in struct" in text or ("Key '" in text and "' not in '" in text)
+
+
+def _scheduler_runner(cfg: DictConfig, overrides: Sequence[str]) -> Optional[str]:
+    """The runner AReaL's `scheduler.type` names where it is not launcher='s choice (None:
+    nothing to change); ConfigError for an unknown one or one beside another launcher=."""
+    chosen = OmegaConf.select(cfg, "hydra.runtime.choices.launcher", default=None)
+    wanted = resolved(lambda: OmegaConf.select(cfg, "scheduler.type", default=None), overrides)
+    if wanted is None or wanted == chosen:
+        return None
+    if str(wanted) not in registry.runner_names():
+        raise ConfigError(f"scheduler.type={wanted}: areal-launch runs on "
+                          f"{', '.join(registry.runner_names())} (scheduler.type chooses the "
+                          "runner, as launcher= does)")
+    explicit = next((o for o in overrides if o.lstrip("+").partition("=")[0] == "launcher"),
+                    None)
+    if explicit is not None:
+        raise ConfigError(f"scheduler.type={wanted} and {explicit} choose different runners: "
+                          "write one of them")
+    return str(wanted)
+
+
+# AReaL's former `launcher` section (resources per GPU, environment per kind of process)
+OLD_LAUNCHER = ("inference_server_cpus_per_gpu", "inference_server_mem_per_gpu",
+                "trainer_cpus_per_gpu", "trainer_mem_per_gpu", "inference_server_env_vars",
+                "trainer_env_vars")
+
+
+def _check_old_launcher(raw: dict, name: str) -> None:
+    """`launcher:` is our runner's options; AReaL's former section of that name is refused
+    with what to write instead, rather than as an unknown key of the runner."""
+    section = raw.get("launcher")
+    old = [k for k in section if k in OLD_LAUNCHER] if isinstance(section, dict) else []
+    if old:
+        raise ConfigError(f"launcher.{old[0]} in config {name!r}: AReaL's former launcher "
+                          "section is not read (areal-launch's `launcher` holds its runner's "
+                          "options); write <engine>.scheduling_spec instead: cpu, mem, "
+                          "env_vars")
+
+
+def _primary(hydra: Any) -> tuple[str, Optional[dict]]:
+    """The config Hydra composes first: the user's -cn, or (a peer's file without a defaults
+    list) ours with that file laid over where our config.yaml has `_self_`, and its keys."""
+    source = _source
+    mine = Path(source.config_dir or "").expanduser() / f"{source.config_name}.yaml"
+    shadowed = source.config_name == "config" and source.config_dir and mine.is_file()
+    if source.config_name == "config" and source.config_path is None and not shadowed:
+        return source.config_name, None  # ours: the hot path reads no file
+    if shadowed:
+        # launcher/conf's config.yaml comes first in the search path: a peer's own
+        # config.yaml in -cd is read from its folder, not shadowed by ours without a word
+        loaded = OmegaConf.load(mine)
+        if not isinstance(loaded, DictConfig) or "defaults" in loaded:
+            return source.config_name, None
+        found_config: Any = loaded
+    else:
+        found = hydra.config_loader.repository.load_config(source.config_name)
+        if found is None or found.defaults_list or found.is_schema_source:
+            return source.config_name, None  # ours, or a config of ours; Hydra: a missing one
+        found_config = found.config
+    if source.config_path is not None:
+        raise ConfigError(f"--config-path {source.config_path}: {source.config_name!r} is a "
+                          "config of another launcher (no defaults list), laid over ours, and "
+                          "-cp replaces ours: give its folder with --config-dir/-cd instead")
+    raw = OmegaConf.to_container(found_config, resolve=False)
+    assert isinstance(raw, dict)
+    _check_old_launcher(raw, source.config_name)
+    ours = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "config.yaml")
+    assert isinstance(ours, DictConfig)
+    defaults = ours.pop("defaults")
+    # an engine the file does not name is off (an SFT config has no rollout)
+    off = {name: {"backend": None} for name in ENGINES if name not in raw}
+    over = OmegaConf.merge(ours, off, raw)
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name=PEER_PRIMARY, node={"defaults": defaults, **over})
+    _peer_raw[source] = raw
+    return PEER_PRIMARY, raw
 
 
 def shown_config(cfg: DictConfig) -> DictConfig:
@@ -129,10 +295,28 @@ def shown_config(cfg: DictConfig) -> DictConfig:
         used = backend_of(node.get("backend"))
         for key in [k for k in node if k in backends]:
             if key == used:
-                node[key] = OmegaConf.structured(backend_options(name, key, node[key]))
+                node[key] = _typed_options(out, name, key, node[key])
             elif not node[key]:
                 del node[key]
     return out
+
+
+def _typed_options(cfg: DictConfig, name: str, backend: str, values: DictConfig) -> DictConfig:
+    """`<name>.<backend>` with the backend's defaults; keys its Options lacks stay beside them
+    for an entry not ours (AReaL's `actor.megatron.bridge_type`), an error for our recipe."""
+    import dataclasses
+
+    from launcher.config.areal import ours_entry
+
+    known = {f.name for f in dataclasses.fields(registry.backend(backend).Options)}
+    extra = {k: v for k, v in values.items() if k not in known}
+    if extra and ours_entry(str(OmegaConf.select(cfg, "trainer.entry", default=""))):
+        extra = {}  # backend_options names the first
+    typed = OmegaConf.structured(backend_options(
+        name, backend, {k: v for k, v in values.items() if k not in extra}))
+    if extra:
+        typed = OmegaConf.merge(OmegaConf.to_container(typed), extra)
+    return typed
 
 
 def explained(compose: Callable[[], DictConfig], overrides: Sequence[str]) -> DictConfig:
@@ -140,11 +324,23 @@ def explained(compose: Callable[[], DictConfig], overrides: Sequence[str]) -> Di
     try:
         return compose()
     except Exception as exc:  # Hydra raises several unrelated types for user mistakes
-        raise ConfigError(explain_hydra_error(exc, overrides, suggest)) from None
+        raise hydra_error(exc, overrides) from None
+
+
+def hydra_error(exc: BaseException, overrides: Sequence[str]) -> ConfigError:
+    """Hydra's failure as one line; a peer's file is named as the user named it."""
+    text = explain_hydra_error(exc, overrides, suggest)
+    return ConfigError(text.replace(repr(PEER_PRIMARY), repr(_source.config_name)))
 
 
 def run_spec(cfg: DictConfig) -> RunSpec:
-    """The typed config (every interpolation resolved, every value checked) and the folders."""
+    """The typed config (every interpolation resolved, every value checked) and the folders.
+    Keys our schema does not declare (a config composed open) are the entry's when it is not
+    ours (handed to it, launcher.config.areal) and an error naming the closest key when it is."""
+    from launcher.config import areal
+
+    # a config Hydra composed itself (a sweep point): its keys are sorted out like an open one's
+    origin = _origins.get(id(cfg), (cfg, Origin(True, _peer_raw.get(_source))))[1]
     job = cfg
     if "hydra" in cfg:
         if OmegaConf.select(cfg, "hydra.job.chdir"):
@@ -157,6 +353,9 @@ def run_spec(cfg: DictConfig) -> RunSpec:
         job = copy.copy(cfg)
         with open_dict(job):
             del job["hydra"]
+    handoff = None
+    if origin.opened:
+        job, handoff = _split_entry_keys(cfg, job, origin)
     spec = resolved(lambda: OmegaConf.to_object(job))
     resolved(lambda: _keep_open_keys(job, spec))
     run_dir = resolved(lambda: str(OmegaConf.select(cfg, "hydra.run.dir") or "outputs"))
@@ -164,7 +363,40 @@ def run_spec(cfg: DictConfig) -> RunSpec:
     assert isinstance(spec, LaunchConfig)
     for key, folder in (("hydra.run.dir", run_dir), ("hydra.sweep.dir", sweep_dir)):
         check_folder_name(key, folder)
-    return RunSpec(spec, run_dir, sweep_dir, cfg)
+    runner = str(OmegaConf.select(cfg, "hydra.runtime.choices.launcher", default=None)
+                 or "local")
+    notes = areal.apply_scheduling(spec, runner, [n for n in ENGINES
+                                                  if engine(spec, n).backend is not None])
+    return RunSpec(spec, run_dir, sweep_dir, cfg, handoff, tuple(notes))
+
+
+def _split_entry_keys(cfg: DictConfig, job: DictConfig, origin: Origin
+                      ) -> tuple[DictConfig, Optional[Handoff]]:
+    """(our part of `job`, what the entry gets): the keys our schema does not declare are
+    cut out; for our recipe the first of them is an error."""
+    from launcher.config import areal
+
+    unknown = areal.unknown_keys(job)
+    entry = str(resolved(lambda: OmegaConf.select(job, "trainer.entry")))
+    ours = areal.pruned(job, unknown)
+    if areal.ours_entry(entry):
+        if unknown:
+            given = any(o.lstrip("+").startswith(unknown[0]) for o in
+                        OmegaConf.select(cfg, "hydra.overrides.task", default=None) or ())
+            where = "" if given or _source.config_name == "config" else \
+                f" in config {_source.config_name!r}"
+            raise areal.unknown_error(unknown[0], ours, where, entry)
+        return ours, None
+    areal.model_from_actor(ours, job, origin.raw)
+    if not unknown and origin.raw is None:
+        return ours, None
+    try:
+        values = OmegaConf.to_container(job, resolve=True)
+    except Exception:  # noqa: BLE001 - ${gconfig.x} of a key only the entry's schema has:
+        values = OmegaConf.to_container(job, resolve=False)  # the entry resolves it
+    assert isinstance(values, dict)
+    overrides = list(OmegaConf.select(cfg, "hydra.overrides.task", default=None) or [])
+    return ours, areal.handoff(values, areal.mask_of(unknown, origin.raw), overrides)
 
 
 def _keep_open_keys(cfg: DictConfig, spec: Any) -> None:
@@ -235,9 +467,10 @@ def resolved(make: Callable[[], Any], overrides: Sequence[str] = ()) -> Any:
 
 
 def choices_only(overrides: Sequence[str]) -> list[str]:
-    """The overrides that pick config files (`rollout=sglang`, `experiment=...`), not values."""
+    """The overrides that pick config files (`rollout=sglang`, `experiment=...`), not values,
+    and the entry (`trainer.entry`: whose keys an unknown one is)."""
     return [o for o in overrides if "." not in o.partition("=")[0]
-            and not o.startswith(("hydra", "+", "~"))]
+            and not o.startswith(("hydra", "+", "~")) or o.startswith("trainer.entry=")]
 
 
 # ----------------------------------------------------------------------------- + and ~

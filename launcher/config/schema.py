@@ -29,6 +29,51 @@ DEFAULT_MODEL_PATH = "~/.cache/areal-launch/tiny-llama"
 
 
 # ----------------------------------------------------------------------------- engines
+STRATEGIES = ("colocation", "separation")
+
+
+@dataclass
+class SchedulingStrategy:
+    """AReaL's `<engine>.scheduling_strategy`: `colocation` with `target` puts the engine on
+    its target's GPUs, `separation` on GPUs of its own; None: our default placement (ref,
+    critic, teacher share the actor's GPUs when their world size matches)."""
+
+    type: Optional[str] = None
+    target: Optional[str] = None
+    fork: bool = True  # AReaL's: the target spawns a process of its own (ours always do)
+
+    def __post_init__(self) -> None:
+        if self.type is not None and self.type not in STRATEGIES:
+            raise ConfigError(f"scheduling_strategy.type={self.type!r}: choose "
+                              f"{' or '.join(STRATEGIES)}")
+        if self.type == "colocation" and not self.target:
+            raise ConfigError("scheduling_strategy.type=colocation needs a target: the "
+                              "component to share GPUs with, e.g. target: actor")
+
+
+@dataclass
+class SchedulingSpec:
+    """One of AReaL's `<engine>.scheduling_spec` items, as AReaL names its keys; None: not
+    given. What a runner honours is launcher.config.areal's business (local: env_vars; Slurm:
+    cpu, mem, nodelist, exclude, image too); the rest is said in one line, never dropped."""
+
+    cpu: Optional[int] = None  # CPU cores per GPU
+    gpu: Optional[int] = None  # GPUs per process
+    mem: Optional[int] = None  # GB per GPU
+    port_count: Optional[int] = None
+    image: Optional[str] = None
+    task_type: Optional[str] = None
+    env_vars: Dict[str, str] = field(default_factory=dict)
+    cmd: Optional[str] = None
+    srun_additional_args: Optional[str] = None
+    additional_bash_cmds: Optional[List[str]] = None
+    container_type: Optional[str] = None
+    mount: Optional[str] = None
+    nodelist: Optional[str] = None
+    exclude: Optional[str] = None
+    ray_placement_strategy: Optional[str] = None
+
+
 @dataclass
 class OffloadOptions:
     """What a training engine moves to host memory between phases (collocated runs)."""
@@ -67,6 +112,9 @@ class RolloutBase:
     python: Optional[str] = None
     server_module: Optional[str] = None
     server_args: Dict[str, Any] = field(default_factory=dict)
+    # AReaL's placement and per-process resources (launcher.config.areal)
+    scheduling_strategy: SchedulingStrategy = field(default_factory=SchedulingStrategy)
+    scheduling_spec: Any = field(default_factory=list)  # SchedulingSpec items (or one)
 
     def __post_init__(self) -> None:
         problem = seconds_problem(self.health_timeout_s, allow_zero=False)
@@ -127,6 +175,9 @@ class TrainEngineBase:
     model: ModelParallel = field(default_factory=ModelParallel)
     extra_args: List[str] = field(default_factory=list)
     env: Dict[str, str] = field(default_factory=dict)  # this engine's processes only
+    # AReaL's placement and per-process resources (launcher.config.areal)
+    scheduling_strategy: SchedulingStrategy = field(default_factory=SchedulingStrategy)
+    scheduling_spec: Any = field(default_factory=list)  # SchedulingSpec items (or one)
 
     def __post_init__(self) -> None:
         if self.dtype is not None and self.dtype not in TRAIN_DTYPES:
@@ -201,6 +252,25 @@ class WorkerConfig(ComponentConfig):
 
 # ----------------------------------------------------------------------------- cluster
 @dataclass
+class NameResolveConfig:
+    """AReaL's `cluster.name_resolve`: where its processes find each other. The folder of
+    `nfs` (nfs_record_root) is made for the run; None: `<run folder>/name_resolve`."""
+
+    type: str = "nfs"  # nfs | etcd3 | ray
+    nfs_record_root: Optional[str] = None
+    etcd3_addr: Optional[str] = None
+    ray_actor_name: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.type not in NAME_RESOLVE_TYPES:
+            raise ConfigError(f"cluster.name_resolve.type={self.type!r}: choose "
+                              f"{', '.join(NAME_RESOLVE_TYPES)}")
+
+
+NAME_RESOLVE_TYPES = ("nfs", "etcd3", "ray")
+
+
+@dataclass
 class NodeGroupConfig:
     """One of `cluster.node_groups` (RLinf's form): a label for some node ranks, with what the
     processes there get (env_configs: node_ranks, python_interpreter_path, env_vars) and what
@@ -231,6 +301,39 @@ class ClusterConfig:
     # RLinf's run-time placement from profiled times: not supported (placement is decided
     # before anything starts); true is an error that says what to write instead
     auto_scheduler: Optional[bool] = None
+    # AReaL's spellings of num_nodes and gpus_per_node (one value: both given and different is
+    # an error; n_gpus_per_node: 0 is AReaL's CPU cluster)
+    n_nodes: Optional[int] = None
+    n_gpus_per_node: Optional[int] = None
+    # AReaL's root for logs and checkpoints (made for the run); None: the run folder
+    fileroot: Optional[str] = None
+    name_resolve: NameResolveConfig = field(default_factory=NameResolveConfig)
+
+    def __post_init__(self) -> None:
+        """One home for AReaL's spellings: they become num_nodes and gpus_per_node here."""
+        for ours, theirs in (("num_nodes", "n_nodes"), ("gpus_per_node", "n_gpus_per_node")):
+            given, alias = getattr(self, ours), getattr(self, theirs)
+            if alias is None:
+                continue
+            if alias == 0 and theirs == "n_gpus_per_node":  # AReaL's CPU template
+                if self.device not in ("auto", "cpu") or given:
+                    raise ConfigError("cluster.n_gpus_per_node=0 is a CPU cluster, but "
+                                      f"cluster.device={self.device} cluster.gpus_per_node="
+                                      f"{given}: write one of them")
+                self.device = "cpu"
+                continue
+            if given is not None and given != alias:
+                raise ConfigError(f"cluster.{theirs}={alias} and cluster.{ours}={given} say "
+                                  f"the same thing differently: write one of them")
+            setattr(self, ours, alias)
+
+
+@dataclass
+class SchedulerConfig:
+    """AReaL's `scheduler.type`: the runner (local, slurm, ray), as `launcher=` chooses it;
+    None: `launcher=`'s choice. Both given and different is an error."""
+
+    type: Optional[str] = None
 
 
 # ----------------------------------------------------------------------------- the run
@@ -255,6 +358,7 @@ class LaunchConfig:
     reward: Dict[str, Any] = field(default_factory=dict)  # reward workers or a server
     agent: Dict[str, Any] = field(default_factory=dict)  # agent/tool processes (CPU)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     # components the user declares by name (+components.sim.entry=sim.py), beside the built-in
     # engines above: each a ComponentConfig, checked by launcher.planning.components (a typed
@@ -360,7 +464,7 @@ def register_configs() -> None:
     from hydra.core.config_store import ConfigStore
 
     store = ConfigStore.instance()
-    store.store(name="base_config", node=_open_backend_options())
+    register_base(False)
     for name in registry.runner_names():
         # a built-in's YAML (conf/launcher/<name>.yaml) starts from <name>_schema; another
         # package's runner has no YAML here, so its schema is the option `launcher=<name>`
@@ -369,6 +473,40 @@ def register_configs() -> None:
                     node=registry.runner_module(name).Config)
     for name, schema in registry.recipe_schemas().items():
         store.store(group="recipe", name=f"{name}_schema", node=schema)
+
+
+_bases: dict[bool, Any] = {}
+_base_state = [False]  # whether the base_config registered now is the open one
+
+
+def register_base(opened: bool) -> bool:
+    """`base_config`, the run's schema conf/config.yaml starts from: as typed (a key it does
+    not declare is Hydra's error), or `opened`, every node open, so that a peer's config (its
+    trainer's keys beside ours) composes and run_spec sorts the keys out. Returns whether the
+    one registered before was open."""
+    from hydra.core.config_store import ConfigStore
+
+    before = _base_state[0]
+    if opened == before and opened in _bases:
+        return before  # registered already: ConfigStore copies a node it stores
+    if opened not in _bases:
+        node = _open_backend_options()
+        if opened:
+            _open_all(node)
+        _bases[opened] = node
+    ConfigStore.instance().store(name="base_config", node=_bases[opened])
+    _base_state[0] = opened
+    return before
+
+
+def _open_all(node: Any) -> None:
+    from omegaconf import DictConfig, OmegaConf
+
+    OmegaConf.set_struct(node, False)
+    for key in node:
+        child = node._get_node(key)
+        if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none():
+            _open_all(child)
 
 
 def _open_backend_options() -> Any:

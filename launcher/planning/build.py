@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Mapping, Optional, Union
 
-from launcher.config.schema import ClusterConfig, LaunchConfig
+from launcher.config.schema import ClusterConfig, LaunchConfig, engine
 from launcher.planning import resolve
 from launcher.planning.components import (
     Worker,
@@ -26,6 +26,7 @@ from launcher.planning.offer import check_holds, with_offer
 from launcher.planning.placement import place, slots_needed
 from launcher.planning.ranks import component_plan, weight_sync
 from launcher.planning.sizing import Dims, size
+from launcher.spec import registry
 from launcher.spec.alloc import ModelAllocation
 from launcher.spec.cluster import UNBOUNDED, ClusterSpec, NodeGroup, NodeOffer
 from launcher.spec.errors import ConfigError
@@ -98,8 +99,10 @@ def build_plan(spec: LaunchConfig, local_gpus: GPUCount = 0,
     _check_declared_sized(texts, chosen.kinds, placement)
     allocs, inherited = _parse(texts, chosen.kinds, inheriting)
     _check_dims(spec, allocs, dims, per_process)
+    strategies = scheduling_strategies(spec, allocs)
     if cluster is None:
-        cluster = cpu_cluster(spec.cluster, lambda: max(slots_needed(allocs, placement),
+        cluster = cpu_cluster(spec.cluster, lambda: max(slots_needed(allocs, placement,
+                                                                     strategies),
                                                         virtual_slots(worker_raw)))
         _check_offer(cluster, offer)
     engines = resolve.engines(spec, allocs, inherited, model_path(spec), cluster.device)
@@ -107,7 +110,7 @@ def build_plan(spec: LaunchConfig, local_gpus: GPUCount = 0,
     offload = {**{n: e.offload for n, e in engines.items()},
                **{n: w.offload for n, w in declared.items()}}
     placed = place(allocs, cluster, placement, offload, more_nodes=more_nodes,
-                   workers={n: a.gpus for n, a in at.items()})
+                   workers={n: a.gpus for n, a in at.items()}, strategies=strategies)
     warnings += placed.warnings
     components = {name: component_plan(name, a, placed.gpus[name], cluster, inherited.get(name))
                   for name, a in allocs.items()}
@@ -315,6 +318,18 @@ def model_path(spec: LaunchConfig) -> str:
     return os.path.expanduser(str(spec.rollout.model_path or spec.model_path))
 
 
+def scheduling_strategies(spec: LaunchConfig, allocs: Mapping[str, ModelAllocation]
+                          ) -> dict[str, tuple[Optional[str], Optional[str]]]:
+    """AReaL's `<engine>.scheduling_strategy` of each running engine that gives one."""
+    out = {}
+    for name, alloc in allocs.items():
+        kind = registry.SERVE if alloc.is_inference else registry.TRAIN
+        strategy = getattr(engine(spec, name, kind), "scheduling_strategy", None)
+        if strategy is not None and strategy.type is not None:
+            out[name] = (strategy.type, strategy.target)
+    return out
+
+
 def plan_meta(spec: LaunchConfig) -> dict:
     """Run facts entry points read from the plan: names, model, recipe options, and how long
     the launcher waits for servers (trainers wait as long)."""
@@ -331,6 +346,10 @@ def plan_meta(spec: LaunchConfig) -> dict:
         "model_path": model_path(spec),
         "health_timeout_s": health_timeout_s(spec),
         "recipe": recipe,
+        # AReaL's: the root for logs and checkpoints (None: the run folder) and how its
+        # processes find each other (the request's `areal` folders, made by each node)
+        "fileroot": spec.cluster.fileroot,
+        "name_resolve": dataclasses.asdict(spec.cluster.name_resolve),
     }
 
 

@@ -82,19 +82,50 @@ def parse_placement_keys(component_placement: Mapping[str, PlacementValue],
 
 
 def _fill(allocs: Mapping[str, ModelAllocation], fixed: Mapping[str, tuple[int, ...]],
-          free: Iterator[int]) -> dict[str, tuple[int, ...]]:
+          free: Iterator[int], strategies: Optional[Mapping[str, Strategy]] = None
+          ) -> dict[str, tuple[int, ...]]:
     """The default for engines not in `fixed`: rollout first, then actor, then critic/ref/
     teacher on the actor's GPUs when their world size matches, else on the next free ones.
-    A result shorter than the world size means the cluster ran out."""
+    `strategies` (AReaL's scheduling_strategy): an engine colocated with a target takes the
+    target's GPUs, one separated never shares. A result shorter than the world size means the
+    cluster ran out."""
+    strategies = strategies or {}
     gpus: dict[str, tuple[int, ...]] = {}
-    for name in allocs:
+    later = [n for n in allocs if strategies.get(n, (None, None))[0] == "colocation"]
+    for name in [n for n in allocs if n not in later]:
         if name in fixed:
             gpus[name] = fixed[name]
-        elif _shares_actor(name, allocs, fixed):
+        elif name not in strategies and _shares_actor(name, allocs, fixed):
             gpus[name] = gpus["actor"]
         else:
             gpus[name] = tuple(itertools.islice(free, allocs[name].world_size))
-    return gpus
+    for name in later:
+        gpus[name] = _colocated(name, str(strategies[name][1]), allocs, gpus, fixed)
+    return {name: gpus[name] for name in allocs}
+
+
+Strategy = tuple[Optional[str], Optional[str]]  # (colocation|separation|None, target)
+
+
+def _colocated(name: str, target: str, allocs: Mapping[str, ModelAllocation],
+               gpus: Mapping[str, tuple[int, ...]], fixed: Mapping[str, tuple[int, ...]]
+               ) -> tuple[int, ...]:
+    """The GPUs of `name`'s colocation target, or PlacementError saying why it cannot share."""
+    key = f"{name}.scheduling_strategy"
+    if target not in gpus:
+        running = ", ".join(n for n in allocs if n != name)
+        raise PlacementError(f"{key}: target {target!r} is not a running engine that is "
+                             f"placed on its own (running: {running or 'none'})")
+    if allocs[name].world_size != allocs[target].world_size:
+        raise PlacementError(f"{key}: colocation with {target} needs {name}'s world size "
+                             f"({allocs[name]}: {allocs[name].world_size}) to equal "
+                             f"{target}'s ({allocs[target]}: {allocs[target].world_size}); "
+                             f"change {name}.backend, or write type: separation")
+    if name in fixed and fixed[name] != gpus[target]:
+        raise PlacementError(f"{key}: colocation with {target} (GPUs "
+                             f"{format_gpu_set(gpus[target])}) but cluster.component_placement "
+                             f"puts {name} on {format_gpu_set(fixed[name])}: write one of them")
+    return gpus[target]
 
 
 def _shares_actor(name: str, allocs: Mapping[str, ModelAllocation],
@@ -109,7 +140,8 @@ def _free(used: set[int], stop: Optional[int]) -> Iterator[int]:
 
 
 def slots_needed(allocs: Mapping[str, ModelAllocation],
-                 component_placement: Mapping[str, PlacementValue]) -> int:
+                 component_placement: Mapping[str, PlacementValue],
+                 strategies: Optional[Mapping[str, Strategy]] = None) -> int:
     """Virtual GPU slots a device=cpu cluster (1 node x N) needs for this plan: the default
     placement's need, or the highest placed index + 1, whichever is larger. `all` counts as the
     largest world size placed on it."""
@@ -121,7 +153,7 @@ def slots_needed(allocs: Mapping[str, ModelAllocation],
         fixed[name] = (tuple(range(span)) if name in everywhere
                        else parse_gpu_set(text, UNBOUNDED, key=key))
     used = {g for gpus in fixed.values() for g in gpus}
-    gpus = _fill(allocs, fixed, _free(used, None))
+    gpus = _fill(allocs, fixed, _free(used, None), strategies)
     return max((max(s) + 1 for s in gpus.values() if s), default=1)
 
 
@@ -221,7 +253,8 @@ def _sharing_warnings(gpus: Mapping[str, tuple[int, ...]], offload: Mapping[str,
 def place(allocs: Mapping[str, ModelAllocation], cluster: ClusterSpec,
           component_placement: Mapping[str, PlacementValue],
           offload: Optional[Mapping[str, bool]] = None, more_nodes: bool = True,
-          workers: Optional[Mapping[str, tuple[int, ...]]] = None) -> Placement:
+          workers: Optional[Mapping[str, tuple[int, ...]]] = None,
+          strategies: Optional[Mapping[str, Strategy]] = None) -> Placement:
     """GPUs for every engine in `allocs` (rollout, actor, critic, ref, teacher, inference: the
     active ones). `workers`: the GPUs the worker components were placed on (they count for
     the sharing warnings and idle GPUs, not the mode: that is the engines'; `offload` holds
@@ -243,7 +276,7 @@ def place(allocs: Mapping[str, ModelAllocation], cluster: ClusterSpec,
                 f"is {alloc.world_size} (place it on {alloc.world_size} GPUs or change "
                 f"{name}.backend)")
     used = {g for gpus in fixed.values() for g in gpus}
-    gpus = _fill(allocs, fixed, _free(used, cluster.total_gpus))
+    gpus = _fill(allocs, fixed, _free(used, cluster.total_gpus), strategies)
     if any(len(gpus[name]) < alloc.world_size for name, alloc in allocs.items()):
         raise _shortage(allocs, fixed, cluster, more_nodes)
     for name, alloc in allocs.items():

@@ -1,0 +1,285 @@
+"""AReaL's experiment YAML as AReaL means it: the launcher's keys read, the rest the trainer's.
+
+An AReaL config (examples/**/*.yaml of inclusionAI/AReaL) is one file for the launcher and the
+trainer: `cluster`, `scheduler`, `<engine>.backend`, `scheduling_strategy` and `scheduling_spec`
+are the launcher's; `seed`, `gconfig`, `actor.optimizer`, the datasets, ... the trainer's. When
+the entry is not ours (`trainer.entry` outside this project's recipes/), every key our schema
+does not declare is the trainer's (`unknown_keys`), and the entry gets the whole composed
+config as AReaL's launcher hands it: `--config <run folder>/entry_config.yaml` and the user's
+overrides of its keys (`handoff`). For our recipe an unknown key stays an error.
+
+`scheduling_spec` per engine (`apply_scheduling`): env_vars reach the engine's processes under
+every runner; on Slurm cpu, mem, nodelist, exclude and image become the job's options; what
+the chosen runner cannot honour is one note naming it, never dropped without a word.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+from launcher.config.schema import LaunchConfig, SchedulingSpec, engine, typed
+from launcher.spec.errors import ConfigError
+from launcher.spec.plan import ENGINES
+
+ENTRY_CONFIG = "entry_config.yaml"  # in the run folder: what the entry's --config names
+OURS_ONLY = ("launcher", "trainer", "recipe", "components", "hydra")  # never the entry's
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"  # this project's own entry points
+GROUPS = (*ENGINES, "cluster", "launcher", "recipe", "experiment")  # `group=option` choices
+
+Mask = dict  # key -> True (the whole value) or a Mask (some of its keys)
+
+
+def ours_entry(entry: str) -> bool:
+    """Whether `trainer.entry` is one of this project's recipes (their keys are all ours)."""
+    text = entry.strip()
+    if text.startswith("-m "):
+        return text[3:].strip().startswith("recipes.")
+    path = Path(text)
+    if not path.is_absolute():
+        return path.parts[:1] == ("recipes",)
+    try:
+        path.resolve().relative_to(RECIPES)
+        return True
+    except ValueError:
+        return False
+
+
+# ----------------------------------------------------------------------------- unknown keys
+def unknown_keys(cfg: Any, prefix: str = "") -> list[str]:
+    """Dotted keys of `cfg` (a composed DictConfig) that its dataclass nodes do not declare,
+    and those under an engine's backend options that the backend's Options does not."""
+    from omegaconf import DictConfig, OmegaConf
+
+    from launcher.spec import registry
+
+    out: list[str] = []
+    schema = OmegaConf.get_type(cfg)
+    if not dataclasses.is_dataclass(schema):
+        return out
+    declared = {f.name for f in dataclasses.fields(schema)}
+    backends = registry.backend_names() if prefix.rstrip(".") in ENGINES else ()
+    for key in cfg:
+        path = f"{prefix}{key}"
+        if key not in declared:
+            out.append(path)
+            continue
+        child = cfg._get_node(key)
+        if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none():
+            if key in backends:  # rollout.vllm: typed by the backend's Options later
+                known = {f.name for f in dataclasses.fields(registry.backend(str(key)).Options)}
+                out += [f"{path}.{k!s}" for k in child if k not in known]
+            else:
+                out += unknown_keys(child, f"{path}.")
+    return out
+
+
+def pruned(cfg: Any, paths: Sequence[str]) -> Any:
+    """A copy of `cfg` without `paths` (what our schema types; the rest is the entry's)."""
+    from omegaconf import OmegaConf, open_dict
+
+    out = copy_config(cfg)
+    for path in paths:
+        parent, _, key = path.rpartition(".")
+        node = OmegaConf.select(out, parent) if parent else out
+        with open_dict(node):
+            del node[key]
+    return out
+
+
+def copy_config(cfg: Any) -> Any:
+    import copy
+
+    return copy.deepcopy(cfg)
+
+
+def mask_of(paths: Sequence[str], raw: Optional[Mapping] = None) -> Mask:
+    """The entry's part of the config: the keys of the peer's file (`raw`, as written) and
+    every key our schema does not declare (`paths`)."""
+    mask: Mask = _raw_mask(raw) if raw is not None else {}
+    for path in paths:
+        node = mask
+        parts = path.split(".")
+        for part in parts[:-1]:
+            sub = node.get(part)
+            if sub is True:
+                break
+            node = node.setdefault(part, {})
+        else:
+            node[parts[-1]] = True
+    return mask
+
+
+def _raw_mask(raw: Mapping) -> Mask:
+    return {str(k): _raw_mask(v) if isinstance(v, Mapping) and v else True
+            for k, v in raw.items() if str(k) != "defaults" and str(k) not in OURS_ONLY}
+
+
+def masked(values: Any, mask: Mask) -> dict:
+    out = {}
+    for key, sub in mask.items():
+        if key not in values:
+            continue
+        value = values[key]
+        out[key] = value if sub is True or not isinstance(value, dict) else masked(value, sub)
+    return out
+
+
+def _inside(key: str, mask: Mask) -> bool:
+    node: Any = mask
+    for part in key.split("."):
+        if node is True:
+            return True
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """What a foreign entry gets: its config (written as ENTRY_CONFIG in the run folder) and
+    the user's overrides of its keys (Hydra syntax, again after `--config FILE`)."""
+
+    config: dict
+    overrides: tuple[str, ...]
+
+    def args(self, run_dir: str) -> list[str]:
+        return ["--config", f"{run_dir}/{ENTRY_CONFIG}", *self.overrides]
+
+    def text(self) -> str:
+        from omegaconf import OmegaConf
+
+        return OmegaConf.to_yaml(OmegaConf.create(self.config))
+
+
+def handoff(values: dict, mask: Mask, overrides: Sequence[str]) -> Handoff:
+    """`values` (the composed config, resolved) cut to the entry's part, and the overrides
+    that set its keys (`+k=v` as `++k=v`: the file has the key already; `~k` is applied)."""
+    given = []
+    for o in overrides:
+        key = o.lstrip("+~").partition("=")[0]
+        if o.startswith("~") or key.startswith("hydra") or \
+                ("." not in key and key in GROUPS and not o.startswith("+")):
+            continue
+        if _inside(key, mask):
+            given.append("++" + o.lstrip("+") if o.startswith("+") else o)
+    return Handoff(masked(values, mask), tuple(given))
+
+
+def unknown_error(key: str, known: Any, where: str, entry: str) -> ConfigError:
+    """The first key our recipe does not take, with the closest one our schema declares."""
+    import difflib
+
+    from omegaconf import DictConfig
+
+    node, fixed = known, list[str]()
+    for part in key.split("."):
+        if not isinstance(node, DictConfig):
+            fixed = []
+            break
+        names = [str(k) for k in node]
+        close = part if part in names else next(iter(difflib.get_close_matches(part, names,
+                                                                               n=1)), None)
+        if close is None:
+            fixed = []
+            break
+        fixed.append(close)
+        node = node.get(close)
+    guess = ".".join(fixed)
+    hint = f": did you mean {guess!r}?" if fixed and guess != key else ""
+    return ConfigError(f"unknown config key {key!r}{where}{hint} (trainer.entry={entry} is "
+                       "our recipe and takes only our keys; a config written for another "
+                       "trainer needs its entry: trainer.entry=SCRIPT)")
+
+
+# ----------------------------------------------------------------------------- model path
+def model_from_actor(cfg: Any, composed: Any, raw: Optional[Mapping]) -> None:
+    """AReaL names the model `actor.path` (in `composed`): it is the run's model_path (in our
+    part, `cfg`) unless the peer's file gives one."""
+    from omegaconf import OmegaConf, open_dict
+
+    if raw is None or "model_path" in raw:
+        return
+    path = OmegaConf.select(composed, "actor.path", default=None)
+    if isinstance(path, str) and path:
+        with open_dict(cfg):
+            cfg.model_path = path
+
+
+# ----------------------------------------------------------------------------- scheduling_spec
+# what each runner does with a scheduling_spec key: a launcher option it becomes (its value
+# written as given, or through a format), or env_vars (every runner)
+SLURM_OPTIONS = {"cpu": ("cpus_per_gpu", "{}"), "mem": ("mem_per_gpu", "{}G"),
+                 "image": ("container_image", "{}")}
+SLURM_FLAGS = {"nodelist": "--nodelist", "exclude": "--exclude"}
+DECIDED = {"gpu": "GPUs: {name}.backend", "cmd": "command: {what}",
+           "port_count": "ports: the launcher's"}
+
+
+def scheduling_specs(spec: LaunchConfig, name: str) -> list[SchedulingSpec]:
+    raw = getattr(engine(spec, name), "scheduling_spec", None)
+    items = [raw] if isinstance(raw, Mapping) else list(raw or [])
+    return [typed(f"{name}.scheduling_spec[{i}]", SchedulingSpec, item, "a scheduling spec")
+            for i, item in enumerate(items)]
+
+
+def apply_scheduling(spec: LaunchConfig, runner: str, names: Sequence[str]) -> list[str]:
+    """Each engine's scheduling_spec honoured where the runner can (env_vars into the
+    engine's environment; on Slurm the job's CPUs, memory, nodes and image); a note per
+    engine naming what is not. ConfigError where two engines ask Slurm for different values
+    of one job-wide option."""
+    notes: list[str] = []
+    job: dict[str, tuple[str, Any]] = {}  # launcher option -> (engine, value)
+    for name in names:
+        specs = scheduling_specs(spec, name)
+        if not specs:
+            continue
+        first, unread = specs[0], len(specs) - 1
+        node = engine(spec, name)
+        node.env = {**{str(k): str(v) for k, v in first.env_vars.items()}, **node.env}
+        skipped = []
+        for f in dataclasses.fields(SchedulingSpec):
+            value = getattr(first, f.name)
+            if f.name == "env_vars" or value is None:
+                continue
+            given = SLURM_OPTIONS.get(f.name)
+            if runner == "slurm" and given is not None:
+                _job_value(job, given[0], given[1].format(value), name, f.name)
+            elif runner == "slurm" and f.name in SLURM_FLAGS:
+                _job_value(job, f.name, f"{SLURM_FLAGS[f.name]}={value}", name, f.name)
+            else:
+                skipped.append(f.name)
+        if skipped or unread:
+            what = "its backend's server" if name == "rollout" else "trainer.entry under torchrun"
+            why = "; ".join(DECIDED[k].format(name=name, what=what) for k in skipped
+                            if k in DECIDED)
+            more = f"; items after the first ({unread}) are not read" if unread else ""
+            notes.append(f"{name}.scheduling_spec: {', '.join(skipped) or 'nothing'} not "
+                         f"honoured by the {runner} runner{f' ({why})' if why else ''}{more}")
+    for option, (name, value) in job.items():
+        notes += _set_launcher(spec, option, value, name)
+    return notes
+
+
+def _job_value(job: dict, option: str, value: Any, name: str, key: str) -> None:
+    if option in job and job[option][1] != value:
+        other = job[option][0]
+        raise ConfigError(f"{name}.scheduling_spec.{key} asks Slurm for {value} but "
+                          f"{other}'s for {job[option][1]}: the job has one value for every "
+                          f"engine (areal-launch runs one job); give both the same")
+    job[option] = (name, value)
+
+
+def _set_launcher(spec: LaunchConfig, option: str, value: Any, name: str) -> list[str]:
+    launcher = spec.launcher
+    if option in SLURM_FLAGS:
+        launcher.sbatch_extra = [*launcher.sbatch_extra, value]
+        return []
+    given = getattr(launcher, option)
+    if given is not None and str(given) != str(value):
+        return [f"{name}.scheduling_spec asks for launcher.{option}={value}; "
+                f"launcher.{option}={given} is used"]
+    setattr(launcher, option, value)
+    return []

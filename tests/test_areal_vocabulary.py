@@ -1,0 +1,291 @@
+"""AReaL's vocabulary as AReaL means it (launcher/config/areal.py): an experiment YAML written
+the way AReaL writes them (no defaults list; cluster.n_nodes, scheduler.type,
+scheduling_strategy, scheduling_spec beside the trainer's own keys), planned from a user
+folder with -cd/-cn and its own entry script. Plan level, in this process (milliseconds each),
+plus one real local run that shows the entry gets its config (--config FILE and the overrides).
+The configs are ours, written in AReaL's vocabulary; none is copied from AReaL."""
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from launcher.cli.launch import build_request, prepare
+from launcher.config.areal import ENTRY_CONFIG
+from launcher.config.compose import ConfigSource, open_config
+from launcher.node.ports import counted_ports
+from launcher.runners.sbatch import render_sbatch
+from launcher.spec.errors import ConfigError, PlacementError
+from launcher.spec.request import ArealFolders
+from tests.areal_launch import one_error_line, run
+
+# an AReaL-style GRPO experiment: the launcher's keys and the trainer's, in one file
+GRPO = """\
+experiment_name: tiny-grpo
+trial_name: t0
+seed: 7
+total_train_epochs: 2
+tokenizer_path: ${actor.path}
+cluster:
+  n_nodes: 1
+  n_gpus_per_node: 4
+  fileroot: /tmp/areal-vocab/files
+  name_resolve: {type: nfs, nfs_record_root: /tmp/areal-vocab/names}
+scheduler: {type: null}
+rollout:
+  backend: "vllm:d2"
+  consumer_batch_size: ${train_dataset.batch_size}
+  scheduling_spec: ${actor.scheduling_spec}
+gconfig: {n_samples: 4, max_new_tokens: 64}
+actor:
+  backend: "fsdp:d2"
+  path: /models/tiny-qwen
+  optimizer: {type: adam, lr: 1.0e-5}
+  mb_spec: {max_tokens_per_mb: 4096, packing_algorithm: ffd}
+  scheduling_spec:
+    - {gpu: 1, cpu: 4, mem: 16, cmd: python3 -m rpc, env_vars: {TOKENIZERS_PARALLELISM: "false"}}
+ref:
+  backend: ${actor.backend}
+  path: ${actor.path}
+  scheduling_strategy: {type: colocation, target: actor}
+train_dataset: {batch_size: 8, path: gsm8k, type: rl}
+"""
+ENTRY = "examples/tiny/train.py"  # another trainer's script: plan does not need it to exist
+CUDA = ["cluster.device=cuda", f"trainer.entry={ENTRY}"]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("areal")
+    (d / "grpo.yaml").write_text(GRPO)
+    (d / "sft.yaml").write_text("experiment_name: sft\ntrial_name: t\nseed: 1\n"
+                                "cluster: {n_nodes: 1, n_gpus_per_node: 2}\n"
+                                "actor: {backend: 'fsdp:d2', path: /m, optimizer: {lr: 1},\n"
+                                "        max_new_tokens: '${gconfig.max_new_tokens}'}\n")
+    (d / "ours.yaml").write_text("defaults: [config, _self_]\nseed: 1\n")
+    (d / "theirs.yaml").write_text(f"defaults: [config, _self_]\nseed: 1\n"
+                                   f"trainer: {{entry: {ENTRY}}}\n")
+    return d
+
+
+def prepared(folder: Path, overrides=(), name="grpo"):
+    open_config(ConfigSource(config_dir=str(folder), config_name=name))
+    try:
+        return prepare(list(overrides), to_run=False)
+    finally:
+        open_config(ConfigSource())
+
+
+def processes(prep, run_dir="/runs/r1"):
+    plan, request = build_request(prep, Path(run_dir), counted_ports(30000))
+    return plan, request
+
+
+def layout(prep):
+    return {n: (str(c.alloc), c.gpus) for n, c in prep.plan.components.items()}
+
+
+def test_an_areal_config_plans_as_written_with_its_own_entry(folder):
+    prep = prepared(folder, CUDA)
+    assert layout(prep) == {"rollout": ("vllm:d2", (0, 1)), "actor": ("fsdp:d2", (2, 3)),
+                            "ref": ("fsdp:d2", (2, 3))}  # ref colocated with its target
+    cluster = prep.plan.cluster
+    assert (cluster.num_nodes, cluster.gpus_per_node) == (1, 4)
+    meta = prep.plan.meta
+    assert meta["model_path"] == "/models/tiny-qwen"  # AReaL's actor.path
+    assert meta["fileroot"] == "/tmp/areal-vocab/files"
+    assert meta["name_resolve"]["nfs_record_root"] == "/tmp/areal-vocab/names"
+    _, request = processes(prep)  # the folders each node makes are the file's
+    assert request.areal == ArealFolders("/tmp/areal-vocab/files", "/tmp/areal-vocab/names",
+                                         "tiny-grpo/t0")
+
+
+def test_the_entry_gets_the_whole_config_and_the_users_overrides(folder):
+    prep = prepared(folder, [*CUDA, "gconfig.n_samples=8", "+actor.optimizer.beta1=0.8",
+                             "launcher.base_port=31000"])
+    handed = prep.spec.handoff
+    assert handed is not None
+    config = handed.config
+    assert config["seed"] == 7 and config["total_train_epochs"] == 2
+    assert config["gconfig"] == {"n_samples": 8, "max_new_tokens": 64}
+    assert config["actor"]["optimizer"] == {"type": "adam", "lr": 1.0e-5, "beta1": 0.8}
+    assert config["tokenizer_path"] == "/models/tiny-qwen"  # resolved
+    assert config["cluster"] == {"n_nodes": 1, "n_gpus_per_node": 4,
+                                 "fileroot": "/tmp/areal-vocab/files",
+                                 "name_resolve": {"type": "nfs",
+                                                  "nfs_record_root": "/tmp/areal-vocab/names"}}
+    assert "launcher" not in config and "recipe" not in config and "model_path" not in config
+    assert "device" not in config["cluster"]  # ours, not the file's: AReaL's schema lacks it
+    assert OmegaConf.to_container(OmegaConf.create(handed.text())) == config
+    plan, _ = processes(prep)
+    trainer = next(p for p in plan.processes if p.component.startswith("actor"))
+    at = trainer.argv.index("--config")
+    assert trainer.argv[at:] == ("--config", f"/runs/r1/{ENTRY_CONFIG}", "gconfig.n_samples=8",
+                                 "++actor.optimizer.beta1=0.8")
+
+
+def test_a_file_without_fileroot_gets_the_run_folders_as_overrides_its_entry_reads(tmp_path):
+    """AReaL's defaults are folders under /tmp that every run shares: a file that sets neither
+    fileroot nor a record root gets the run's own, in the request and on the entry's argv."""
+    (tmp_path / "bare.yaml").write_text(GRPO.replace("  fileroot: /tmp/areal-vocab/files\n", "")
+                                        .replace(", nfs_record_root: /tmp/areal-vocab/names", ""))
+    plan, request = processes(prepared(tmp_path, CUDA, name="bare"))
+    assert request.areal == ArealFolders("/runs/r1", "/runs/r1/name_resolve", "tiny-grpo/t0")
+    trainer = next(p for p in plan.processes if p.component.startswith("actor"))
+    assert trainer.argv[-2:] == ("++cluster.fileroot=/runs/r1",
+                                 "++cluster.name_resolve.nfs_record_root=/runs/r1/name_resolve")
+
+
+def test_a_peer_file_named_config_is_read_not_shadowed_by_ours(folder, tmp_path):
+    (tmp_path / "config.yaml").write_text(GRPO)
+    prep = prepared(tmp_path, CUDA, name="config")
+    assert prep.plan.meta["experiment_name"] == "tiny-grpo"
+    assert prep.spec.handoff.config["seed"] == 7
+    out = run("plan", "-cp", str(tmp_path), "-cn", "config", f"trainer.entry={ENTRY}")
+    assert "give its folder with --config-dir/-cd instead" in one_error_line(out)
+
+
+def test_an_engine_the_file_does_not_name_is_off(folder):
+    prep = prepared(folder, ["cluster.device=cuda", f"trainer.entry={ENTRY}"], name="sft")
+    assert layout(prep) == {"actor": ("fsdp:d2", (0, 1))}
+    assert prep.spec.handoff.config["actor"]["optimizer"] == {"lr": 1}
+    # a key only AReaL's schema has (its gconfig defaults): handed as written, it resolves it
+    assert prep.spec.handoff.config["actor"]["max_new_tokens"] == "${gconfig.max_new_tokens}"
+
+
+def test_our_recipe_refuses_an_areal_key_naming_the_entry_to_give(folder):
+    with pytest.raises(ConfigError) as err:
+        prepared(folder, ["cluster.device=cuda"])
+    assert "unknown config key" in str(err.value) and "'grpo'" in str(err.value)
+    assert "trainer.entry=SCRIPT" in str(err.value)
+    with pytest.raises(ConfigError, match=r"unknown config key 'rollout.backnd'.*did you mean "
+                                          r"'rollout.backend'"):
+        prepared(folder, ["+rollout.backnd=x"], name="ours")
+
+
+def test_a_whole_config_of_ours_hands_unknown_keys_to_an_entry_not_ours(folder):
+    with pytest.raises(ConfigError, match="unknown config key 'seed'"):
+        prepared(folder, name="ours")
+    prep = prepared(folder, name="theirs")
+    assert prep.spec.handoff.config == {"seed": 1}
+    assert prepared(folder, name="config").spec.handoff is None  # nothing of the entry's
+
+
+def test_a_plus_key_on_the_command_line_is_the_entrys_own_only_for_its_entry():
+    prep = prepare([f"trainer.entry={ENTRY}", "+seed=3", "+gconfig.n_samples=2"], to_run=False)
+    assert prep.spec.handoff.config == {"seed": 3, "gconfig": {"n_samples": 2}}
+    assert prep.spec.handoff.overrides == ("++seed=3", "++gconfig.n_samples=2")
+    with pytest.raises(ConfigError, match="unknown config key 'seed'"):
+        prepare(["+seed=3"], to_run=False)
+
+
+def test_areal_node_and_gpu_counts_are_ours_one_value_each(folder):
+    prep = prepared(folder, [*CUDA, "cluster.n_nodes=2", "cluster.n_gpus_per_node=2"])
+    assert (prep.plan.cluster.num_nodes, prep.plan.cluster.gpus_per_node) == (2, 2)
+    with pytest.raises(ConfigError, match=r"cluster.n_nodes=2 and cluster.num_nodes=3 .*write "
+                                          r"one of them"):
+        prepared(folder, [*CUDA, "cluster.n_nodes=2", "cluster.num_nodes=3"])
+    cpu = prepare(["cluster.n_gpus_per_node=0"], to_run=False)  # AReaL's CPU template
+    assert cpu.plan.cluster.device == "cpu"
+
+
+def test_scheduler_type_chooses_the_runner_and_conflicts_with_launcher(folder):
+    prep = prepared(folder, [*CUDA, "scheduler.type=slurm"])
+    assert type(prep.spec.config.launcher).__module__ == "launcher.runners.slurm"
+    assert type(prepare(["scheduler.type=ray"], to_run=False).spec.config.launcher).__module__ \
+        == "launcher.runners.ray"
+    with pytest.raises(ConfigError, match="scheduler.type=slurm and launcher=ray choose "
+                                          "different runners"):
+        prepared(folder, [*CUDA, "scheduler.type=slurm", "launcher=ray"])
+    with pytest.raises(ConfigError, match="scheduler.type=k8s: areal-launch runs on"):
+        prepare(["scheduler.type=k8s"], to_run=False)
+
+
+def test_scheduling_strategy_colocation_and_separation(folder):
+    apart = prepared(folder, [*CUDA, "cluster.n_gpus_per_node=6",
+                              "ref.scheduling_strategy.type=separation"])
+    assert layout(apart)["ref"] == ("fsdp:d2", (4, 5))
+    with pytest.raises(PlacementError, match=r"ref.scheduling_strategy: colocation with actor "
+                                             r"needs ref's world size"):
+        prepared(folder, [*CUDA, "ref.backend=fsdp:d1"])
+    with pytest.raises(ConfigError, match="scheduling_strategy.type='near': choose"):
+        prepared(folder, [*CUDA, "ref.scheduling_strategy.type=near"])
+    onto = prepare(["rollout.backend=vllm:d2", "actor.backend=fsdp:d2", "cluster.device=cuda",
+                    "cluster.gpus_per_node=2", "rollout.scheduling_strategy.type=colocation",
+                    "rollout.scheduling_strategy.target=actor"], to_run=False)
+    assert layout(onto) == {"rollout": ("vllm:d2", (0, 1)), "actor": ("fsdp:d2", (0, 1))}
+
+
+def test_scheduling_spec_locally_env_vars_and_a_note_for_the_rest(folder):
+    prep = prepared(folder, CUDA)
+    plan, _ = processes(prep)
+    for p in plan.processes:  # rollout's spec is actor's (an interpolation), ref shares actor's
+        assert p.env["TOKENIZERS_PARALLELISM"] == "false", p.name
+    notes = [n for n in prep.planned.notes if "scheduling_spec" in n]
+    assert len(notes) == 2 and all("not honoured by the local runner" in n for n in notes)
+    actor = next(n for n in notes if n.startswith("actor."))
+    for key in ("cpu", "gpu", "mem", "cmd"):
+        assert key in actor
+    assert "env_vars" not in actor
+
+
+def test_scheduling_spec_on_slurm_is_the_jobs_options(folder):
+    spec = ("+actor.scheduling_spec.0.nodelist=gpu01",
+            "+actor.scheduling_spec.0.exclude=gpu07", "+actor.scheduling_spec.0.image=img.sqsh")
+    prep = prepared(folder, [*CUDA, "launcher=slurm", *spec])
+    _, request = processes(prep)
+    script = render_sbatch(request, prep.spec.config.launcher, "python3")
+    for line in ("#SBATCH --cpus-per-gpu=4", "#SBATCH --mem-per-gpu=16G",
+                 "#SBATCH --nodelist=gpu01", "#SBATCH --exclude=gpu07"):
+        assert line in script.splitlines(), script
+    assert "--container-image=img.sqsh" in script
+    notes = [n for n in prep.planned.notes if n.startswith("actor.scheduling_spec")]
+    assert notes and "cpu" not in notes[0].split(" not ")[0] and "cmd" in notes[0]
+    with pytest.raises(ConfigError, match="actor.scheduling_spec.cpu asks Slurm for 4 but rollout's for 8"):
+        prepared(folder, [*CUDA, "launcher=slurm", "rollout.scheduling_spec=[{cpu: 8}]"])
+
+
+def test_a_bad_areal_value_is_one_error_line(folder):
+    out = run("plan", "-cd", str(folder), "-cn", "grpo", f"trainer.entry={ENTRY}",
+              "cluster.name_resolve.type=zookeeper")
+    assert "cluster.name_resolve.type='zookeeper': choose nfs, etcd3, ray" in one_error_line(out)
+    (folder / "old.yaml").write_text(GRPO + "launcher: {trainer_cpus_per_gpu: 4}\n")
+    out = run("plan", "-cd", str(folder), "-cn", "old", f"trainer.entry={ENTRY}")
+    assert one_error_line(out).startswith("error: launcher.trainer_cpus_per_gpu in config "
+                                          "'old': AReaL's former launcher section is not read")
+
+
+@pytest.mark.torch
+def test_a_real_local_run_hands_the_entry_its_config(tmp_path):
+    """One CPU run through the local runner: a stdlib-only entry reads --config and checks a
+    trainer key and an override arrived, and AReaL's folders were made for the run."""
+    entry = tmp_path / "areal_entry.py"
+    entry.write_text(textwrap.dedent("""\
+        import json, os, sys
+        args = sys.argv[1:]
+        path = args[args.index("--config") + 1]
+        text = open(path).read()
+        overrides = args[args.index("--config") + 2:]
+        out = {"config": path, "has_seed": "seed: 7" in text, "overrides": overrides,
+               "fileroot": os.path.isdir(os.environ["AREAL_RUN_DIR"] + "/../files")}
+        if os.environ.get("RANK", "0") == "0":
+            json.dump(out, open(os.environ["AREAL_RUN_DIR"] + "/entry.json", "w"))
+        """))
+    d = tmp_path / "conf"
+    d.mkdir()
+    root = tmp_path / "runs"
+    (d / "cpu.yaml").write_text(GRPO.replace("/tmp/areal-vocab", str(root)).replace(
+        'backend: "vllm:d2"', "backend: null").replace('"fsdp:d2"', '"fsdp:d1"'))
+    out = run("-cd", str(d), "-cn", "cpu", f"trainer.entry={entry}", "cluster.device=cpu",
+              "cluster.n_gpus_per_node=1", f"hydra.run.dir={root}/run", "gconfig.n_samples=9",
+              "launcher.tracking=[]", env={"OMP_NUM_THREADS": "1"}, timeout=240)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    got = json.loads((root / "run" / "entry.json").read_text())
+    assert got["config"] == f"{root}/run/{ENTRY_CONFIG}" and got["has_seed"]
+    assert got["overrides"] == ["cluster.n_gpus_per_node=1", "gconfig.n_samples=9"]  # theirs
+    assert (root / "names").is_dir() and (root / "files").is_dir() and got["fileroot"]
+    assert os.path.getsize(root / "run" / ENTRY_CONFIG) > 0
