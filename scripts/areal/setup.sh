@@ -23,6 +23,14 @@ VENV=${AREAL_VENV:-$ROOT/.venv-areal}
 ASSETS=${AREAL_ASSETS:-$ROOT/.cache/areal}
 PY=${PYTHON:-python3}
 step() { echo "== $*"; }
+# pip without the local index's "is ignored" lines and, after --no-deps, the list of areal's unmet
+# requirements (the agent libraries, torch's pin): expected; the import check below tells
+# whether the install is enough. Returns pip's own status.
+pip_quiet() {
+  "$VENV/bin/pip" install -q --disable-pip-version-check "$@" 2>&1 \
+    | { grep -vE "is ignored|^areal 1\.0\.4 requires|dependency resolver does not" || true; }
+  return "${PIPESTATUS[0]}"
+}
 
 # what the gsm8k example imports and runs (areal 1.0.4's own pins where it has them)
 DEPS=(
@@ -38,12 +46,9 @@ if [ -f "$VENV/.areal-setup-complete" ]; then
 else
   step "venv $VENV: torch 2.13.0 (CPU wheel on disk), areal==1.0.4 --no-deps, ${#DEPS[@]} packages"
   [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check torch==2.13.0 numpy
-  "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps areal==1.0.4
-  # pip then lists areal's unmet requirements (the agent libraries, torch's pin): expected, not
-  # shown; the import check below is what tells whether the install is enough
-  "$VENV/bin/pip" install -q --disable-pip-version-check torch==2.13.0 "${DEPS[@]}" 2>&1 \
-    | grep -vE "is ignored|^areal 1\.0\.4 requires|dependency resolver does not" || true
+  pip_quiet torch==2.13.0 numpy
+  pip_quiet --no-deps areal==1.0.4
+  pip_quiet torch==2.13.0 "${DEPS[@]}" || echo "(pip's exit status above: $?; the import check decides)"
   "$VENV/bin/python" -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__
 from areal import PPOTrainer; import areal.reward.gsm8k, areal.workflow.rlvr, peft"
   touch "$VENV/.areal-setup-complete"
