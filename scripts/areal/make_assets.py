@@ -1,0 +1,76 @@
+"""Write the tiny Qwen2 and the GSM8K-format dataset that AReaL's gsm8k example reads (no hub).
+
+Run with AReaL's venv (transformers 5) and the repository on PYTHONPATH:
+`python scripts/areal/make_assets.py OUT` writes OUT/tiny-qwen2 and OUT/gsm8k. The tokenizer is
+the repo's tiny model's (launcher.worker.tiny_model, built in a scratch folder); the model is a
+Qwen2ForCausalLM of the same size (head size 32: vLLM's CPU attention refuses smaller) with a
+4096-token context, so the yaml's vllm.max_model_len=2048 fits. The dataset folder's path holds
+"gsm8k" (AReaL picks its loader by that), its README declares the config `main` with train/test
+splits as openai/gsm8k does, and each answer ends in `#### N` (what the gsm8k reward reads).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from launcher.worker import tiny_model
+
+ROWS = {"train": 32, "test": 32}  # the yaml's batch sizes: 16 (train), 32 (valid)
+README = """---
+configs:
+- config_name: main
+  data_files:
+  - split: train
+    path: main/train.jsonl
+  - split: test
+    path: main/test.jsonl
+---
+"""
+
+
+def write_model(out: Path) -> None:
+    """A random-weight Qwen2 with the tiny model's tokenizer, float32 (no bf16 on this CPU path)."""
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+    with tempfile.TemporaryDirectory(dir=out.parent) as scratch:
+        llama = tiny_model.ensure(Path(scratch) / "llama")
+        tok = AutoTokenizer.from_pretrained(llama)
+        config = Qwen2Config(
+            vocab_size=len(tok), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+            bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id, tie_word_embeddings=False, dtype="float32")
+        model = Qwen2ForCausalLM(config).float()
+        staging = Path(scratch) / "qwen2"
+        tok.save_pretrained(staging)
+        model.save_pretrained(staging, safe_serialization=True)
+        shutil.rmtree(out, ignore_errors=True)
+        staging.rename(out)
+
+
+def write_dataset(out: Path) -> None:
+    """Small sums in GSM8K's columns (question, answer ending in '#### N')."""
+    (out / "main").mkdir(parents=True, exist_ok=True)
+    (out / "README.md").write_text(README)
+    for split, n in ROWS.items():
+        with open(out / "main" / f"{split}.jsonl", "w") as f:
+            for i in range(n):
+                a, b = i % 7 + 1, (3 * i + (split == "test")) % 9 + 1
+                f.write(json.dumps({"question": f"What is {a} plus {b}?",
+                                    "answer": f"{a} + {b} = {a + b}\n#### {a + b}"}) + "\n")
+
+
+def main() -> int:
+    root = Path(sys.argv[1] if len(sys.argv) > 1 else ".cache/areal").resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    write_model(root / "tiny-qwen2")
+    write_dataset(root / "gsm8k")
+    print(f"tiny Qwen2: {root / 'tiny-qwen2'}\nGSM8K-format dataset: {root / 'gsm8k'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
