@@ -161,6 +161,9 @@ def problems(procs: Sequence[Materialized], paths: Sequence[str]) -> list[str]:
     seen: set[tuple[str, str]] = set()
     for proc in procs:
         python = proc.argv[0]
+        modules, entry = needs(proc), foreign_entry(proc)
+        if not modules and not entry:  # nothing Python to ask of it (a shell's process)
+            continue
         key = python_key(proc.spec.role, proc.spec.component)
         wrong = interpreter_problem(python)
         if wrong:
@@ -170,7 +173,7 @@ def problems(procs: Sequence[Materialized], paths: Sequence[str]) -> list[str]:
                            "Python that has what it runs")
             continue
         lacks = False
-        for module in needs(proc):
+        for module in modules:
             if (python, module) in seen:
                 continue
             seen.add((python, module))
@@ -179,7 +182,6 @@ def problems(procs: Sequence[Materialized], paths: Sequence[str]) -> list[str]:
                 how = install_hints().get(module, f"pip install {module}")
                 out.append(f"{proc.name} needs {module!r}, which {python} cannot import: {how}"
                            f" (or set {key} to an interpreter that has it)")
-        entry = foreign_entry(proc)
         if lacks or not entry or (python, " ".join(entry)) in seen:
             continue
         seen.add((python, " ".join(entry)))
