@@ -128,6 +128,15 @@ def test_the_entry_gets_the_whole_config_and_the_users_overrides(folder):
                                  "++actor.optimizer.beta1=0.8")
 
 
+def test_a_top_level_interpolation_follows_an_override_of_what_it_names(folder):
+    """`tokenizer_path: ${actor.path}` at the top of the file, actor.path given on the command
+    line: the entry's file has the override's path for both (a top-level value of the file was
+    resolved against the file's own actor.path before the command line applied)."""
+    handed = prepared(folder, [*CUDA, "actor.path=/models/other"]).spec.handoff
+    assert handed is not None
+    assert handed.config["tokenizer_path"] == handed.config["actor"]["path"] == "/models/other"
+
+
 def test_a_file_without_fileroot_gets_the_run_folders_as_overrides_its_entry_reads(tmp_path):
     """AReaL's defaults are folders under /tmp that every run shares: a file that sets neither
     fileroot nor a record root gets the run's own, in the request and on the entry's argv."""

@@ -273,8 +273,9 @@ def _primary(hydra: Any) -> tuple[str, Optional[dict]]:
     defaults = ours.pop("defaults")
     # an engine the file does not name is off (an SFT config has no rollout)
     off = {name: {"backend": None} for name in ENGINES if name not in raw}
-    over = OmegaConf.merge(ours, off, raw)
-    from hydra.core.config_store import ConfigStore
+    over = OmegaConf.to_container(OmegaConf.merge(ours, off, raw), resolve=False)
+    assert isinstance(over, dict)  # (unresolved: `tokenizer_path: ${actor.path}` follows
+    from hydra.core.config_store import ConfigStore  # an override of actor.path)
 
     ConfigStore.instance().store(name=PEER_PRIMARY, node={"defaults": defaults, **over})
     _peer_raw[source] = raw
