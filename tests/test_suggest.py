@@ -9,8 +9,13 @@ import pytest
 from launcher.cli.launch import prepare
 from launcher.memory.estimate import TrainOptions, estimate
 from launcher.memory.plan import plan_memory
-from launcher.memory.suggest import (COLLOCATED_SHARE, KV_USEFUL_TOKENS, SuggestOptions, suggest,
-                                     suggest_within)
+from launcher.memory.suggest import (
+    COLLOCATED_SHARE,
+    KV_USEFUL_TOKENS,
+    SuggestOptions,
+    suggest,
+    suggest_within,
+)
 from launcher.spec.cluster import ClusterSpec
 from launcher.spec.errors import LaunchError
 from tests.model_configs import shape

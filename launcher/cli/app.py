@@ -168,8 +168,7 @@ def _mode_is_multirun(hydra: Any, overrides: list[str]) -> bool:
 def multirun(hydra: Any, overrides: list[str]) -> int:
     """Hydra's multirun: its sweeper (hydra/sweeper) and launcher (hydra/launcher; ours by
     default); the table of every point ends it, with the best one."""
-    from launcher.cli.sweep import (RECORD, RunFailed, SweepStopped, picture, run_hydra_job,
-                                     summary)
+    from launcher.cli.sweep import RECORD, RunFailed, SweepStopped, picture, run_hydra_job, summary
     from launcher.config.compose import check_overrides, explained
     from launcher.config.hydra_errors import flatten
 

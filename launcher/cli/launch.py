@@ -381,7 +381,7 @@ def show_suggestions(overrides: list[str]) -> int:
     from launcher.memory.suggest import SuggestOptions, suggest_within
 
     prep = prepare([*overrides, "launcher.check_memory=off"], to_run=False)
-    plan, config = prep.plan, prep.spec.config
+    plan = prep.plan
     shape = read_model_shape(plan.meta["model_path"])
     if shape is None:
         raise UserError(f"model_path={plan.meta['model_path']}: no config.json there, so "

@@ -21,8 +21,13 @@ from typing import Any, Callable, Optional, Sequence
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from launcher.config.areal import Handoff
-from launcher.config.hydra_errors import (FREE_FORM, FREE_FORM_SHOWN, explain_hydra_error, shown,
-                                          unresolved)
+from launcher.config.hydra_errors import (
+    FREE_FORM,
+    FREE_FORM_SHOWN,
+    explain_hydra_error,
+    shown,
+    unresolved,
+)
 from launcher.config.schema import LaunchConfig, backend_of, backend_options, engine
 from launcher.spec import registry
 from launcher.spec.errors import ConfigError

@@ -33,8 +33,8 @@ from launcher.spec.errors import LaunchError  # noqa: E402
 from launcher.worker.runtime import RuntimePlan, load_plan  # noqa: E402
 from launcher.worker.tiny_model import default_path as tiny_model_path  # noqa: E402
 from recipes.grpo import inference, loop  # noqa: E402
-from recipes.grpo import policy as policies  # noqa: E402
 from recipes.grpo import mesh as meshes
+from recipes.grpo import policy as policies  # noqa: E402
 from recipes.grpo.layout import LayoutMismatch, mismatches, world_mismatch, write_rank_record  # noqa: E402
 from recipes.grpo.loop import Session, log  # noqa: E402
 from recipes.grpo.offload import HostOffload  # noqa: E402
