@@ -48,7 +48,7 @@ def test_still_output_and_cpu_for_the_timeout_is_silent_naming_the_live_ranks():
 
 @pytest.mark.parametrize("moved", [
     sample(6, output=1, r0=5, r1=7),  # the log grew
-    sample(6, r0=5, r1=8),  # one rank's tree used CPU
+    sample(6, r0=5, r1=7 + 60),  # one rank's tree worked: 10 % of a core for 6 s
     sample(6, r0=5, r1=7, waiting=True),  # a server is not healthy yet: its deadline counts
 ], ids=["output", "cpu", "waiting-for-a-server"])
 def test_any_progress_restarts_the_silence_clock(moved):
@@ -56,6 +56,16 @@ def test_any_progress_restarts_the_silence_clock(moved):
     same = [Sample(t, moved.output, moved.ranks) for t in (15.9, 16)]  # nothing moves after
     got = verdicts(tracker, sample(0, r0=5, r1=7), moved, *same)
     assert got[:3] == [None, None, None] and got[3].kind == SILENT
+
+
+def test_a_rank_that_only_idles_is_silent_a_working_one_is_not():
+    """Blocked in a collective, a rank's background threads still tick (AReaL's ranks: ~0.5 %
+    of a core); under IDLE_SHARE of one core since the last progress is no progress."""
+    idling = [sample(t, r0=5 + int(t), r1=7 + int(t)) for t in (4, 9.9, 10)]  # 1 % of a core
+    got = verdicts(Tracker(T), sample(0, r0=5, r1=7), *idling)
+    assert got[:3] == [None] * 3 and (got[3].kind, got[3].running) == (SILENT, (0, 1))
+    working = [sample(t, r0=5, r1=7 + 50 * int(t)) for t in (4, 9.9, 10)]  # rank 1: 50 %
+    assert verdicts(Tracker(T), sample(0, r0=5, r1=7), *working) == [None] * 4
 
 
 def test_a_rank_that_ended_while_the_others_run_on_is_hung_after_the_timeout():

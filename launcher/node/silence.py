@@ -9,7 +9,9 @@ trainer job (the job's torchrun on each node this supervisor runs):
   children it waited for included);
 - its output: the size of its log file(s), where the supervisor sends the ranks' stdout/stderr.
 
-A job is hung when (a) neither its output nor any rank's CPU time grew for hang_timeout_s, or
+A job is hung when (a) neither its output grew nor any rank worked (used more than IDLE_SHARE
+of one core since the job's last progress: a rank blocked in a collective still spends a little
+on its background threads, AReaL's ~0.5 %) for hang_timeout_s, or
 (b) a rank ended and others still run hang_timeout_s later. torchrun itself stops the other
 ranks when one exits non-zero, and the supervisor sees a node's torchrun exit, so what (b)
 catches is a rank that returned 0 (its error logged and swallowed) while its peers wait for it;
@@ -32,6 +34,8 @@ from launcher.node import keeper
 from launcher.node.watchdog import CHECK_EVERY_S, RankStacks
 
 SILENT = "silent"  # (a): no output, no CPU time
+TICKS_PER_S = float(os.sysconf("SC_CLK_TCK"))
+IDLE_SHARE = 0.05  # of one core: less is a rank waiting (its pollers), not working
 ENDED = "ended"  # (b): a rank ended, others run on
 
 
@@ -71,6 +75,8 @@ class Tracker:
     cpu: dict[int, int] = field(default_factory=dict)
     pids: dict[int, int] = field(default_factory=dict)  # every rank seen, its last pid
     ended_at: dict[int, float] = field(default_factory=dict)
+    base: dict[int, int] = field(default_factory=dict)  # each rank's CPU at the last progress
+    ticks_per_s: float = 100.0  # /proc's clock ticks (SC_CLK_TCK)
 
     def observe(self, s: Sample) -> Optional[Verdict]:
         alive = {r.rank: r for r in s.ranks}
@@ -82,9 +88,11 @@ class Tracker:
             else:
                 self.ended_at.setdefault(rank, s.at)
         cpu = {rank: r.cpu_ticks for rank, r in alive.items()}
-        moved = s.output != self.output or any(self.cpu.get(k) != v for k, v in cpu.items())
+        idle = IDLE_SHARE * self.ticks_per_s * (0.0 if self.since is None else s.at - self.since)
+        worked = any(k not in self.base or v - self.base[k] > idle for k, v in cpu.items())
+        moved = s.output != self.output or worked
         if moved or s.waiting or self.since is None:
-            self.since = s.at
+            self.since, self.base = s.at, dict(cpu)
         self.output, self.cpu = s.output, cpu
         self.pids.update({rank: r.pid for rank, r in alive.items()})
         if not alive:
@@ -176,7 +184,8 @@ class SilentWatch:
                 RankSample(rank, pid, sum(table[p].cpu_ticks for p in
                                           [pid, *keeper.descendants(pid, table)] if p in table))
                 for pid, (rank, _) in found.items()), waiting, job.ranks)
-            tracker = self.trackers.setdefault(job.name, Tracker(self.timeout_s))
+            tracker = self.trackers.setdefault(job.name, Tracker(self.timeout_s,
+                                                                 ticks_per_s=TICKS_PER_S))
             verdict = tracker.observe(sample)
             if verdict is not None:
                 return Found(job, verdict, dict(tracker.pids),
