@@ -233,7 +233,7 @@ class SilentHang:
                     f"{v.for_s:.0f} s ago and "
                     f"{_ranks(v.running)} still {'runs' if len(v.running) == 1 else 'run'}")
         else:
-            what = (f"no output and no CPU time from trainer job {job} "
+            what = (f"no output and no work (CPU) from trainer job {job} "
                     f"({_ranks(v.running)}) for {v.for_s:.0f} s")
         ordered = sorted(self.stacks, key=lambda s: (s.collective is not None, s.rank))
         said = "; ".join(s.where() for s in ordered) or "no stacks came back"

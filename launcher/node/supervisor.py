@@ -11,7 +11,7 @@ node: the restart is recorded in the run folder and the other nodes' supervisors
 failed server restarts alone on its GPUs and port while the rest goes on. Each start gets its
 restart count in AREAL_RESTART; trainers resume from their newest checkpoint. A trainer rank
 that makes no progress for launcher.hang_timeout_s is a failure too (watchdog.py; for entry
-points that write no heartbeats, silence.py: no output and no CPU time, or a rank that ended
+points that write no heartbeats, silence.py: no output and no work, or a rank that ended
 while the others run on).
 
 Exit codes: 0 when every trainer exited 0 (or, on a node without trainers, when the run's
