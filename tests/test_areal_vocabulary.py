@@ -258,6 +258,21 @@ def test_scheduling_spec_on_slurm_is_the_jobs_options(folder):
         prepared(folder, [*CUDA, "launcher=slurm", "rollout.scheduling_spec=[{cpu: 8}]"])
 
 
+def test_scheduling_spec_values_meet_the_slurm_runners_own_checks(folder):
+    """What scheduling_spec sets on the job is checked as launcher.* given directly is: a
+    negative CPU count or a size sbatch cannot read is one line naming where it came from."""
+    for item, said in (("{cpu: -3}", "launcher.cpus_per_gpu=-3: choose 1 to"),
+                       ("{mem: 100000000000000000000}", "launcher.mem_per_gpu=1000")):
+        with pytest.raises(ConfigError, match=f"actor.scheduling_spec sets {said}"):
+            prepared(folder, [*CUDA, "launcher=slurm", f"actor.scheduling_spec=[{item}]"])
+
+
+def test_a_strategy_that_shares_a_process_is_said_not_honoured(folder):
+    prep = prepared(folder, [*CUDA, "ref.scheduling_strategy.fork=false"])
+    assert "ref.scheduling_strategy.fork=false not honoured: every engine runs processes of " \
+           "its own" in prep.planned.notes
+
+
 def test_a_bad_areal_value_is_one_error_line(folder):
     out = run("plan", "-cd", str(folder), "-cn", "grpo", f"trainer.entry={ENTRY}",
               "cluster.name_resolve.type=zookeeper")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from launcher.config.schema import LaunchConfig, SchedulingSpec, engine, typed
 from launcher.spec.errors import ConfigError
@@ -210,9 +210,10 @@ def model_from_actor(cfg: Any, composed: Any, raw: Optional[Mapping]) -> None:
 
 # ----------------------------------------------------------------------------- scheduling_spec
 # what each runner does with a scheduling_spec key: a launcher option it becomes (its value
-# written as given, or through a format), or env_vars (every runner)
-SLURM_OPTIONS = {"cpu": ("cpus_per_gpu", "{}"), "mem": ("mem_per_gpu", "{}G"),
-                 "image": ("container_image", "{}")}
+# converted to that option's type), or env_vars (every runner)
+SLURM_OPTIONS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "cpu": ("cpus_per_gpu", int), "mem": ("mem_per_gpu", lambda v: f"{v}G"),
+    "image": ("container_image", str)}
 SLURM_FLAGS = {"nodelist": "--nodelist", "exclude": "--exclude"}
 DECIDED = {"gpu": "GPUs: {name}.backend", "cmd": "command: {what}",
            "port_count": "ports: the launcher's"}
@@ -233,6 +234,9 @@ def apply_scheduling(spec: LaunchConfig, runner: str, names: Sequence[str]) -> l
     notes: list[str] = []
     job: dict[str, tuple[str, Any]] = {}  # launcher option -> (engine, value)
     for name in names:
+        if not engine(spec, name).scheduling_strategy.fork:
+            notes.append(f"{name}.scheduling_strategy.fork=false not honoured: every engine "
+                         "runs processes of its own")
         specs = scheduling_specs(spec, name)
         if not specs:
             continue
@@ -246,7 +250,7 @@ def apply_scheduling(spec: LaunchConfig, runner: str, names: Sequence[str]) -> l
                 continue
             given = SLURM_OPTIONS.get(f.name)
             if runner == "slurm" and given is not None:
-                _job_value(job, given[0], given[1].format(value), name, f.name)
+                _job_value(job, given[0], given[1](value), name, f.name)
             elif runner == "slurm" and f.name in SLURM_FLAGS:
                 _job_value(job, f.name, f"{SLURM_FLAGS[f.name]}={value}", name, f.name)
             else:
@@ -282,4 +286,10 @@ def _set_launcher(spec: LaunchConfig, option: str, value: Any, name: str) -> lis
         return [f"{name}.scheduling_spec asks for launcher.{option}={value}; "
                 f"launcher.{option}={given} is used"]
     setattr(launcher, option, value)
+    check = getattr(launcher, "__post_init__", None)  # the runner's own checks, as if given
+    if check is not None:
+        try:
+            check()
+        except ConfigError as exc:
+            raise ConfigError(f"{name}.scheduling_spec sets {exc}") from None
     return []
