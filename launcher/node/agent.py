@@ -38,7 +38,7 @@ def run_node(request: LaunchRequest, node: int, hosts: Sequence[str], peers: boo
         raise LaunchError(f"node {node}: {len(hosts)} host(s) given for a run on "
                           f"{request.nodes_needed()} nodes")
     procs = materialize_node(request, node, hosts, visible_gpus(os.environ))
-    missing = problems(procs, request.paths)
+    missing = problems(procs, request.paths, request.flag_check)
     if missing:
         raise LaunchError(f"node {node} is not ready to run: " + "; ".join(missing))
     make_areal_folders(request.areal, clear=node == min(request.nodes, default=node))
