@@ -183,7 +183,8 @@ def test_our_recipe_gets_no_areal_environment_or_folders():
 
 def test_server_args_are_flags_as_areal_writes_them_and_bounded():
     assert server_flags("k", {"max_num_seqs": 8, "enable_lora": True, "off": False,
-                              "none": None, "lora_modules": ["a=/x", "b=/y"]}) == (
+                              "none": None, "empty": "", "no_list": [],
+                              "lora_modules": ["a=/x", "b=/y"]}) == (
         "--max-num-seqs", "8", "--enable-lora", "--lora-modules", "a=/x", "b=/y")
     for bad, needle in (({"--port": 1}, "a flag name without its dashes"),
                         ({"x": {"y": 1}}, "a number, a string"),

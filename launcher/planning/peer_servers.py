@@ -21,6 +21,7 @@ from typing import Any, Mapping, Optional
 
 from launcher.config.schema import LaunchConfig, typed
 from launcher.spec import registry
+from launcher.spec.entry import left_out
 from launcher.spec.errors import ConfigError
 
 MODEL_KEYS = {"vllm": "model", "sglang": "model_path"}  # AReaL's name of the served model
@@ -35,12 +36,6 @@ class Applied:
     spec: LaunchConfig
     notes: tuple[str, ...] = ()
     origins: Mapping[str, str] = field(default_factory=dict)
-
-
-def skipped(value: Any) -> bool:
-    """What AReaL's get_py_cmd leaves out of a command line."""
-    return value is None or value is False or value == "" or \
-        (isinstance(value, (list, tuple)) and not value)
 
 
 def apply(spec: LaunchConfig, rollout_backend: Optional[str],
@@ -63,10 +58,10 @@ def apply(spec: LaunchConfig, rollout_backend: Optional[str],
     for key, value in _areal_keys(backend, section, options).items():
         where = f"{backend}.{key}"
         if key == MODEL_KEYS.get(backend):
-            if not skipped(value) and str(value) != spec.model_path and model_path is None:
+            if not left_out(value) and str(value) != spec.model_path and model_path is None:
                 model_path = str(value)
             continue
-        if skipped(value) or OURS.get(backend, {}).get(key) == value:
+        if left_out(value) or OURS.get(backend, {}).get(key) == value:
             continue
         if key in known:
             typed(backend, registry.backend(backend).Options, {key: value},
