@@ -239,3 +239,23 @@ def test_a_control_character_in_a_value_cannot_break_the_error_line(value):
 def test_an_interpolation_that_fails_is_one_line_under_every_flag(tmp_path, args):
     line = one_error_line(run(*args, "model_path=${oc.env:NOPE_AREAL}", cwd=tmp_path))
     assert line.startswith("error: model_path: cannot resolve") and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("overrides, start, needle", [
+    # Hydra names the override it failed on: that one is blamed, not an earlier list
+    (["actor.extra_args=[--lr,1]", "trainer.args=[--config,x.yaml,lr=1]"],
+     "cannot parse override 'trainer.args=[--config,x.yaml,lr=1]'",
+     "type \"trainer.args=['--config','x.yaml','lr=1']\""),
+    # the shell split `trainer.args=[--config x.yaml]` at its space
+    (["trainer.args=[--config", "x.yaml]"], "cannot parse override 'trainer.args=[--config'",
+     "trainer.args is a list of strings, one argument: 'trainer.args=[--config,...]'"),
+    (["trainer.args=--config"], "invalid value in 'trainer.args=--config'",
+     "trainer.args is a list of strings: write trainer.args=[--config,...]"),
+])
+def test_a_list_of_strings_written_wrong_names_its_key_and_how_to_write_it(overrides, start,
+                                                                            needle):
+    from launcher.spec.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        prepare(overrides, to_run=False)
+    assert str(err.value).startswith(start) and needle in str(err.value)

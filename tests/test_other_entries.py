@@ -183,7 +183,8 @@ def test_our_recipe_gets_no_areal_environment_or_folders():
 
 def test_server_args_are_flags_as_areal_writes_them_and_bounded():
     assert server_flags("k", {"max_num_seqs": 8, "enable_lora": True, "off": False,
-                              "none": None, "lora_modules": ["a=/x", "b=/y"]}) == (
+                              "none": None, "empty": "", "no_list": [],
+                              "lora_modules": ["a=/x", "b=/y"]}) == (
         "--max-num-seqs", "8", "--enable-lora", "--lora-modules", "a=/x", "b=/y")
     for bad, needle in (({"--port": 1}, "a flag name without its dashes"),
                         ({"x": {"y": 1}}, "a number, a string"),
@@ -218,3 +219,29 @@ def test_areals_folders_are_made_and_this_trials_old_records_cleared(tmp_path):
     other.mkdir(parents=True)
     make_areal_folders(ArealFolders(str(tmp_path / "fr"), str(root), "exp/trial"), clear=True)
     assert (tmp_path / "fr").is_dir() and not old.parent.parent.exists() and other.is_dir()
+
+
+def test_the_first_node_clears_name_resolve_before_any_other_node_starts(tmp_path):
+    """Several nodes (Slurm): a node that is ready first waits for the first node's clearing,
+    so what its processes register is never cleared by the first node arriving later."""
+    import threading
+
+    from launcher.node.runs import prepare_areal_folders
+    from launcher.spec.errors import LaunchError
+
+    root = tmp_path / "names"
+    folders = ArealFolders(str(tmp_path / "fr"), str(root), "exp/trial")
+    old = root / getpass.getuser() / "exp" / "trial" / "server" / "ENTRY"
+    old.parent.mkdir(parents=True)
+    old.write_text("an earlier run's address")
+    done = threading.Event()
+    other = threading.Thread(target=lambda: (prepare_areal_folders(
+        folders, str(tmp_path / "run"), False, "slurm-7-0", 30, poll_s=0.01), done.set()))
+    other.start()
+    assert not done.wait(0.3) and old.exists()  # node 1 waits; nothing cleared yet
+    prepare_areal_folders(folders, str(tmp_path / "run"), True, "slurm-7-0", 30)
+    other.join(10)
+    assert done.is_set() and not old.exists()
+    with pytest.raises(LaunchError, match="the run's first node did not prepare AReaL's "
+                                          "name_resolve folder .* within 0 s"):
+        prepare_areal_folders(folders, str(tmp_path / "run"), False, "slurm-7-1", 0.05)

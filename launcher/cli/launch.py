@@ -24,7 +24,7 @@ from launcher.runners import Runner
 from launcher.spec import registry
 from launcher.spec.errors import ConfigError, LaunchError, UserError
 from launcher.spec.plan import ENGINES, ENV_SPMD_MODE, Plan
-from launcher.spec.request import ArealFolders, LaunchRequest
+from launcher.spec.request import ArealFolders, FlagCheck, LaunchRequest
 from launcher.spec.tracking import Identity, check
 
 if TYPE_CHECKING:
@@ -79,7 +79,8 @@ def prepare(overrides: list[str], to_run: bool = True,
     device = str(config.cluster.device)
     planned = build_plan(config, count_local_gpus, explicit_keys(overrides),
                          more_nodes=runner.more_nodes(device),
-                         offer=runner.offer() if device == "auto" else None)
+                         offer=runner.offer() if device == "auto" else None,
+                         servers=spec.servers)
     chosen = {n: str(c.alloc) for n, c in planned.plan.components.items()}
     try:
         check_unused_options(config, chosen)
@@ -210,8 +211,28 @@ def build_request(prep: Prepared, run_dir: Path, next_port: Callable[[], int]
         health_timeout_s=health_timeout_s(config), paths=read_paths(plan, prep.entry),
         max_restarts=int(config.launcher.max_restarts),
         hang_timeout_s=config.launcher.hang_timeout_s, console=str(config.launcher.console),
-        node_groups=plan.cluster.groups, cpu_nodes=plan.cluster.cpu_nodes, areal=areal)
+        node_groups=plan.cluster.groups, cpu_nodes=plan.cluster.cpu_nodes, areal=areal,
+        flag_check=flag_check(prep))
     return plan, request
+
+
+def flag_check(prep: Prepared) -> Optional[FlagCheck]:
+    """The rollout's flags the user wrote (AReaL's section, server_args, extra_args), each
+    with where it was written, for the preflight's check with the engine's parser (None:
+    none given, nothing to check)."""
+    found = prep.planned.engines.get("rollout")
+    if found is None:
+        return None
+    rollout = prep.planned.spec.rollout
+    origins = dict(prep.planned.flag_origins)
+    for key in rollout.server_args:
+        origins.setdefault("--" + str(key).replace("_", "-"), f"rollout.server_args.{key}")
+    for arg in rollout.extra_args:
+        if str(arg).startswith("-"):
+            origins.setdefault(str(arg).partition("=")[0], "rollout.extra_args")
+    if not origins:
+        return None
+    return FlagCheck(found.alloc.backend, "rollout", tuple(origins.items()))
 
 
 def is_recipe(entry: str) -> bool:

@@ -191,7 +191,7 @@ def unknown_error(key: str, known: Any, where: str, entry: str) -> ConfigError:
     hint = f": did you mean {guess!r}?" if fixed and guess != key else ""
     return ConfigError(f"unknown config key {key!r}{where}{hint} (trainer.entry={entry} is "
                        "our recipe and takes only our keys; a config written for another "
-                       "trainer needs its entry: trainer.entry=SCRIPT)")
+                       f"trainer needs its entry: trainer.entry=SCRIPT){server_section_hint(key)}")
 
 
 # ----------------------------------------------------------------------------- model path
@@ -293,3 +293,34 @@ def _set_launcher(spec: LaunchConfig, option: str, value: Any, name: str) -> lis
         except ConfigError as exc:
             raise ConfigError(f"{name}.scheduling_spec sets {exc}") from None
     return []
+
+
+# ----------------------------------------------------------------------------- server sections
+def server_sections(job: Any) -> dict[str, dict]:
+    """AReaL's `vllm:` and `sglang:` (top-level, named after a serving backend) resolved to
+    plain values (`${actor.path}`, `${seed}` read from the whole config): what the rollout's
+    servers are started with (launcher.planning.peer_servers). The entry gets them too."""
+    from omegaconf import DictConfig, OmegaConf
+
+    from launcher.spec import registry
+
+    out: dict[str, dict] = {}
+    for name in registry.backend_names(registry.SERVE):
+        node = job.get(name) if name in job else None
+        if isinstance(node, DictConfig):
+            values = OmegaConf.to_container(node, resolve=True)
+            assert isinstance(values, dict)
+            out[name] = {str(k): v for k, v in values.items()}
+    return out
+
+
+def server_section_hint(key: str) -> str:
+    """For our recipe, where AReaL's server sections go in our keys ("" for other keys)."""
+    from launcher.spec import registry
+
+    name = key.split(".")[0]
+    if name not in registry.backend_names(registry.SERVE):
+        return ""
+    return (f"; {name}: is AReaL's server section, read for another trainer's entry: with our "
+            f"recipe write rollout.{name}.KEY (the backend's options) or "
+            f"rollout.server_args.KEY (any other flag)")

@@ -14,9 +14,9 @@ everything after it takes the dataclasses of launcher.config.schema.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -53,7 +53,9 @@ class RunSpec:
     """A composed run: the typed config, where Hydra says its folders go, and the composed
     config itself (written to the run folder as Hydra's own record, hydra.output_subdir).
     handoff: for an entry that is not ours, its part of the config (launcher.config.areal);
-    notes: what the run does not honour of what was written, one line each."""
+    notes: what the run does not honour of what was written, one line each; servers:
+    AReaL's `vllm:`/`sglang:` sections, resolved, for the rollout's servers (the planner
+    applies the one of the rollout's backend)."""
 
     config: LaunchConfig
     run_dir: str
@@ -61,6 +63,7 @@ class RunSpec:
     composed: DictConfig
     handoff: Optional[Handoff] = None
     notes: tuple[str, ...] = ()
+    servers: Mapping[str, dict] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -359,9 +362,10 @@ def run_spec(cfg: DictConfig) -> RunSpec:
         job = copy.copy(cfg)
         with open_dict(job):
             del job["hydra"]
-    handoff = None
+    handoff: Optional[Handoff] = None
+    servers: dict[str, dict] = {}
     if origin.opened:
-        job, handoff = _split_entry_keys(cfg, job, origin)
+        job, handoff, servers = _split_entry_keys(cfg, job, origin)
     spec = resolved(lambda: OmegaConf.to_object(job))
     resolved(lambda: _keep_open_keys(job, spec))
     run_dir = resolved(lambda: str(OmegaConf.select(cfg, "hydra.run.dir") or "outputs"))
@@ -373,13 +377,13 @@ def run_spec(cfg: DictConfig) -> RunSpec:
                  or "local")
     notes = areal.apply_scheduling(spec, runner, [n for n in ENGINES
                                                   if engine(spec, n).backend is not None])
-    return RunSpec(spec, run_dir, sweep_dir, cfg, handoff, tuple(notes))
+    return RunSpec(spec, run_dir, sweep_dir, cfg, handoff, tuple(notes), servers)
 
 
 def _split_entry_keys(cfg: DictConfig, job: DictConfig, origin: Origin
-                      ) -> tuple[DictConfig, Optional[Handoff]]:
-    """(our part of `job`, what the entry gets): the keys our schema does not declare are
-    cut out; for our recipe the first of them is an error."""
+                      ) -> tuple[DictConfig, Optional[Handoff], dict[str, dict]]:
+    """(our part of `job`, what the entry gets, AReaL's server sections): the keys our
+    schema does not declare are cut out; for our recipe the first of them is an error."""
     from launcher.config import areal
 
     unknown = areal.unknown_keys(job)
@@ -392,17 +396,18 @@ def _split_entry_keys(cfg: DictConfig, job: DictConfig, origin: Origin
             where = "" if given or _source.config_name == "config" else \
                 f" in config {_source.config_name!r}"
             raise areal.unknown_error(unknown[0], ours, where, entry)
-        return ours, None
+        return ours, None, {}
     areal.model_from_actor(ours, job, origin.raw)
+    servers = resolved(lambda: areal.server_sections(job))
     if not unknown and origin.raw is None:
-        return ours, None
+        return ours, None, servers
     try:
         values = OmegaConf.to_container(job, resolve=True)
     except Exception:  # noqa: BLE001 - ${gconfig.x} of a key only the entry's schema has:
         values = OmegaConf.to_container(job, resolve=False)  # the entry resolves it
     assert isinstance(values, dict)
     overrides = list(OmegaConf.select(cfg, "hydra.overrides.task", default=None) or [])
-    return ours, areal.handoff(values, areal.mask_of(unknown, origin.raw), overrides)
+    return ours, areal.handoff(values, areal.mask_of(unknown, origin.raw), overrides), servers
 
 
 def _keep_open_keys(cfg: DictConfig, spec: Any) -> None:

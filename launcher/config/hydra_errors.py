@@ -31,7 +31,9 @@ def explain_hydra_error(exc: BaseException, overrides: Sequence[str], suggest: S
         return interpolation
     if kind == "OverrideParseException" or text.startswith("Error parsing override") or \
             "Could not override ''" in text:
-        return _parse_error(text, overrides)
+        failed = _failed_override(exc)  # Hydra names it: blame it, not an earlier one
+        first = [failed] if failed is not None and failed in overrides else []
+        return _parse_error(text, [*first, *overrides])
     if "Exceeds the limit" in text and "digits" in text:  # Python's int() refused a huge number
         huge = max(overrides, key=lambda o: max((len(d) for d in re.findall(r"\d+", o)),
                                                  default=0))
@@ -71,6 +73,10 @@ def explain_hydra_error(exc: BaseException, overrides: Sequence[str], suggest: S
     match = re.search(r"Error merging override (\S+)", text)
     if match:
         detail = text.split("full_key:")[0].split(match.group(1), 1)[-1].strip(" .:")
+        key, _, value = match.group(1).partition("=")
+        if "is not a ListConfig" in detail and not value.startswith(("{", "[")):
+            return (f"invalid value in {match.group(1)!r}: {key} is a list of strings: write "
+                    f"{key}=[{value},...] ({LIST_HOW})")
         return f"invalid value in {match.group(1)!r}: {detail}"
     match = re.search(r"Could not find '([^']+)'.*?Available options in '[^']+': ([^\n]*?) Config search", text)
     if match:
@@ -111,6 +117,9 @@ def _parse_error(text: str, overrides: Sequence[str]) -> str:
     bad = _first(overrides, lambda o: any(c in o for c in "()[]"))
     if bad is not None and bad.isprintable():
         key, _, value = bad.partition("=")
+        if value.startswith("[") and not value.endswith("]"):  # split by the shell at a space
+            return (f"cannot parse override {bad!r}: the list is not closed; {key} is a list of "
+                    f"strings, one argument: '{key}={value},...]' ({LIST_HOW})")
         if value.startswith("[") and value.endswith("]"):  # a list: quote each element
             items = ",".join(f"'{v.strip()}'" for v in value[1:-1].split(",") if v.strip())
             return (f"cannot parse override {bad!r}: quote each list element that holds "
@@ -131,6 +140,23 @@ def _parse_error(text: str, overrides: Sequence[str]) -> str:
     if word is not None:
         return f"cannot parse override {shown(word)}: overrides are KEY=VALUE (or group=option)"
     return f"cannot parse override: {text}"
+
+
+LIST_HOW = ("no spaces, or the whole override in quotes for the shell; an element that holds "
+            "'=', ':' or brackets in quotes: \"k=['--config','a=b']\"")
+
+
+def _failed_override(exc: BaseException) -> Optional[str]:
+    """The override Hydra's parser failed on (OverrideParseException.override)."""
+    cur: Optional[BaseException] = exc
+    seen: set[int] = set()
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        found = getattr(cur, "override", None)
+        if isinstance(found, str):
+            return found
+        cur = cur.__cause__ or cur.__context__
+    return None
 
 
 def flatten(exc: BaseException) -> str:

@@ -24,11 +24,18 @@ from typing import Optional, Sequence
 from launcher.node import keeper
 from launcher.node.console import RunConsole, plain_console
 from launcher.node.preflight import problems
-from launcher.node.runs import make_areal_folders
+from launcher.node.runs import make_areal_folders, prepare_areal_folders
 from launcher.node.supervisor import DONE_DIR, Peers, materialize_node, supervise
 from launcher.spec.errors import LaunchError
 from launcher.spec.plan import ENV_HOSTS
 from launcher.spec.request import LaunchRequest, visible_gpus
+
+
+def attempt() -> str:
+    """This start of the job: Slurm's job id and restart count (a requeue starts it again with
+    the same request), else the first."""
+    job = os.environ.get("SLURM_JOB_ID")
+    return f"slurm-{job}-{os.environ.get('SLURM_RESTART_COUNT', '0')}" if job else "0"
 
 
 def run_node(request: LaunchRequest, node: int, hosts: Sequence[str], peers: bool,
@@ -38,10 +45,15 @@ def run_node(request: LaunchRequest, node: int, hosts: Sequence[str], peers: boo
         raise LaunchError(f"node {node}: {len(hosts)} host(s) given for a run on "
                           f"{request.nodes_needed()} nodes")
     procs = materialize_node(request, node, hosts, visible_gpus(os.environ))
-    missing = problems(procs, request.paths)
+    missing = problems(procs, request.paths, request.flag_check)
     if missing:
         raise LaunchError(f"node {node} is not ready to run: " + "; ".join(missing))
-    make_areal_folders(request.areal, clear=node == min(request.nodes, default=node))
+    first = node == min(request.nodes, default=node)
+    if peers:  # the run folder is shared (Slurm): the others wait for the first node's clearing
+        prepare_areal_folders(request.areal, request.run_dir, first, attempt(),
+                              request.health_timeout_s)
+    else:  # Ray: the run folder need not be shared, so there is nothing to wait on
+        make_areal_folders(request.areal, clear=first)
     trainer_nodes = tuple(k for k in request.nodes if request.has_trainers(k))
     watch = Peers(Path(request.run_dir) / DONE_DIR, trainer_nodes) if peers else None
     console = out or plain_console()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -28,7 +29,7 @@ from launcher.backends.protocol import backend
 from launcher.backends.torchrun import entry_in
 from launcher.spec import registry, tracking
 from launcher.spec.entry import python_key
-from launcher.spec.request import Materialized
+from launcher.spec.request import FlagCheck, Materialized
 
 PROJECT = Path(__file__).resolve().parents[2]  # launcher/ and recipes/: entries of our own
 SCANNER = Path(__file__).with_name("entry_imports.py")
@@ -154,10 +155,13 @@ def entry_missing(python: str, entry: tuple[str, ...], pythonpath: Optional[str]
         return None, ()
 
 
-def problems(procs: Sequence[Materialized], paths: Sequence[str]) -> list[str]:
-    """One line per thing missing here (empty: ready)."""
+def problems(procs: Sequence[Materialized], paths: Sequence[str],
+             flags: Optional[FlagCheck] = None) -> list[str]:
+    """One line per thing missing here (empty: ready); `flags`: the user's server flags,
+    checked with the engine's own parser."""
     out = [f"{path} does not exist here (the run reads it)" for path in paths
            if not os.path.exists(path)]
+    out += flag_problems(procs, flags)
     seen: set[tuple[str, str]] = set()
     for proc in procs:
         python = proc.argv[0]
@@ -193,3 +197,50 @@ def problems(procs: Sequence[Materialized], paths: Sequence[str]) -> list[str]:
                        f"{more}: install it for that interpreter or set {key} to one that "
                        "has it")
     return out
+
+
+FLAG_CHECK_TIMEOUT_S = 180.0  # importing vLLM's parser takes ~10 s on an idle machine
+_FLAG = re.compile(r"--[A-Za-z0-9][A-Za-z0-9_-]*")
+
+
+def flag_problems(procs: Sequence[Materialized], check: Optional[FlagCheck]) -> list[str]:
+    """The servers' argv parsed by the engine's own parser (launcher.backends.checks) in the
+    interpreter that runs them, once per interpreter, when the user gave them flags: a flag
+    it refuses is named as the key it was written as (`vllm.max_num_seq`). Skipped where the
+    interpreter lacks the engine (said already, or a wrapper's own venv) or the check itself
+    cannot run (the server says it at start then)."""
+    from launcher.backends.checks import check_argvs
+
+    if check is None:
+        return []
+    package = backend(check.backend).INSTALL
+    module = getattr(backend(check.backend), "MODULE", None)
+    by_python: dict[str, tuple[Materialized, list[str]]] = {}
+    for proc in procs:
+        argv = list(proc.argv)
+        if proc.spec.role != "server" or proc.spec.component != check.component or \
+                "-m" not in argv[:2] or len(argv) < 3:
+            continue
+        if package is None or not importable(argv[0], package.package):
+            continue
+        by_python.setdefault(argv[0], (proc, argv[3:]))
+    out = []
+    for python, (proc, argv) in by_python.items():
+        try:
+            verdict = check_argvs(python, check.backend, [argv], FLAG_CHECK_TIMEOUT_S)[0]
+        except (OSError, RuntimeError, ValueError, subprocess.SubprocessError):
+            continue
+        if not verdict.ok:
+            out.append(flag_line(proc, verdict.error, dict(check.origins), str(module)))
+    return out
+
+
+def flag_line(proc: Materialized, error: str, origins: dict[str, str], module: str) -> str:
+    """The parser's refusal as the key the user wrote the flag as."""
+    said = error.split(": error: ", 1)[-1]
+    for flag in _FLAG.findall(said):
+        where = origins.get(flag) or origins.get(flag.replace("_", "-"))
+        if where is not None:
+            return (f"{proc.name}: {where} ({flag}) is refused by {module}'s own parser: "
+                    f"{said} (set it to what the server takes, or remove it)")
+    return f"{proc.name}: {module}'s own parser refuses the server's flags: {said}"

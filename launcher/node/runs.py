@@ -162,3 +162,35 @@ def make_areal_folders(folders: Optional[ArealFolders], clear: bool) -> None:
     except OSError as exc:
         raise LaunchError(f"cannot make AReaL's folder {exc.filename}: {exc.strerror}") \
             from None
+
+
+AREAL_PREPARED = "areal_prepared"  # in the run folder: one file per start of the job
+
+
+def prepare_areal_folders(folders: Optional[ArealFolders], run_dir: str, first: bool,
+                          attempt: str, timeout_s: float, poll_s: float = 0.2) -> None:
+    """AReaL's folders on one node of several, before that node starts anything: the first
+    node clears this run's old records and then says so in the run folder (shared by the
+    nodes); every other node makes the folders and waits for that word, so no node clears
+    what another node's processes already registered there. `attempt` names this start of
+    the job (a Slurm requeue clears again). LaunchError when the first node has not said so
+    within timeout_s."""
+    import time
+
+    if folders is None:
+        return
+    said = Path(run_dir, AREAL_PREPARED, attempt)
+    if first:
+        make_areal_folders(folders, clear=True)
+        said.parent.mkdir(parents=True, exist_ok=True)
+        said.write_text("ok\n")
+        return
+    make_areal_folders(folders, clear=False)
+    deadline = time.monotonic() + timeout_s
+    while not said.exists():
+        if time.monotonic() > deadline:
+            raise LaunchError(f"the run's first node did not prepare AReaL's name_resolve "
+                              f"folder {folders.name_resolve} within {timeout_s:.0f} s "
+                              f"({said} is missing): is it running, and is the run folder "
+                              "shared between the nodes?")
+        time.sleep(poll_s)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Union
 
 from launcher.config.schema import ClusterConfig, LaunchConfig, engine
-from launcher.planning import resolve
+from launcher.planning import peer_servers, resolve
 from launcher.planning.components import (
     Worker,
     placed_names,
@@ -48,17 +48,21 @@ class Planned:
     spec: LaunchConfig  # the config, with what sizing turned on (releases) applied
     notes: tuple[str, ...] = field(default_factory=tuple)  # what the launcher chose
     workers: dict[str, Worker] = field(default_factory=dict)  # the declared worker components
+    # where each rollout flag from a peer's server section was written (--x -> vllm.x)
+    flag_origins: Mapping[str, str] = field(default_factory=dict)
 
 
 def build_plan(spec: LaunchConfig, local_gpus: GPUCount = 0,
                explicit: frozenset[str] = frozenset(), more_nodes: bool = True,
-               offer: Optional[NodeOffer] = None) -> Planned:
+               offer: Optional[NodeOffer] = None,
+               servers: Mapping[str, Mapping[str, Any]] = {}) -> Planned:
     """Everything decided before anything starts: engines, GPUs, ranks, weight-sync pairs.
 
     explicit: the keys the user set on the command line. more_nodes: whether the runner can
     give the plan more nodes (Slurm, Ray) or not (this machine): errors advise accordingly.
     offer: the scheduler's nodes (Slurm's partition): cluster.device=auto plans for them, and
-    a cluster they cannot hold is refused.
+    a cluster they cannot hold is refused. servers: AReaL's `vllm:`/`sglang:` sections
+    (planning.peer_servers), applied once the rollout's backend is known.
     """
     warnings: list[str] = []
     notes: tuple[str, ...] = ()
@@ -105,6 +109,9 @@ def build_plan(spec: LaunchConfig, local_gpus: GPUCount = 0,
                                                                      strategies),
                                                         virtual_slots(worker_raw)))
         _check_offer(cluster, offer)
+    peer = peer_servers.apply(spec, allocs["rollout"].backend if "rollout" in allocs else None,
+                              servers)
+    spec = peer.spec
     engines = resolve.engines(spec, allocs, inherited, model_path(spec), cluster.device)
     at = {name: read_placement(name, value, cluster) for name, value in worker_raw.items()}
     offload = {**{n: e.offload for n, e in engines.items()},
@@ -127,8 +134,8 @@ def build_plan(spec: LaunchConfig, local_gpus: GPUCount = 0,
         meta["engine_options"]["rollout"]["pipeline_stage_num"] = stage_num(spec)
     plan = Plan(cluster=cluster, mode=placed.mode, components=components, weight_sync=syncs,
                 warnings=tuple(warnings), meta=meta)
-    return Planned(plan, engines, spec, notes + ((sizing.note,) if sizing.note else ()),
-                   declared)
+    return Planned(plan, engines, spec, notes + ((sizing.note,) if sizing.note else ())
+                   + peer.notes, declared, peer.origins)
 
 
 def _check_offer(cluster: ClusterSpec, offer: Optional[NodeOffer]) -> None:

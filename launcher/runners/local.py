@@ -80,7 +80,8 @@ class Runner:
                             "for one node (cluster.num_nodes=1)")
         from launcher.node.preflight import problems
 
-        missing = problems(self.materialized(request), request.paths)  # and a GPU the mask hides
+        missing = problems(self.materialized(request), request.paths,  # and a GPU the mask
+                           request.flag_check)  # hides
         if missing:
             more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
             raise UserError(f"not ready to run: {missing[0]}{more}")

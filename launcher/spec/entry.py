@@ -42,10 +42,17 @@ def check_module(where: str, value: Optional[str]) -> None:
                           "backend's own)")
 
 
+def left_out(value: Any) -> bool:
+    """What AReaL leaves out of a server's command line (its get_py_cmd): null, false, ""
+    and an empty list."""
+    return value is None or value is False or value == "" or \
+        (isinstance(value, (list, tuple)) and not value)
+
+
 def server_flags(where: str, args: Mapping[str, Any]) -> tuple[str, ...]:
     """`{max_num_seqs: 64, enable_prefix_caching: true}` -> `--max-num-seqs 64
     --enable-prefix-caching`, as AReaL writes a server's config as flags: true is the bare
-    flag, false and null leave it out, a list gives its values after the flag."""
+    flag, false, null and "" leave it out, a list gives its values after the flag."""
     if not isinstance(args, Mapping):
         raise ConfigError(f"{where}: a mapping of flag names to values, e.g. "
                           f"{where}={{max_num_seqs: 64}}")
@@ -63,7 +70,7 @@ def server_flags(where: str, args: Mapping[str, Any]) -> tuple[str, ...]:
                 isinstance(v, (Mapping, list, tuple)) or len(str(v)) > MAX_VALUE for v in values):
             raise ConfigError(f"{where}.{name}: a number, a string, true/false or a list of at "
                               f"most {MAX_SERVER_ARGS} of those ({MAX_VALUE} characters each)")
-        if value is None or value is False or not values:
+        if left_out(value):
             continue
         out.append(flag)
         if value is not True:

@@ -56,6 +56,27 @@ class ArealFolders:
 
 
 @dataclass(frozen=True)
+class FlagCheck:
+    """The flags the user gave a serving component's servers (AReaL's `vllm:` section,
+    `server_args`, `extra_args`), each with the key it was written as: before anything starts
+    the preflight parses the servers' argv with the engine's own parser and names the key of
+    a flag it refuses."""
+
+    backend: str
+    component: str
+    origins: tuple[tuple[str, str], ...]  # (flag, where it was written)
+
+    def to_dict(self) -> dict:
+        return {"backend": self.backend, "component": self.component,
+                "origins": dict(self.origins)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "FlagCheck":
+        return cls(str(d["backend"]), str(d["component"]),
+                   tuple((str(k), str(v)) for k, v in dict(d["origins"]).items()))
+
+
+@dataclass(frozen=True)
 class LaunchRequest:
     """One run, runner-neutral: its processes per plan node and how to supervise them."""
 
@@ -77,6 +98,7 @@ class LaunchRequest:
     node_groups: tuple[NodeGroup, ...] = ()
     cpu_nodes: int = 0
     areal: Optional[ArealFolders] = None  # an entry that is not ours: AReaL's folders
+    flag_check: Optional[FlagCheck] = None  # the user's server flags, checked by the preflight
 
     def cpu_only(self, node: int) -> bool:
         return node >= self.num_nodes - self.cpu_nodes
@@ -119,6 +141,7 @@ class LaunchRequest:
                 **({"node_groups": [g.to_dict() for g in self.node_groups],
                     "cpu_nodes": self.cpu_nodes} if self.node_groups or self.cpu_nodes else {}),
                 **({"areal": self.areal.to_dict()} if self.areal else {}),
+                **({"flag_check": self.flag_check.to_dict()} if self.flag_check else {}),
                 "processes": procs}
 
     def to_json(self, mask_secrets: bool = False) -> str:
@@ -143,7 +166,9 @@ class LaunchRequest:
                    console=str(d.get("console", "auto")),
                    node_groups=tuple(NodeGroup.from_dict(g) for g in d.get("node_groups", ())),
                    cpu_nodes=int(d.get("cpu_nodes", 0)),
-                   areal=ArealFolders.from_dict(d["areal"]) if d.get("areal") else None)
+                   areal=ArealFolders.from_dict(d["areal"]) if d.get("areal") else None,
+                   flag_check=(FlagCheck.from_dict(d["flag_check"]) if d.get("flag_check")
+                               else None))
 
 
 # ----------------------------------------------------------------------------- on a node
