@@ -275,6 +275,13 @@ def test_a_plan_too_big_for_the_cluster_is_refused_before_anything_starts(tmp_pa
     line = refused(cli(*gpu, env=env))
     assert "plan node 0 needs 16 GPU" in line and "cluster.gpus_per_node" in line
     assert not (tmp_path / "r").exists()  # no run folder: nothing started
+    # cluster.device=auto plans for the Ray cluster's nodes (8 fake GPUs each), not this machine
+    auto = cli("plan", "--json", "launcher=ray", "cluster.device=auto", "rollout=none",
+               "cluster.num_nodes=2", "actor.backend=fsdp:d16", env=env)
+    assert auto.returncode == 0, auto.stderr
+    assert json.loads(auto.stdout)["cluster"] == {"num_nodes": 2, "gpus_per_node": 8,
+                                                  "device": "cuda"}
+    assert "the Ray cluster at" in auto.stderr and "with 8 GPU(s)" in auto.stderr, auto.stderr
 
 
 def test_a_placement_that_cannot_happen_now_times_out_naming_what_is_pending(tmp_path, env,

@@ -11,7 +11,17 @@ import time
 
 import pytest
 
-from launcher.runners.rayjob import RayJob, RayNode, dry_run_text, entrypoint, fit_problem, ray_job
+from launcher.config.schema import ClusterConfig
+from launcher.planning.offer import with_offer
+from launcher.runners.rayjob import (
+    RayJob,
+    RayNode,
+    dry_run_text,
+    entrypoint,
+    fit_problem,
+    ray_job,
+    ray_offer,
+)
 from launcher.spec.plan import ProcessSpec
 from tests.areal_launch import one_error_line, run
 from tests.hand_requests import request_for
@@ -208,3 +218,18 @@ for runner in sys.argv[1:]:
                          text=True, cwd=tmp_path, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     assert out.returncode == 0, out.stderr
     assert "local False []" in out.stderr and "slurm False []" in out.stderr
+
+
+def test_cluster_device_auto_on_ray_plans_for_the_clusters_gpus_and_their_type():
+    """Ray's nodes (GPU counts, accelerator_type resource) become the offer that
+    cluster.device=auto plans for: cuda, the GPUs per node, the type for the memory table."""
+    nodes = [RayNode("10.0.0.1", 8.0, 64.0, {"accelerator_type:H100": 1.0, "memory": 1e12}),
+             RayNode("10.0.0.2", 8.0, 64.0, {"accelerator_type:H100": 1.0}),
+             RayNode("10.0.0.3", 0.0, 32.0, {"cpu_node": 1.0})]
+    offer = ray_offer(nodes, "the Ray cluster at auto")
+    assert [(n.gpus, n.gpu_type) for n in offer.nodes] == [(8, "H100"), (8, "H100"), (0, None)]
+    cluster, notes = with_offer(ClusterConfig(device="auto", num_nodes=2), offer)
+    assert (cluster.device, cluster.gpus_per_node, cluster.gpu_type) == ("cuda", 8, "H100")
+    assert "the Ray cluster at auto has 2 node(s) with 8 GPU(s) (H100)" in notes[0]
+    cpu_only, notes = with_offer(ClusterConfig(device="auto"), ray_offer(nodes[2:], "ray"))
+    assert cpu_only.device == "cpu" and "no GPU" in notes[0]

@@ -40,6 +40,7 @@ from launcher.runners.rayjob import (
     fit_problem,
     group_warnings,
     ray_job,
+    ray_offer,
 )
 from launcher.runners.sbatch import REQUEST_FILE
 from launcher.spec.cluster import NodeOffer
@@ -86,6 +87,9 @@ def for_nodes(request: LaunchRequest) -> LaunchRequest:
     return replace(request, console="all")
 
 
+RAY_CURRENT = "ray_current_cluster"  # where `ray start` writes the address `auto` finds
+
+
 class Runner:
     name = "ray"
     runs_here = False
@@ -97,7 +101,18 @@ class Runner:
         return True
 
     def offer(self) -> Optional[NodeOffer]:
-        return None  # not asked yet: cluster.device=auto reads this machine
+        """The cluster's alive nodes (GPUs, Ray's accelerator_type), so that cluster.device=auto
+        plans for the nodes the run gets, not for this machine. None when no cluster answers:
+        `plan` and a dry run plan for this machine (the dry run says the fit went unchecked),
+        and a launch stops at check()'s connection error."""
+        if self.config.address == "auto" and not os.environ.get("RAY_ADDRESS") and \
+                not Path(os.environ.get("RAY_TMPDIR", "/tmp"), "ray", RAY_CURRENT).exists():
+            return None  # no cluster started on this machine: Ray's own search would say so
+        try:
+            nodes = state_api_nodes(self.config.address)
+        except (LaunchError, UserError):
+            return None
+        return ray_offer(nodes, f"the Ray cluster at {self.config.address}")
 
     def python(self) -> str:
         return self.config.python or sys.executable

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
 from launcher.runners.sbatch import NODE_MODULE, REQUEST_FILE
+from launcher.spec.cluster import NodeOffer, OfferedNode
 from launcher.spec.errors import UserError
 from launcher.spec.request import LaunchRequest
 
@@ -41,6 +42,18 @@ class RayNode:
 def custom_resources(resources: Mapping[str, float]) -> dict[str, float]:
     """A node's resources other than GPU and CPU (custom ones, Ray's memory, node:IP)."""
     return {str(k): float(v) for k, v in resources.items() if k not in ("GPU", "CPU")}
+
+
+ACCELERATOR = "accelerator_type:"  # Ray's resource naming a node's GPU type: accelerator_type:H100
+
+
+def ray_offer(nodes: Sequence[RayNode], where: str) -> NodeOffer:
+    """What `nodes` offer a run planned with cluster.device=auto: each node's GPUs and the GPU
+    type Ray's accelerator_type resource names (launcher.planning.offer reads it)."""
+    return NodeOffer(where, tuple(
+        OfferedNode(n.ip, int(n.gpus), next((k[len(ACCELERATOR):] for k in sorted(n.custom)
+                                             if k.startswith(ACCELERATOR)), None))
+        for n in nodes))
 
 
 @dataclass(frozen=True)
