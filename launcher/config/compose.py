@@ -391,8 +391,10 @@ def _split_entry_keys(cfg: DictConfig, job: DictConfig, origin: Origin
     ours = areal.pruned(job, unknown)
     if areal.ours_entry(entry):
         if unknown:
-            given = any(o.lstrip("+").startswith(unknown[0]) for o in
-                        OmegaConf.select(cfg, "hydra.overrides.task", default=None) or ())
+            task = OmegaConf.select(cfg, "hydra.overrides.task", default=None)
+            # as written: iterating a ListConfig resolves `${...}` in the overrides' text
+            written = OmegaConf.to_container(task, resolve=False) if task is not None else []
+            given = any(str(o).lstrip("+").startswith(unknown[0]) for o in written)
             where = "" if given or _source.config_name == "config" else \
                 f" in config {_source.config_name!r}"
             raise areal.unknown_error(unknown[0], ours, where, entry)
