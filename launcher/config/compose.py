@@ -394,7 +394,8 @@ def _split_entry_keys(cfg: DictConfig, job: DictConfig, origin: Origin
             task = OmegaConf.select(cfg, "hydra.overrides.task", default=None)
             # as written: iterating a ListConfig resolves `${...}` in the overrides' text
             written = OmegaConf.to_container(task, resolve=False) if task is not None else []
-            given = any(str(o).lstrip("+").startswith(unknown[0]) for o in written)
+            given = any(str(o).lstrip("+").startswith(unknown[0])
+                        for o in (written if isinstance(written, list) else []))
             where = "" if given or _source.config_name == "config" else \
                 f" in config {_source.config_name!r}"
             raise areal.unknown_error(unknown[0], ours, where, entry)
