@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 EXE = str(Path(sys.executable).parent / "areal-launch")
@@ -28,3 +28,16 @@ def one_error_line(out: subprocess.CompletedProcess) -> str:
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:"), out.stderr
     return lines[0]
+
+
+def prepared_in(folder: Path, name: str, overrides: Sequence[str] = ()):
+    """`prepare` (plan only) of the config `name` in `folder` (-cd folder -cn name), Hydra's
+    search path put back afterwards."""
+    from launcher.cli.launch import prepare
+    from launcher.config.compose import ConfigSource, open_config
+
+    open_config(ConfigSource(config_dir=str(folder), config_name=name))
+    try:
+        return prepare(list(overrides), to_run=False)
+    finally:
+        open_config(ConfigSource())

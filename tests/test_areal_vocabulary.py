@@ -16,12 +16,11 @@ from omegaconf import OmegaConf
 
 from launcher.cli.launch import build_request, prepare
 from launcher.config.areal import ENTRY_CONFIG
-from launcher.config.compose import ConfigSource, open_config
 from launcher.node.ports import counted_ports
 from launcher.runners.sbatch import render_sbatch
 from launcher.spec.errors import ConfigError, PlacementError
 from launcher.spec.request import ArealFolders
-from tests.areal_launch import one_error_line, run
+from tests.areal_launch import one_error_line, prepared_in, run
 
 # an AReaL-style GRPO experiment: the launcher's keys and the trainer's, in one file
 GRPO = """\
@@ -73,11 +72,7 @@ def folder(tmp_path_factory) -> Path:
 
 
 def prepared(folder: Path, overrides=(), name="grpo"):
-    open_config(ConfigSource(config_dir=str(folder), config_name=name))
-    try:
-        return prepare(list(overrides), to_run=False)
-    finally:
-        open_config(ConfigSource())
+    return prepared_in(folder, name, overrides)
 
 
 def processes(prep, run_dir="/runs/r1"):

@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from launcher.cli.launch import build_request, prepare
-from launcher.config.compose import ConfigSource, open_config
+from launcher.cli.launch import build_request
 from launcher.node.ports import counted_ports
 from launcher.spec.errors import ConfigError
-from tests.areal_launch import one_error_line, run
+from tests.areal_launch import one_error_line, prepared_in, run
 
 # an AReaL-style experiment with both server sections, the rollout on vLLM
 VLLM_RUN = """\
@@ -85,11 +84,7 @@ def folder(tmp_path_factory) -> Path:
 
 
 def prepared(folder: Path, name: str, overrides=()):
-    open_config(ConfigSource(config_dir=str(folder), config_name=name))
-    try:
-        return prepare([*CUDA, *overrides], to_run=False)
-    finally:
-        open_config(ConfigSource())
+    return prepared_in(folder, name, [*CUDA, *overrides])
 
 
 def server_argv(prep) -> list[str]:
@@ -188,12 +183,8 @@ def test_a_section_key_the_launcher_owns_or_of_the_wrong_type_names_it(folder, o
 
 
 def test_our_recipe_says_where_a_server_section_goes_in_our_keys(folder):
-    open_config(ConfigSource(config_dir=str(folder), config_name="ours"))
-    try:
-        with pytest.raises(ConfigError) as err:
-            prepare([], to_run=False)
-    finally:
-        open_config(ConfigSource())
+    with pytest.raises(ConfigError) as err:
+        prepared_in(folder, "ours")
     assert "unknown config key 'vllm'" in str(err.value)
     assert "with our recipe write rollout.vllm.KEY (the backend's options) or " \
            "rollout.server_args.KEY (any other flag)" in str(err.value)

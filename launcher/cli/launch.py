@@ -22,6 +22,7 @@ from launcher.config.schema import engine
 from launcher.planning.build import Planned, explicit_keys
 from launcher.runners import Runner
 from launcher.spec import registry
+from launcher.spec.entry import flag_of
 from launcher.spec.errors import ConfigError, LaunchError, UserError
 from launcher.spec.plan import ENGINES, ENV_SPMD_MODE, Plan
 from launcher.spec.request import ArealFolders, FlagCheck, LaunchRequest
@@ -226,7 +227,7 @@ def flag_check(prep: Prepared) -> Optional[FlagCheck]:
     rollout = prep.planned.spec.rollout
     origins = dict(prep.planned.flag_origins)
     for key in rollout.server_args:
-        origins.setdefault("--" + str(key).replace("_", "-"), f"rollout.server_args.{key}")
+        origins.setdefault(flag_of(str(key)), f"rollout.server_args.{key}")
     for arg in rollout.extra_args:
         if str(arg).startswith("-"):
             origins.setdefault(str(arg).partition("=")[0], "rollout.extra_args")

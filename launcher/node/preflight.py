@@ -209,10 +209,10 @@ def flag_problems(procs: Sequence[Materialized], check: Optional[FlagCheck]) -> 
     it refuses is named as the key it was written as (`vllm.max_num_seq`). Skipped where the
     interpreter lacks the engine (said already, or a wrapper's own venv) or the check itself
     cannot run (the server says it at start then)."""
-    from launcher.backends.checks import check_argvs
-
     if check is None:
         return []
+    from launcher.backends.checks import check_argvs
+
     package = backend(check.backend).INSTALL
     module = getattr(backend(check.backend), "MODULE", None)
     by_python: dict[str, tuple[Materialized, list[str]]] = {}

@@ -21,7 +21,7 @@ from typing import Any, Mapping, Optional
 
 from launcher.config.schema import LaunchConfig, typed
 from launcher.spec import registry
-from launcher.spec.entry import left_out
+from launcher.spec.entry import flag_of, left_out
 from launcher.spec.errors import ConfigError
 
 MODEL_KEYS = {"vllm": "model", "sglang": "model_path"}  # AReaL's name of the served model
@@ -69,7 +69,7 @@ def apply(spec: LaunchConfig, rollout_backend: Optional[str],
             notes += _given(options, key, value, f"rollout.{backend}.{key}", where)
             options.setdefault(key, value)
             continue
-        flag = "--" + key.replace("_", "-")
+        flag = flag_of(key)
         if flag in refused:
             raise ConfigError(f"{where}: {flag} {refused[flag]}")
         notes += _given(server_args, key, value, f"rollout.server_args.{key}", where)

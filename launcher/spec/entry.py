@@ -49,6 +49,11 @@ def left_out(value: Any) -> bool:
         (isinstance(value, (list, tuple)) and not value)
 
 
+def flag_of(key: str) -> str:
+    """A server option's key as its flag, AReaL's way: max_num_seqs -> --max-num-seqs."""
+    return "--" + key.replace("_", "-")
+
+
 def server_flags(where: str, args: Mapping[str, Any]) -> tuple[str, ...]:
     """`{max_num_seqs: 64, enable_prefix_caching: true}` -> `--max-num-seqs 64
     --enable-prefix-caching`, as AReaL writes a server's config as flags: true is the bare
@@ -64,7 +69,7 @@ def server_flags(where: str, args: Mapping[str, Any]) -> tuple[str, ...]:
         if not _FLAG.match(name):
             raise ConfigError(f"{where}.{name}: a flag name without its dashes, letters, digits, "
                               "_ and - (e.g. max_num_seqs: 64 is --max-num-seqs 64)")
-        flag = "--" + name.replace("_", "-")
+        flag = flag_of(name)
         values = list(value) if isinstance(value, (list, tuple)) else [value]
         if len(values) > MAX_SERVER_ARGS or any(
                 isinstance(v, (Mapping, list, tuple)) or len(str(v)) > MAX_VALUE for v in values):
