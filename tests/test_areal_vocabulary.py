@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import textwrap
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from launcher.cli.launch import build_request, prepare
 from launcher.config.areal import ENTRY_CONFIG
 from launcher.node.ports import counted_ports
 from launcher.runners.sbatch import render_sbatch
-from launcher.spec.errors import ConfigError, PlacementError
+from launcher.spec.errors import ConfigError, PlacementError, UserError
 from launcher.spec.request import ArealFolders
 from tests.areal_launch import one_error_line, prepared_in, run
 
@@ -249,8 +250,55 @@ def test_scheduling_spec_on_slurm_is_the_jobs_options(folder):
     assert "--container-image=img.sqsh" in script
     notes = [n for n in prep.planned.notes if n.startswith("actor.scheduling_spec")]
     assert notes and "cpu" not in notes[0].split(" not ")[0] and "cmd" in notes[0]
-    with pytest.raises(ConfigError, match="actor.scheduling_spec.cpu asks Slurm for 4 but rollout's for 8"):
-        prepared(folder, [*CUDA, "launcher=slurm", "rollout.scheduling_spec=[{cpu: 8}]"])
+    with pytest.raises(ConfigError, match="actor.scheduling_spec.image asks Slurm for img.sqsh "
+                       "but rollout's for b.sqsh: the job has one value"):
+        prepared(folder, [*CUDA, "launcher=slurm", *spec, "rollout.scheduling_spec=[{image: b.sqsh}]"])
+
+
+def test_engines_asking_slurm_different_cpus_get_the_most_for_every_gpu(folder):
+    """One job step per node runs every engine, so the job asks the largest per-GPU ask."""
+    prep = prepared(folder, [*CUDA, "launcher=slurm", "rollout.scheduling_spec=[{cpu: 8, mem: 4}]"])
+    _, request = processes(prep)
+    script = render_sbatch(request, prep.spec.config.launcher, "python3").splitlines()
+    assert "#SBATCH --cpus-per-gpu=8" in script and "#SBATCH --mem-per-gpu=16G" in script
+    notes = [n for n in prep.planned.notes if "the job asks" in n]
+    assert notes == ["actor.scheduling_spec.cpu asks 4 per GPU and rollout's 8: the job asks 8 "
+                     "for every GPU (one job step per node runs every engine)",
+                     "actor.scheduling_spec.mem asks 16G per GPU and rollout's 4G: the job asks "
+                     "16G for every GPU (one job step per node runs every engine)"]
+
+
+def test_on_ray_each_engines_cpu_mem_and_image_are_its_plan_nodes_asks(folder):
+    """Ray reserves per plan node: the node actor's bundle asks the runner's CPUs plus each
+    process's engines' asks per GPU; memory in bytes; the image is the actor's runtime_env."""
+    from launcher.runners.rayjob import GIB, dry_run_text
+
+    prep = prepared(folder, [*CUDA, "launcher=ray", "cluster.n_nodes=2",
+                             "rollout.scheduling_spec=[{cpu: 2, image: img:1}]",
+                             "cluster.component_placement={rollout: '0-1', actor: '4-5'}",
+                             "+actor.scheduling_spec.0.image=img:1"])
+    assert not [n for n in prep.planned.notes if "cpu, " in n and "ray runner" in n]
+    _, request = processes(prep)
+    assert request.asks["actor"].cpu == 4 and request.asks["actor"].mem_gib == 16
+    assert request.asks["rollout"].cpu == 2 and "ref" not in request.asks  # ref: none of its own
+    job = prep.runner.job(request)  # node 0: two servers on a GPU each; node 1: actor+ref on 2
+    assert job.bundles == ({"CPU": 1 + 2 * 2, "GPU": 2.0},
+                           {"CPU": 1 + 2 * 4, "GPU": 2.0, "memory": 2 * 16 * GIB})
+    assert job.image(0) == "img:1" and job.runtime_env(0, {}) == {"image_uri": "img:1"}
+    assert "node actor 0 runs in the image img:1" in dry_run_text(job, request, "auto", None)
+    with pytest.raises(UserError, match="different images \\(img:2, img:1\\)"):
+        prep.runner.job(processes(prepared(folder, [
+            *CUDA, "launcher=ray", "rollout.scheduling_spec=[{image: img:2}]",
+            "+actor.scheduling_spec.0.image=img:1"]))[1])
+
+
+@pytest.mark.parametrize("item, says", [
+    ("{cpu: -1}", "rollout.scheduling_spec.cpu=-1: CPU cores per GPU, a whole number from 0 to 1024"),
+    ("{mem: 10000000}", "rollout.scheduling_spec.mem=10000000: GiB of memory per GPU"),
+    ("{image: 'a b'}", "rollout.scheduling_spec.image='a b': a container image name")])
+def test_bad_ray_asks_are_one_line(folder, item, says):
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        prepared(folder, [*CUDA, "launcher=ray", f"rollout.scheduling_spec=[{item}]"])
 
 
 def test_scheduling_spec_values_meet_the_slurm_runners_own_checks(folder):

@@ -3,6 +3,7 @@ talks to a cluster. The runs themselves, on a real Ray cluster, are tests/test_r
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 from launcher.config.schema import ClusterConfig
 from launcher.planning.offer import with_offer
 from launcher.runners.rayjob import (
+    GIB,
     RayJob,
     RayNode,
     dry_run_text,
@@ -23,6 +25,7 @@ from launcher.runners.rayjob import (
     ray_offer,
 )
 from launcher.spec.plan import ProcessSpec
+from launcher.spec.request import EngineAsk, LaunchRequest
 from tests.areal_launch import one_error_line, run
 from tests.hand_requests import request_for
 
@@ -124,6 +127,24 @@ def test_cpus_count_too():
     assert fit_problem(two, few_cpus, "auto") is None  # the two nodes with the CPUs
     three = job_of([proc(f"a{k}", "trainer", k, (0,)) for k in range(3)], cpus=2, num_nodes=3)
     assert "do not fit on distinct nodes" in str(fit_problem(three, few_cpus, "auto"))
+
+
+def test_the_engines_cpu_and_memory_asks_count_in_the_fit():
+    """scheduling_spec's cpu and mem are per GPU of the engine's processes, on their node."""
+    request = dataclasses.replace(
+        request_for(RUN, [proc("rollout-0", "server", 0, (0,)),
+                          proc("actor-0", "trainer", 1, (0, 1))]),
+        asks={"actor": EngineAsk(cpu=1, mem_gib=40)})
+    assert LaunchRequest.from_dict(json.loads(request.to_json())) == request  # the nodes read it
+    job = ray_job(request, PY, 1.0, "/work", 60.0)
+    assert job.bundles == ({"CPU": 1.0, "GPU": 1.0}, {"CPU": 3.0, "GPU": 2.0, "memory": 80 * GIB})
+    roomy = [RayNode("10.0.0.1", 8, 4, {"memory": 100 * GIB}),
+             RayNode("10.0.0.2", 8, 4, {"memory": 10 * GIB})]
+    assert fit_problem(job, roomy, "auto") is None
+    small = [RayNode(n.ip, 8, 4, {"memory": 60 * GIB}) for n in roomy]
+    problem = fit_problem(job, small, "auto")
+    assert problem is not None and "plan node 1 needs 80 GiB memory, 2 GPU, 3 CPU" in problem
+    assert "60 GiB memory" in problem and "scheduling_spec" in problem
 
 
 def test_the_fit_check_is_quick_for_a_thousand_nodes():

@@ -213,7 +213,7 @@ def build_request(prep: Prepared, run_dir: Path, next_port: Callable[[], int]
         max_restarts=int(config.launcher.max_restarts),
         hang_timeout_s=config.launcher.hang_timeout_s, console=str(config.launcher.console),
         node_groups=plan.cluster.groups, cpu_nodes=plan.cluster.cpu_nodes, areal=areal,
-        flag_check=flag_check(prep))
+        flag_check=flag_check(prep), asks=dict(prep.spec.asks))
     return plan, request
 
 

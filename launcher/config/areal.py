@@ -9,7 +9,8 @@ config as AReaL's launcher hands it: `--config <run folder>/entry_config.yaml` a
 overrides of its keys (`handoff`). For our recipe an unknown key stays an error.
 
 `scheduling_spec` per engine (`apply_scheduling`): env_vars reach the engine's processes under
-every runner; on Slurm cpu, mem, nodelist, exclude and image become the job's options; what
+every runner; on Slurm cpu, mem, nodelist, exclude and image become the job's options; on Ray
+cpu, mem and image are the engine's own asks, reserved per plan node (runners/rayjob.py); what
 the chosen runner cannot honour is one note naming it, never dropped without a word.
 """
 from __future__ import annotations
@@ -21,6 +22,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from launcher.config.schema import LaunchConfig, SchedulingSpec, engine, typed
 from launcher.spec.errors import ConfigError
+from launcher.spec.limits import MAX_CPUS_PER_GPU, MAX_MEM_GIB_PER_GPU
+from launcher.spec.request import EngineAsk
 from launcher.spec.plan import ENGINES
 
 ENTRY_CONFIG = "entry_config.yaml"  # in the run folder: what the entry's --config names
@@ -210,11 +213,14 @@ def model_from_actor(cfg: Any, composed: Any, raw: Optional[Mapping]) -> None:
 
 # ----------------------------------------------------------------------------- scheduling_spec
 # what each runner does with a scheduling_spec key: a launcher option it becomes (its value
-# converted to that option's type), or env_vars (every runner)
+# converted to that option's type), an ask of the engine's own (Ray: per plan node), or
+# env_vars (every runner)
 SLURM_OPTIONS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "cpu": ("cpus_per_gpu", int), "mem": ("mem_per_gpu", lambda v: f"{v}G"),
     "image": ("container_image", str)}
 SLURM_FLAGS = {"nodelist": "--nodelist", "exclude": "--exclude"}
+SLURM_MOST = ("cpus_per_gpu", "mem_per_gpu")  # engines asking different amounts: the job asks the most
+RAY_ASKS = ("cpu", "mem", "image")  # each engine's own, summed per plan node (bundle, node actor)
 DECIDED = {"gpu": "GPUs: {name}.backend", "cmd": "command: {what}",
            "port_count": "ports: the launcher's"}
 
@@ -226,12 +232,17 @@ def scheduling_specs(spec: LaunchConfig, name: str) -> list[SchedulingSpec]:
             for i, item in enumerate(items)]
 
 
-def apply_scheduling(spec: LaunchConfig, runner: str, names: Sequence[str]) -> list[str]:
-    """Each engine's scheduling_spec honoured where the runner can (env_vars into the
-    engine's environment; on Slurm the job's CPUs, memory, nodes and image); a note per
-    engine naming what is not. ConfigError where two engines ask Slurm for different values
-    of one job-wide option."""
+def apply_scheduling(spec: LaunchConfig, runner: str, names: Sequence[str]
+                     ) -> tuple[list[str], dict[str, EngineAsk]]:
+    """Each engine's scheduling_spec honoured where the runner can: env_vars into the
+    engine's environment (every runner); on Slurm the job's CPUs, memory, nodes and image
+    (one job step per node runs every engine, so engines asking different CPUs or memory per
+    GPU get the most of them, said in a note); on Ray cpu, mem and image are the engine's
+    own asks (returned: the request carries them to each plan node's bundle). A note per
+    engine names what is not honoured. ConfigError where two engines ask Slurm for different
+    images or nodes."""
     notes: list[str] = []
+    asks: dict[str, EngineAsk] = {}
     job: dict[str, tuple[str, Any]] = {}  # launcher option -> (engine, value)
     for name in names:
         if not engine(spec, name).scheduling_strategy.fork:
@@ -250,9 +261,11 @@ def apply_scheduling(spec: LaunchConfig, runner: str, names: Sequence[str]) -> l
                 continue
             given = SLURM_OPTIONS.get(f.name)
             if runner == "slurm" and given is not None:
-                _job_value(job, given[0], given[1](value), name, f.name)
+                notes += _job_value(job, given[0], given[1](value), name, f.name)
             elif runner == "slurm" and f.name in SLURM_FLAGS:
-                _job_value(job, f.name, f"{SLURM_FLAGS[f.name]}={value}", name, f.name)
+                notes += _job_value(job, f.name, f"{SLURM_FLAGS[f.name]}={value}", name, f.name)
+            elif runner == "ray" and f.name in RAY_ASKS:
+                asks[name] = _ray_ask(asks.get(name, EngineAsk()), name, f.name, value)
             else:
                 skipped.append(f.name)
         if skipped or unread:
@@ -264,16 +277,40 @@ def apply_scheduling(spec: LaunchConfig, runner: str, names: Sequence[str]) -> l
                          f"honoured by the {runner} runner{f' ({why})' if why else ''}{more}")
     for option, (name, value) in job.items():
         notes += _set_launcher(spec, option, value, name)
-    return notes
+    return notes, asks
 
 
-def _job_value(job: dict, option: str, value: Any, name: str, key: str) -> None:
-    if option in job and job[option][1] != value:
-        other = job[option][0]
-        raise ConfigError(f"{name}.scheduling_spec.{key} asks Slurm for {value} but "
-                          f"{other}'s for {job[option][1]}: the job has one value for every "
-                          f"engine (areal-launch runs one job); give both the same")
-    job[option] = (name, value)
+def _ray_ask(ask: EngineAsk, name: str, key: str, value: Any) -> EngineAsk:
+    """`key` of an engine's scheduling_spec as its Ray ask: bounded, as every user number is."""
+    if key == "image":
+        if not str(value).strip() or any(c.isspace() for c in str(value)):
+            raise ConfigError(f"{name}.scheduling_spec.image={value!r}: a container image "
+                              "name without spaces, e.g. rayproject/ray:2.40.0-py311")
+        return dataclasses.replace(ask, image=str(value))
+    top = MAX_CPUS_PER_GPU if key == "cpu" else MAX_MEM_GIB_PER_GPU
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
+        unit = "CPU cores" if key == "cpu" else "GiB of memory"
+        raise ConfigError(f"{name}.scheduling_spec.{key}={value!r}: {unit} per GPU, a whole "
+                          f"number from 0 to {top}")
+    if key == "cpu":
+        return dataclasses.replace(ask, cpu=value)
+    return dataclasses.replace(ask, mem_gib=value)
+
+
+def _job_value(job: dict, option: str, value: Any, name: str, key: str) -> list[str]:
+    """Record `value` for a job-wide option; the note when engines differ (the most is asked)."""
+    if option not in job or job[option][1] == value:
+        job[option] = (name, value)
+        return []
+    other, was = job[option]
+    if option in SLURM_MOST:
+        most = max((was, value), key=lambda v: int(str(v).rstrip("G")))
+        job[option] = (name if most == value else other, most)
+        return [f"{name}.scheduling_spec.{key} asks {value} per GPU and {other}'s {was}: "
+                f"the job asks {most} for every GPU (one job step per node runs every engine)"]
+    raise ConfigError(f"{name}.scheduling_spec.{key} asks Slurm for {value} but "
+                      f"{other}'s for {was}: the job has one value for every "
+                      f"engine (areal-launch runs one job); give both the same")
 
 
 def _set_launcher(spec: LaunchConfig, option: str, value: Any, name: str) -> list[str]:

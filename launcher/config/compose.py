@@ -32,6 +32,7 @@ from launcher.config.schema import LaunchConfig, backend_of, backend_options, en
 from launcher.spec import registry
 from launcher.spec.errors import ConfigError
 from launcher.spec.plan import ENGINES
+from launcher.spec.request import EngineAsk
 
 APP_MODULE = "launcher.cli"  # Hydra resolves a relative --config-path from its parent package (launcher/)
 CONFIG_PATH = "conf"
@@ -55,7 +56,8 @@ class RunSpec:
     handoff: for an entry that is not ours, its part of the config (launcher.config.areal);
     notes: what the run does not honour of what was written, one line each; servers:
     AReaL's `vllm:`/`sglang:` sections, resolved, for the rollout's servers (the planner
-    applies the one of the rollout's backend)."""
+    applies the one of the rollout's backend); asks: each engine's scheduling_spec asks that
+    the runner reserves per plan node (Ray's bundles)."""
 
     config: LaunchConfig
     run_dir: str
@@ -64,6 +66,7 @@ class RunSpec:
     handoff: Optional[Handoff] = None
     notes: tuple[str, ...] = ()
     servers: Mapping[str, dict] = field(default_factory=dict)
+    asks: Mapping[str, EngineAsk] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -375,9 +378,9 @@ def run_spec(cfg: DictConfig) -> RunSpec:
         check_folder_name(key, folder)
     runner = str(OmegaConf.select(cfg, "hydra.runtime.choices.launcher", default=None)
                  or "local")
-    notes = areal.apply_scheduling(spec, runner, [n for n in ENGINES
-                                                  if engine(spec, n).backend is not None])
-    return RunSpec(spec, run_dir, sweep_dir, cfg, handoff, tuple(notes), servers)
+    notes, asks = areal.apply_scheduling(spec, runner, [n for n in ENGINES
+                                                        if engine(spec, n).backend is not None])
+    return RunSpec(spec, run_dir, sweep_dir, cfg, handoff, tuple(notes), servers, asks)
 
 
 def _split_entry_keys(cfg: DictConfig, job: DictConfig, origin: Origin

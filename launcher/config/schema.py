@@ -55,7 +55,8 @@ class SchedulingStrategy:
 class SchedulingSpec:
     """One of AReaL's `<engine>.scheduling_spec` items, as AReaL names its keys; None: not
     given. What a runner honours is launcher.config.areal's business (local: env_vars; Slurm:
-    cpu, mem, nodelist, exclude, image too); the rest is said in one line, never dropped."""
+    cpu, mem, nodelist, exclude, image too; Ray: cpu, mem, image per engine); the rest is
+    said in one line, never dropped."""
 
     cpu: Optional[int] = None  # CPU cores per GPU
     gpu: Optional[int] = None  # GPUs per process

@@ -162,7 +162,7 @@ def drive(request: LaunchRequest, job: RayJob, say: Callable[[str], None],
             remote = ray.remote(NodeActor)  # the actors start as soon as their bundles are placed
             actors = [remote.options(  # wait() blocks in one thread while stop() runs
                 max_concurrency=4, num_cpus=job.cpus(k), num_gpus=job.gpus(k),
-                runtime_env={"env_vars": actor_env} if actor_env else None,
+                memory=job.memory(k), runtime_env=job.runtime_env(k, actor_env),
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     pg, placement_group_bundle_index=k)).remote(k)
                 for k in range(len(job.bundles))]

@@ -26,6 +26,8 @@ from launcher.spec.errors import UserError
 from launcher.spec.request import LaunchRequest
 
 STRATEGY = "STRICT_SPREAD"
+MEMORY = "memory"  # Ray's resource of host memory, in bytes
+GIB = 1 << 30
 JOB_FILE = "ray-job.json"  # the RayJob, beside request.json in the run folder
 
 
@@ -66,17 +68,18 @@ class RayJob:
     cwd: str  # where node supervisors (so the processes) start, if it exists there
     bundles: tuple[dict[str, float], ...]
     placement_timeout_s: float  # how long the placement group may stay pending
+    images: tuple[Optional[str], ...] = ()  # node actor k's container (runtime_env image_uri)
 
     def to_dict(self) -> dict:
         return {"run_id": self.run_id, "request_path": self.request_path,
                 "python": self.python, "cwd": self.cwd, "bundles": list(self.bundles),
-                "placement_timeout_s": self.placement_timeout_s}
+                "placement_timeout_s": self.placement_timeout_s, "images": list(self.images)}
 
     @classmethod
     def from_dict(cls, d: dict) -> "RayJob":
         return cls(str(d["run_id"]), str(d["request_path"]), str(d["python"]), str(d["cwd"]),
                    tuple({str(k): float(v) for k, v in b.items()} for b in d["bundles"]),
-                   float(d["placement_timeout_s"]))
+                   float(d["placement_timeout_s"]), tuple(d.get("images", ())))
 
     @property
     def name(self) -> str:
@@ -94,6 +97,20 @@ class RayJob:
     def cpus(self, node: int) -> float:
         return self.bundles[node]["CPU"]
 
+    def memory(self, node: int) -> Optional[float]:
+        """Bytes of Ray's `memory` node actor `node` takes (None: it asks none)."""
+        return self.bundles[node].get(MEMORY)
+
+    def image(self, node: int) -> Optional[str]:
+        return self.images[node] if node < len(self.images) else None
+
+    def runtime_env(self, node: int, env: Mapping[str, str]) -> Optional[dict]:
+        """Node actor `node`'s runtime_env: the driver's variables, the image its engines ask."""
+        out: dict = {"env_vars": dict(env)} if env else {}
+        if self.image(node):
+            out["image_uri"] = self.image(node)
+        return out or None
+
 
 def gpus_on_node(request: LaunchRequest, node: int) -> int:
     """GPUs plan node `node` asks Ray for: up to the highest position its processes use (the
@@ -108,15 +125,24 @@ def ray_job(request: LaunchRequest, python: str, cpus_per_node: float, cwd: str,
             group_resources: Optional[Mapping[str, Mapping[str, float]]] = None) -> RayJob:
     """group_resources: node group label -> the custom resources each of its plan nodes asks."""
     given = checked_groups(request, group_resources or {})
-    bundles = []
+    bundles, images = [], []
     for node in range(request.nodes_needed()):
-        bundle = {"CPU": float(cpus_per_node)}
+        ask = request.node_ask(node)  # the engines' scheduling_spec: the processes' own
+        bundle = {"CPU": float(cpus_per_node + ask.cpu)}
         if gpus_on_node(request, node):
             bundle["GPU"] = float(gpus_on_node(request, node))
+        if ask.mem_gib:
+            bundle[MEMORY] = float(ask.mem_gib * GIB)
         bundle.update(given.get(request.group_label(node) or "", {}))
         bundles.append(bundle)
+        if len(ask.images) > 1:
+            raise UserError(f"plan node {node} runs engines asking different images "
+                            f"({', '.join(ask.images)}) in their scheduling_spec, but one Ray "
+                            "actor runs a node's processes: give them the same image")
+        images.append(ask.images[0] if ask.images else None)
     return RayJob(request.run_id, f"{request.run_dir}/{REQUEST_FILE}", python, cwd,
-                  tuple(bundles), placement_timeout_s)
+                  tuple(bundles), placement_timeout_s,
+                  tuple(images) if any(images) else ())
 
 
 def checked_groups(request: LaunchRequest, given: Mapping[str, Mapping[str, float]]
@@ -175,6 +201,8 @@ def dry_run_text(job: RayJob, request: LaunchRequest, address: str,
     lines.append(f"# placement group {job.name}: {STRATEGY}, bundle k = plan node k, placed "
                  f"within {job.placement_timeout_s:g} s")
     lines += [f"bundle {k}: {json.dumps(b, sort_keys=True)}" for k, b in enumerate(job.bundles)]
+    lines += [f"# node actor {k} runs in the image {job.image(k)} (runtime_env image_uri)"
+              for k in range(len(job.bundles)) if job.image(k)]
     lines.append(f"# node actor k (bundle k) runs in {shlex.quote(job.cwd)}; HOSTk = the address"
                  " of the Ray node bundle k lands on")
     hosts = placeholder_hosts(job)
@@ -187,13 +215,16 @@ def dry_run_text(job: RayJob, request: LaunchRequest, address: str,
 def fit_problem(job: RayJob, nodes: Sequence[RayNode], where: str) -> Optional[str]:
     """Why the bundles cannot go on distinct nodes of `nodes` (None: they can), with a fix.
     `where` names the cluster in the message (launcher.address=...)."""
-    have = "; ".join(f"{n.ip}: {n.gpus:g} GPU, {n.cpus:g} CPU" for n in nodes) or "none"
+    asked = any(MEMORY in b for b in job.bundles)
+    have = "; ".join(f"{n.ip}: {n.gpus:g} GPU, {n.cpus:g} CPU" + (
+        f", {n.custom.get(MEMORY, 0) / GIB:.0f} GiB memory" if asked else "")
+        for n in nodes) or "none"
     want = len(job.bundles)
     if want > len(nodes):
         return (f"the plan needs {want} Ray nodes (one per plan node) but the Ray cluster "
                 f"({where}) has {len(nodes)} alive ({have}): add Ray nodes, or plan for "
                 f"{len(nodes)} (cluster.num_nodes={len(nodes)})")
-    custom = sorted({k for b in job.bundles for k in b if k not in ("GPU", "CPU")})
+    custom = sorted({k for b in job.bundles for k in b if k not in ("GPU", "CPU", MEMORY)})
     for name in custom:  # a node group's plan nodes, each on a Ray node of its own
         asking = [b for b in job.bundles if name in b]
         holding = [n for n in nodes if n.custom.get(name, 0) > 0]
@@ -206,7 +237,8 @@ def fit_problem(job: RayJob, nodes: Sequence[RayNode], where: str) -> Optional[s
         if not any(_fits(b, n) for n in nodes):
             return (f"plan node {k} needs {_text(b)} on one Ray node but no node of the Ray "
                     f"cluster ({where}) has that many ({have}): set cluster.gpus_per_node to "
-                    f"at most {max(n.gpus for n in nodes):g}, or lower launcher.cpus_per_node")
+                    f"at most {max(n.gpus for n in nodes):g}, or lower launcher.cpus_per_node "
+                    "(and the cpu and mem of the engines' scheduling_spec)")
     if not _fit_apart(job.bundles, nodes):
         return (f"the plan's {want} nodes ({'; '.join(map(_text, job.bundles))}) do not fit on "
                 f"distinct nodes of the Ray cluster ({where}; {have}): add Ray nodes with that "
@@ -220,14 +252,22 @@ def _fits(bundle: dict[str, float], node: RayNode) -> bool:
 
 
 def _text(bundle: dict[str, float]) -> str:
-    return ", ".join(f"{v:g} {k}" for k, v in sorted(bundle.items(), reverse=True))
+    return ", ".join(f"{v / GIB:g} GiB {k}" if k == MEMORY else f"{v:g} {k}"
+                     for k, v in sorted(bundle.items(), reverse=True))
 
 
 def _fit_apart(bundles: Sequence[dict[str, float]], nodes: Sequence[RayNode]) -> bool:
-    """Whether each bundle gets a node of its own. Every bundle asks the same CPUs, so only
-    GPUs vary: the k-th largest bundle must fit the k-th largest node that has the CPUs."""
+    """Whether each bundle gets a node of its own. Where every bundle asks the same CPUs and
+    memory, only GPUs vary: the k-th largest bundle must fit the k-th largest node that has
+    the CPUs and memory. Where the engines' scheduling_spec makes them differ, a bundle that
+    fits no node alone was refused already, and Ray's placement decides the rest (a plan it
+    cannot place times out naming what is pending): True."""
+    if len({(b.get("CPU", 0), b.get(MEMORY, 0)) for b in bundles}) > 1:
+        return True
     cpus = max((b.get("CPU", 0) for b in bundles), default=0)
-    room = sorted((n.gpus for n in nodes if n.cpus >= cpus), reverse=True)
+    memory = max((b.get(MEMORY, 0) for b in bundles), default=0)
+    room = sorted((n.gpus for n in nodes if n.cpus >= cpus and
+                   n.custom.get(MEMORY, 0) >= memory), reverse=True)
     need = sorted((b.get("GPU", 0) for b in bundles), reverse=True)
     return len(need) <= len(room) and all(g <= r for g, r in zip(need, room))
 

@@ -26,6 +26,7 @@ from launcher.runners import LauncherBase
 from launcher.runners.sbatch import REQUEST_FILE, cpu_warning, render_sbatch
 from launcher.spec.cluster import NodeOffer
 from launcher.spec.errors import ConfigError, LaunchError, UserError
+from launcher.spec.limits import MAX_CPUS_PER_GPU
 from launcher.spec.request import LaunchRequest
 
 SCRIPT_NAME = "job.sbatch"
@@ -77,7 +78,6 @@ class Config(LauncherBase):
                               "would be requeued as it starts; lower requeue_signal_s")
 
 
-MAX_CPUS_PER_GPU = 1024
 _MEM = re.compile(r"[0-9]{1,12}[KMGT]?\Z", re.IGNORECASE)  # sbatch's --mem-per-gpu: no decimals
 NO_LIMIT = ("infinite", "unlimited")
 

@@ -13,6 +13,8 @@ MAX_GPUS_PER_NODE = 1024  # CPU runs count virtual GPU slots too
 MAX_GPUS = 131072  # world sizes and whole clusters
 MAX_INDEX_DIGITS = 6  # GPU indices in cluster.component_placement
 MIN_PORT, MAX_PORT = 1024, 65535
+MAX_CPUS_PER_GPU = 1024  # scheduling asks: CPU cores per GPU
+MAX_MEM_GIB_PER_GPU = 65536  # and GiB of host memory per GPU
 MAX_SECONDS = 7 * 24 * 3600.0  # grace periods, health deadlines, hang timeouts
 
 

@@ -11,7 +11,7 @@ the node; dry runs run it too, so what they print is what would run.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
 from launcher.spec.cluster import NodeGroup
@@ -77,6 +77,33 @@ class FlagCheck:
 
 
 @dataclass(frozen=True)
+class EngineAsk:
+    """What an engine's AReaL `scheduling_spec` asks for each GPU of its processes (a process
+    on no GPU counts as one): CPU cores, memory in GiB, a container image. A runner that
+    reserves per node (Ray: each plan node's bundle) asks the sum of its processes' asks."""
+
+    cpu: int = 0
+    mem_gib: int = 0
+    image: Optional[str] = None
+
+    def to_dict(self) -> dict:
+        return {"cpu": self.cpu, "mem_gib": self.mem_gib, "image": self.image}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "EngineAsk":
+        return cls(int(d.get("cpu", 0)), int(d.get("mem_gib", 0)), d.get("image"))
+
+
+@dataclass(frozen=True)
+class NodeAsk:
+    """What one plan node's processes ask together (EngineAsk summed over them)."""
+
+    cpu: int = 0
+    mem_gib: int = 0
+    images: tuple[str, ...] = ()  # the distinct images its processes ask for
+
+
+@dataclass(frozen=True)
 class LaunchRequest:
     """One run, runner-neutral: its processes per plan node and how to supervise them."""
 
@@ -99,6 +126,7 @@ class LaunchRequest:
     cpu_nodes: int = 0
     areal: Optional[ArealFolders] = None  # an entry that is not ours: AReaL's folders
     flag_check: Optional[FlagCheck] = None  # the user's server flags, checked by the preflight
+    asks: Mapping[str, EngineAsk] = field(default_factory=dict)  # engine -> its scheduling_spec's
 
     def cpu_only(self, node: int) -> bool:
         return node >= self.num_nodes - self.cpu_nodes
@@ -123,6 +151,19 @@ class LaunchRequest:
                  for n in nodes_named(text)]
         return max(used, default=0) + 1
 
+    def node_ask(self, node: int) -> NodeAsk:
+        """The CPUs, memory and images plan node `node`'s processes ask for (engines' asks per
+        GPU times the process's GPUs; a process serving several engines asks the most of each)."""
+        cpu = mem = 0
+        images: list[str] = []
+        for p in self.on_node(node):
+            mine = [self.asks[e] for e in p.component.split(",") if e in self.asks]
+            times = max(len(p.gpus), 1)
+            cpu += times * max((a.cpu for a in mine), default=0)
+            mem += times * max((a.mem_gib for a in mine), default=0)
+            images += [a.image for a in mine if a.image and a.image not in images]
+        return NodeAsk(cpu, mem, tuple(images))
+
     def has_trainers(self, node: Optional[int] = None) -> bool:
         return any(p.is_trainer for p in self.on_node(node))
 
@@ -142,6 +183,8 @@ class LaunchRequest:
                     "cpu_nodes": self.cpu_nodes} if self.node_groups or self.cpu_nodes else {}),
                 **({"areal": self.areal.to_dict()} if self.areal else {}),
                 **({"flag_check": self.flag_check.to_dict()} if self.flag_check else {}),
+                **({"asks": {k: a.to_dict() for k, a in self.asks.items()}} if self.asks
+                   else {}),
                 "processes": procs}
 
     def to_json(self, mask_secrets: bool = False) -> str:
@@ -168,7 +211,8 @@ class LaunchRequest:
                    cpu_nodes=int(d.get("cpu_nodes", 0)),
                    areal=ArealFolders.from_dict(d["areal"]) if d.get("areal") else None,
                    flag_check=(FlagCheck.from_dict(d["flag_check"]) if d.get("flag_check")
-                               else None))
+                               else None),
+                   asks={str(k): EngineAsk.from_dict(a) for k, a in d.get("asks", {}).items()})
 
 
 # ----------------------------------------------------------------------------- on a node
