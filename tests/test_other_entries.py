@@ -23,14 +23,8 @@ from launcher.spec.entry import server_flags
 from launcher.spec.errors import ConfigError, UserError
 from launcher.spec.request import ArealFolders, LaunchRequest
 from tests.areal_launch import one_error_line, run
-from tests.stand_in_areal import StandIn, make
 
 CPU = ["cluster.device=cpu", "recipe=custom", "launcher.tracking=[]", "actor.backend=fsdp:d2"]
-
-
-@pytest.fixture(scope="module")
-def stand_in(tmp_path_factory) -> StandIn:
-    return make(tmp_path_factory.mktemp("areal"))
 
 
 @pytest.fixture(scope="module")
