@@ -143,10 +143,10 @@ def seen_by(run_dir: Path) -> list[dict]:
 
 
 def assert_ran_under(stand_in: StandIn, seen: list[dict], ranks: int = 2,
-                     server_module: str = "") -> None:
+                     server_module: str = "", also: frozenset[str] = frozenset()) -> None:
     """`seen` (seen_by of a run) shows the actor's torchrun and its `ranks` ranks under the
     stand-in's interpreter, and the rollout server running `server_module` under it too ("":
-    the server ran under another one), and nothing of any other component."""
+    the server ran under another one), and nothing of any other component but `also`."""
     assert seen, "no process of the run ran under the stand-in's interpreter"
     assert {(s["executable"], s["prefix"]) for s in seen} == {
         (str(stand_in.python), str(stand_in.venv))}
@@ -158,4 +158,4 @@ def assert_ran_under(stand_in: StandIn, seen: list[dict], ranks: int = 2,
         assert any(s["component"] == "rollout" and server_module in s["orig_argv"]
                    for s in seen), seen
     assert {s["component"] for s in seen} == {"actor", "rollout"} - (
-        set() if server_module else {"rollout"}), seen
+        set() if server_module else {"rollout"}) | also, seen
