@@ -118,3 +118,13 @@ def tiny_model() -> str:
     if not (default_path() / MARKER).exists():
         subprocess.run([sys.executable, "-m", "launcher.worker.tiny_model"], check=True, timeout=300)
     return str(default_path())
+
+
+# ----------------------------------------------------------------------------- AReaL stand-in
+@pytest.fixture(scope="session")
+def stand_in(tmp_path_factory):
+    """A stand-in for AReaL in a venv of its own (tests/stand_in_areal.py), made once: the local
+    run of tests/test_other_entries.py and the Slurm and Ray end-to-end runs use it."""
+    from tests.stand_in_areal import make
+
+    return make(tmp_path_factory.mktemp("areal"))

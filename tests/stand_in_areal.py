@@ -3,9 +3,15 @@
 .pth file (torchrun needs torch where it runs, as AReaL's venv has it), plus a package only it
 has (`areal_stand_in`, standard library only: a server wrapper like AReaL's vLLM one) and an
 entry script outside the project that imports it first, as AReaL's examples import `areal`.
-Both write what they saw (interpreter, prefix, environment, argv) where the test reads it."""
+Both write what they saw (interpreter, prefix, environment, argv) where the test reads it.
+
+Every process the stand-in's interpreter runs inside a launcher run (one with $AREAL_RUN_DIR:
+servers, torchrun and its ranks, workers, whatever they spawn) also writes
+`<run folder>/python-seen/<pid>.json` at start-up (a .pth hook, `python_seen`), so the runs on
+Slurm and Ray can show which of their processes ran under it (`seen_by`)."""
 from __future__ import annotations
 
+import json
 import site
 import subprocess
 import sys
@@ -70,6 +76,38 @@ while True:
     time.sleep(1)
 '''
 
+# Imported at start-up by the .pth line below: cheap (os and sys are loaded already; json only
+# inside a run) and never raising, so no process under this interpreter fails because of it.
+SEEN = '''
+"""Records how this interpreter was started, when it runs inside a launcher run."""
+import os
+import sys
+
+
+def _record():
+    run_dir = os.environ.get("AREAL_RUN_DIR")
+    if not run_dir:
+        return
+    import json
+    folder = os.path.join(run_dir, "python-seen")
+    os.makedirs(folder, exist_ok=True)
+    seen = {"executable": sys.executable, "prefix": sys.prefix, "argv": sys.argv,
+            "orig_argv": getattr(sys, "orig_argv", None), "rank": os.environ.get("RANK"),
+            "component": os.environ.get("AREAL_COMPONENT"),
+            "process": os.environ.get("AREAL_LAUNCH_PROCESS")}
+    path = os.path.join(folder, f"{os.getpid()}.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(seen, f)
+    os.replace(path + ".tmp", path)
+
+
+try:
+    _record()
+except Exception:
+    pass
+'''
+SEEN_FOLDER = "python-seen"
+
 
 @dataclass(frozen=True)
 class StandIn:
@@ -85,6 +123,8 @@ def make(where: Path) -> StandIn:
                    timeout=60)
     packages = next((venv / "lib").glob("python3*/site-packages"))
     (packages / "launcher-venv.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    (packages / "python_seen.py").write_text(textwrap.dedent(SEEN))
+    (packages / "python-seen.pth").write_text("import python_seen\n")
     (packages / PACKAGE).mkdir()
     (packages / PACKAGE / "__init__.py").write_text('"""AReaL, as far as a test needs."""\n')
     (packages / PACKAGE / "server.py").write_text(textwrap.dedent(SERVER))
@@ -95,3 +135,27 @@ def make(where: Path) -> StandIn:
     entry.parent.mkdir()
     entry.write_text(textwrap.dedent(ENTRY))
     return StandIn(venv, venv / "bin" / "python", entry)
+
+
+def seen_by(run_dir: Path) -> list[dict]:
+    """What each process the stand-in's interpreter ran in the run at `run_dir` recorded."""
+    return [json.loads(p.read_text()) for p in sorted((run_dir / SEEN_FOLDER).glob("*.json"))]
+
+
+def assert_ran_under(stand_in: StandIn, seen: list[dict], ranks: int = 2,
+                     server_module: str = "", also: frozenset[str] = frozenset()) -> None:
+    """`seen` (seen_by of a run) shows the actor's torchrun and its `ranks` ranks under the
+    stand-in's interpreter, and the rollout server running `server_module` under it too ("":
+    the server ran under another one), and nothing of any other component but `also`."""
+    assert seen, "no process of the run ran under the stand-in's interpreter"
+    assert {(s["executable"], s["prefix"]) for s in seen} == {
+        (str(stand_in.python), str(stand_in.venv))}
+    actor = [s for s in seen if "actor" in (s["component"] or "").split(",")]
+    assert any("torch.distributed.run" in s["orig_argv"] for s in actor), actor
+    assert sorted({s["rank"] for s in actor if s["rank"] is not None}) == \
+        [str(r) for r in range(ranks)], actor
+    if server_module:
+        assert any(s["component"] == "rollout" and server_module in s["orig_argv"]
+                   for s in seen), seen
+    assert {s["component"] for s in seen} == {"actor", "rollout"} - (
+        set() if server_module else {"rollout"}) | also, seen

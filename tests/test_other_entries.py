@@ -23,14 +23,9 @@ from launcher.spec.entry import server_flags
 from launcher.spec.errors import ConfigError, UserError
 from launcher.spec.request import ArealFolders, LaunchRequest
 from tests.areal_launch import one_error_line, run
-from tests.stand_in_areal import StandIn, make
+from tests.stand_in_areal import assert_ran_under, seen_by
 
 CPU = ["cluster.device=cpu", "recipe=custom", "launcher.tracking=[]", "actor.backend=fsdp:d2"]
-
-
-@pytest.fixture(scope="module")
-def stand_in(tmp_path_factory) -> StandIn:
-    return make(tmp_path_factory.mktemp("areal"))
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +76,14 @@ def test_the_server_runs_its_module_with_rollout_python_and_server_args(areal_ru
 @pytest.mark.torch
 def test_a_worker_runs_under_its_own_python(areal_run, stand_in):
     assert seen(areal_run, "worker-seen.json")["prefix"] == str(stand_in.venv)
+
+
+@pytest.mark.torch
+def test_the_stand_ins_start_up_hook_saw_each_process_it_ran(areal_run, stand_in):
+    """The hook the Slurm and Ray runs read (python-seen): torchrun, both ranks, the server
+    and the worker, as the files each wrote themselves say."""
+    assert_ran_under(stand_in, seen_by(areal_run), server_module="areal_stand_in.server",
+                     also=frozenset({"sim"}))
 
 
 # ----------------------------------------------------------------------------- preflight

@@ -26,6 +26,7 @@ import pytest
 from launcher.spec.plan import ProcessSpec, bind_placeholder, host_placeholder
 from tests.node_groups import group_overrides, node_reports
 from tests.processes import survivors, wait_until
+from tests.stand_in_areal import assert_ran_under, seen_by
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 ROOT = Path(__file__).resolve().parent.parent
@@ -563,9 +564,11 @@ def test_a_sweep_on_ray_runs_its_points_in_turn(tmp_path, env):
 @pytest.mark.torch
 @pytest.mark.timeout(900)
 def test_the_default_run_spans_two_ray_nodes_and_rewards_run_on_the_cpu_only_one(
-        tmp_path, env, tag, tiny_model):
+        tmp_path, env, tag, tiny_model, stand_in):
     """The real thing: `areal-launch launcher=ray`, a vLLM CPU server on one Ray node and two
-    FSDP2 ranks (torchrun, gloo) on the other, to exit 0 with every weight push confirmed; and
+    FSDP2 ranks (torchrun, gloo) on the other, to exit 0 with every weight push confirmed, the
+    ranks under an interpreter of their own (trainer.python: the AReaL stand-in's venv,
+    tests/stand_in_areal.py), the server under the Ray nodes' one; and
     two reward workers of a CPU-only node group on the CPU-only Ray node (its custom resource
     cpu_node), with the group's environment and interpreter."""
     groups, python = group_overrides(tmp_path, "+launcher.group_resources.cpu={cpu_node: 1}")
@@ -574,7 +577,7 @@ def test_the_default_run_spans_two_ray_nodes_and_rewards_run_on_the_cpu_only_one
               "cluster.component_placement.rollout=0", "cluster.component_placement.actor=2-3",
               f"hydra.run.dir={tmp_path / 'run'}", "recipe.steps=2", f"model_path={tiny_model}",
               f"launcher.base_port={free_ports(1)[0]}", f"+launcher.env.TEST_RUN_TAG={tag}",
-              env=env, timeout=800)
+              f"trainer.python={stand_in.python}", env=env, timeout=800)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     assert re.search(r"\(node1 pid=\d+, ip=127\.0\.0\.\d\) actor-node1 \| grpo done: steps 2 "
                      r".* reloads confirmed 2/2", out.stdout) or \
@@ -597,4 +600,5 @@ def test_the_default_run_spans_two_ray_nodes_and_rewards_run_on_the_cpu_only_one
     for r in reports.values():
         assert r["ray_node_ip"] == CPU_NODE_IP and not r["cuda_visible_devices"]
         assert r["group_env"] == {"GROUP_ROLE": "reward"} and r["python"] == str(python)
+    assert_ran_under(stand_in, seen_by(run_dir))  # the trainers only
     nothing_left(tag, tmp_path, env, run_id_of(run_dir))

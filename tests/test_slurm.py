@@ -24,6 +24,7 @@ from launcher.spec.errors import LaunchError
 from launcher.spec.plan import ProcessSpec, host_placeholder
 from tests.hand_requests import request_for, write_plan
 from tests.node_groups import group_overrides, node_reports
+from tests.stand_in_areal import assert_ran_under, seen_by
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(180)]
 ROOT = Path(__file__).resolve().parent.parent
@@ -372,11 +373,14 @@ def cpu_partition() -> bool:
 @pytest.mark.torch
 @pytest.mark.timeout(900)
 @pytest.mark.skipif(not AREAL_LAUNCH.exists(), reason=f"{AREAL_LAUNCH} is not installed yet")
-def test_areal_launch_runs_vllm_and_fsdp_on_different_nodes_and_rewards_on_a_cpu_node(tmp_path):
+def test_areal_launch_runs_vllm_and_fsdp_on_different_nodes_and_rewards_on_a_cpu_node(
+        tmp_path, stand_in):
     """The real thing: `areal-launch launcher=slurm`, a vLLM CPU server on node1 and two
-    FSDP2 ranks (torchrun, gloo) on node2, to completion; and two reward workers on the
-    CPU-only node3 (its own partition: a component of a heterogeneous job asking for no GPU),
-    with their node group's environment and interpreter."""
+    FSDP2 ranks (torchrun, gloo) on node2, to completion, both under an interpreter of their
+    own (trainer.python, rollout.python: the AReaL stand-in's venv, tests/stand_in_areal.py);
+    and two reward workers on the CPU-only node3 (its own partition: a component of a
+    heterogeneous job asking for no GPU), with their node group's environment and
+    interpreter."""
     if not cpu_partition():
         pytest.skip("the running Slurm test cluster has no CPU-only node (partition cpu): "
                     "restart it with scripts/slurm/start-slurm.sh")
@@ -385,7 +389,8 @@ def test_areal_launch_runs_vllm_and_fsdp_on_different_nodes_and_rewards_on_a_cpu
         [str(AREAL_LAUNCH), "launcher=slurm", "rollout.backend=vllm:d1", "actor.backend=fsdp:d2",
          "cluster.device=cpu", "cluster.gpus_per_node=2", *groups,
          "cluster.component_placement.rollout=0", "cluster.component_placement.actor=2-3",
-         f"hydra.run.dir={tmp_path}", "recipe.steps=2"],
+         f"hydra.run.dir={tmp_path}", "recipe.steps=2",
+         f"trainer.python={stand_in.python}", f"rollout.python={stand_in.python}"],
         capture_output=True, text=True, cwd=ROOT, timeout=120,
         env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")})
     assert out.returncode == 0, out.stderr
@@ -410,5 +415,7 @@ def test_areal_launch_runs_vllm_and_fsdp_on_different_nodes_and_rewards_on_a_cpu
     for r in reports.values():
         assert r["slurm_node"] == "node3" and not r["cuda_visible_devices"]
         assert r["group_env"] == {"GROUP_ROLE": "reward"} and r["python"] == str(python)
+    assert_ran_under(stand_in, seen_by(run_dir),
+                     server_module="vllm.entrypoints.openai.api_server")
     script = (run_dir / slurm.SCRIPT_NAME).read_text()
     assert "#SBATCH hetjob" in script and "#SBATCH --partition=cpu" in script
