@@ -570,14 +570,16 @@ def test_the_default_run_spans_two_ray_nodes_and_rewards_run_on_the_cpu_only_one
     ranks under an interpreter of their own (trainer.python: the AReaL stand-in's venv,
     tests/stand_in_areal.py), the server under the Ray nodes' one; and
     two reward workers of a CPU-only node group on the CPU-only Ray node (its custom resource
-    cpu_node), with the group's environment and interpreter."""
+    cpu_node), with the group's environment and interpreter. The actor's AReaL scheduling_spec
+    asks 1 GiB per GPU: its node's bundle and actor reserve Ray memory for both ranks."""
     groups, python = group_overrides(tmp_path, "+launcher.group_resources.cpu={cpu_node: 1}")
     out = cli("launcher=ray", "rollout.backend=vllm:d1", "actor.backend=fsdp:d2",
               "cluster.device=cpu", "cluster.gpus_per_node=2", *groups,
               "cluster.component_placement.rollout=0", "cluster.component_placement.actor=2-3",
               f"hydra.run.dir={tmp_path / 'run'}", "recipe.steps=2", f"model_path={tiny_model}",
               f"launcher.base_port={free_ports(1)[0]}", f"+launcher.env.TEST_RUN_TAG={tag}",
-              f"trainer.python={stand_in.python}", env=env, timeout=800)
+              f"trainer.python={stand_in.python}", "actor.scheduling_spec=[{mem: 1}]",
+              env=env, timeout=800)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     assert re.search(r"\(node1 pid=\d+, ip=127\.0\.0\.\d\) actor-node1 \| grpo done: steps 2 "
                      r".* reloads confirmed 2/2", out.stdout) or \
@@ -601,4 +603,6 @@ def test_the_default_run_spans_two_ray_nodes_and_rewards_run_on_the_cpu_only_one
         assert r["ray_node_ip"] == CPU_NODE_IP and not r["cuda_visible_devices"]
         assert r["group_env"] == {"GROUP_ROLE": "reward"} and r["python"] == str(python)
     assert_ran_under(stand_in, seen_by(run_dir))  # the trainers only
+    bundles = json.loads((run_dir / "ray-job.json").read_text())["bundles"]
+    assert bundles[1]["memory"] == 2 * 2**30 and "memory" not in bundles[0], bundles
     nothing_left(tag, tmp_path, env, run_id_of(run_dir))

@@ -204,6 +204,14 @@ def test_a_dry_run_without_a_cluster_prints_and_says_the_fit_was_not_checked(tmp
     assert not (tmp_path / "r").exists()
 
 
+def test_device_auto_with_no_ray_cluster_plans_for_this_machine_and_says_so():
+    out = run("plan", "launcher=ray", "cluster.device=auto", "launcher.address=127.0.0.2:9")
+    assert out.returncode == 0, out.stderr
+    assert "note: cluster.device=auto: the Ray cluster at 127.0.0.2:9 did not say its nodes " \
+           "(no Ray cluster answers at 127.0.0.2:9" in out.stderr
+    assert "so the plan is for this machine's GPUs, not the cluster's" in out.stderr
+
+
 def test_without_ray_installed_launcher_ray_is_one_error_line(tmp_path):
     """A FAKE `ray` package that fails to import stands for a machine without Ray (this one
     has it installed)."""

@@ -139,7 +139,7 @@ def build_plan(spec: LaunchConfig, local_gpus: GPUCount = 0,
 
 
 def _check_offer(cluster: ClusterSpec, offer: Optional[NodeOffer]) -> None:
-    if offer is not None:
+    if offer is not None and offer.unread is None:
         check_holds(cluster, offer)
 
 

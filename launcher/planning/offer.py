@@ -22,7 +22,12 @@ CHOOSE = "choose another partition (launcher.partition)"
 def with_offer(cluster: ClusterConfig, offer: NodeOffer) -> tuple[ClusterConfig, tuple[str, ...]]:
     """`cluster` (device auto) with device, gpus_per_node and gpu_type from `offer`, and the
     notes that say so. GPUs per node, unless given: the most that cluster.num_nodes of the
-    nodes all have (every node has them on a partition of one kind)."""
+    nodes all have (every node has them on a partition of one kind). An offer that could not
+    be read leaves `cluster` as it is (planned for this machine), with a note saying why."""
+    if offer.unread is not None:
+        return cluster, (f"cluster.device=auto: {offer.unread}; so the plan is for this "
+                         "machine's GPUs, not the cluster's (set cluster.device and "
+                         "cluster.gpus_per_node, or start the cluster first)",)
     counts = sorted((n.gpus for n in offer.nodes if n.gpus > 0), reverse=True)
     given = cluster.gpus_per_node
     if not counts:

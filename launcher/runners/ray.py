@@ -102,17 +102,21 @@ class Runner:
 
     def offer(self) -> Optional[NodeOffer]:
         """The cluster's alive nodes (GPUs, Ray's accelerator_type), so that cluster.device=auto
-        plans for the nodes the run gets, not for this machine. None when no cluster answers:
-        `plan` and a dry run plan for this machine (the dry run says the fit went unchecked),
-        and a launch stops at check()'s connection error."""
+        plans for the nodes the run gets, not for this machine. When no cluster answers, an
+        offer that says why (`unread`): `plan` and a dry run plan for this machine with that
+        note (the dry run also says the fit went unchecked), and a launch stops at check()'s
+        connection error."""
+        where = f"the Ray cluster at {self.config.address}"
         if self.config.address == "auto" and not os.environ.get("RAY_ADDRESS") and \
                 not Path(os.environ.get("RAY_TMPDIR", "/tmp"), "ray", RAY_CURRENT).exists():
-            return None  # no cluster started on this machine: Ray's own search would say so
+            # no cluster started on this machine: Ray's own search would say so
+            return NodeOffer(where, (), unread="no Ray cluster was found (launcher.address="
+                             "auto, RAY_ADDRESS unset, none started on this machine)")
         try:
             nodes = state_api_nodes(self.config.address)
-        except (LaunchError, UserError):
-            return None
-        return ray_offer(nodes, f"the Ray cluster at {self.config.address}")
+        except (LaunchError, UserError) as exc:
+            return NodeOffer(where, (), unread=f"{where} did not say its nodes ({exc})")
+        return ray_offer(nodes, where)
 
     def python(self) -> str:
         return self.config.python or sys.executable

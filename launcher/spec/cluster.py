@@ -99,6 +99,7 @@ class NodeOffer:
 
     where: str  # for messages: "Slurm partition debug"
     nodes: tuple[OfferedNode, ...]
+    unread: Optional[str] = None  # why the nodes could not be read: the plan is for this machine
 
     def holding(self, gpus: int) -> tuple[OfferedNode, ...]:
         """The nodes with at least `gpus` GPUs."""
