@@ -6,8 +6,10 @@ ended while its peer waits on (with one restart), and ranks silent in a sleep.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
+import socket
 import subprocess
 import sys
 import textwrap
@@ -245,3 +247,56 @@ def test_silent_ranks_fail_the_run_within_the_timeout_with_every_ranks_stack(tmp
     assert "RuntimeError: weight update failed" in log
     assert log.index("stacks of rank 0") < log.index("in _shutdown") < \
         log.index("stacks of rank 1") < log.rindex("in sleep_for_ever")
+
+
+def test_silence_while_a_server_on_another_node_is_not_up_yet_is_waiting_not_a_hang(tmp_path):
+    """A trainer of someone else's waits silently for the run's servers (AReaL asks
+    name_resolve); on a node without them the clock waits until the other node's server
+    answers /health (here it comes up 5 s in), then silence counts again."""
+    import http.server
+    import threading
+
+    from launcher.node.agent import remote_health
+    from launcher.node.console import plain_console
+    from launcher.node.supervisor import materialize_node, supervise
+    from launcher.spec.plan import ProcessSpec, host_placeholder
+    from tests.hand_requests import request_for
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = ProcessSpec("rollout-0", "rollout", "server", 0, ("true",), ports=(port,),
+                         health_url=f"http://{host_placeholder(0)}:{port}/health")
+    tag = uuid.uuid4().hex
+    trainer = ProcessSpec("actor-node1", "actor", "trainer", 1,
+                          (sys.executable, "-c", STAND_IN, "import time; time.sleep(600)"),
+                          env={"TEST_RUN_TAG": tag, "PYTHONFAULTHANDLER": "1"})
+    request = dataclasses.replace(request_for(tmp_path / "run", [server, trainer], device="cpu"),
+                                  hang_timeout_s=1.0, health_timeout_s=60.0)
+    hosts = ["127.0.0.1", "127.0.0.1"]
+    assert remote_health(request, 1, hosts) == [f"http://127.0.0.1:{port}/health"]
+    assert remote_health(request, 0, hosts) == []  # no trainer there
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    httpd = http.server.HTTPServer(("127.0.0.1", port), Health)
+    up = threading.Timer(5.0, httpd.serve_forever)
+    begun = time.monotonic()
+    up.start()
+    try:
+        result = supervise(request, materialize_node(request, 1, hosts, None), node=1,
+                           out=plain_console(), remote_health=remote_health(request, 1, hosts))
+    finally:
+        httpd.shutdown()
+        up.cancel()
+    took = time.monotonic() - begun
+    assert result.exit_code == 1 and result.reason.startswith("hung: no output and no work"), \
+        result.reason
+    assert 5 < took < 20, took  # not before the server was up, and soon after
+    assert survivors(tag, tmp_path) == []

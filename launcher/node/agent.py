@@ -27,7 +27,7 @@ from launcher.node.preflight import problems
 from launcher.node.runs import make_areal_folders, prepare_areal_folders
 from launcher.node.supervisor import DONE_DIR, Peers, materialize_node, supervise
 from launcher.spec.errors import LaunchError
-from launcher.spec.plan import ENV_HOSTS
+from launcher.spec.plan import ENV_HOSTS, fill_hosts
 from launcher.spec.request import LaunchRequest, visible_gpus
 
 
@@ -61,9 +61,19 @@ def run_node(request: LaunchRequest, node: int, hosts: Sequence[str], peers: boo
     def supervisor(cgroup: Optional[keeper.RunCgroup]) -> int:
         if cgroup is not None:
             cgroup.join()
-        return supervise(request, procs, node=node, out=console, peers=watch).exit_code
+        return supervise(request, procs, node=node, out=console, peers=watch,
+                         remote_health=remote_health(request, node, hosts)).exit_code
     return keeper.run_tree(supervisor, f"areal-{request.run_id}-node{node}",
                            request.grace_period_s)
+
+
+def remote_health(request: LaunchRequest, node: int, hosts: Sequence[str]) -> list[str]:
+    """Where the run's servers on other nodes answer their health probe, for a node with
+    trainers (the silent-hang clock waits for them: node.supervisor.RemoteServers)."""
+    if not request.has_trainers(node):
+        return []
+    return [fill_hosts(p.health_url, hosts) for p in request.processes
+            if p.is_server and p.node != node and p.health_url]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

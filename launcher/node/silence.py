@@ -17,7 +17,9 @@ ranks when one exits non-zero, and the supervisor sees a node's torchrun exit, s
 catches is a rank that returned 0 (its error logged and swallowed) while its peers wait for it;
 peers that are finishing legitimately (rank 0 writing the final model) get the same patience as
 silence does, so the grace is hang_timeout_s itself. While one of the node's servers is not
-healthy yet the silence clock waits: the server's health deadline is watched already.
+healthy yet the silence clock waits: the server's health deadline is watched already;
+so does it while a server of the run on another node does not answer yet, up to that
+deadline (supervisor.RemoteServers: a trainer may wait for it silently).
 
 A job whose ranks have written a heartbeat (this start's) is watchdog.py's, exactly as before.
 Tracker is the decision, over samples only (no I/O), so it is tested on its own.
@@ -53,7 +55,7 @@ class Sample:
     at: float
     output: int
     ranks: tuple[RankSample, ...]
-    waiting: bool = False  # a server of the node is not healthy yet
+    waiting: bool = False  # a server of the run is not healthy yet
     expected: tuple[int, ...] = ()  # the ranks the job runs here: one never seen has ended too
 
 

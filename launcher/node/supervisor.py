@@ -32,7 +32,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 from launcher.node import keeper, restarts
 from launcher.node.console import RunConsole, tail
@@ -167,20 +167,54 @@ def _start(proc: Materialized, logs: Path, restart: int, fault_dumps: bool = Fal
 
 
 def _probe(server: Started, done: threading.Event) -> None:
-    """Poll the server's health URL until it answers 200 (proxies bypassed: it is ours)."""
+    """Poll the server's health URL until it answers 200."""
+    assert server.proc.health_url is not None
+    if _healthy(server.proc.health_url, done, lambda: server.popen.poll() is None):
+        server.healthy_at = time.monotonic() - server.started_at
+
+
+def _healthy(url: str, done: threading.Event, alive: Callable[[], bool]) -> bool:
+    """Whether `url` answered 200 before `done` was set or `alive` turned False (proxies
+    bypassed: the servers are the run's)."""
     import urllib.request  # here: the node's start does not wait for it
 
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    assert server.proc.health_url is not None
-    while not done.is_set() and server.popen.poll() is None:
+    while not done.is_set() and alive():
         try:
-            with opener.open(server.proc.health_url, timeout=2) as reply:
+            with opener.open(url, timeout=2) as reply:
                 if reply.status == 200:
-                    server.healthy_at = time.monotonic() - server.started_at
-                    return
+                    return True
         except Exception:
             pass
         done.wait(PROBE_EVERY_S)
+    return False
+
+
+@dataclass
+class RemoteServers:
+    """The health of the run's servers on other nodes, as a node with trainers sees it: a
+    trainer that writes no heartbeats may wait silently for them (AReaL's asks name_resolve),
+    so its silence clock waits until they answer, or until their health deadline has passed
+    (their own node's supervisor fails them then)."""
+
+    urls: tuple[str, ...]
+    deadline_s: float
+    begun: float = field(default_factory=time.monotonic)
+    up: set[str] = field(default_factory=set)
+
+    def watch(self, done: threading.Event) -> None:
+        for url in self.urls:
+            threading.Thread(target=self._probe, args=(url, done), daemon=True).start()
+
+    def _probe(self, url: str, done: threading.Event) -> None:
+        if _healthy(url, done, lambda: not self.past_deadline()):
+            self.up.add(url)
+
+    def past_deadline(self) -> bool:
+        return time.monotonic() - self.begun > self.deadline_s
+
+    def waiting(self) -> bool:
+        return len(self.up) < len(self.urls) and not self.past_deadline()
 
 
 def signal_name(code: int) -> str:
@@ -262,8 +296,10 @@ class NodeRun:
     """One node's processes under supervision, restarts included (see module doc)."""
 
     def __init__(self, request: LaunchRequest, procs: Sequence[Materialized], node: Optional[int],
-                 out: RunConsole, peers: Optional[Peers]):
+                 out: RunConsole, peers: Optional[Peers],
+                 remote: Optional[RemoteServers] = None):
         self.request, self.procs, self.node, self.out, self.peers = request, procs, node, out, peers
+        self.remote = remote
         self.run_dir = Path(request.run_dir)
         self.logs = self.run_dir / "logs"
         self.stop = StopRequest()
@@ -405,7 +441,8 @@ class NodeRun:
                  tuple(r for s in group for r in node_ranks(self.request, s.proc.spec)))
              for name, group in jobs.items()],
             lambda: {r.pid for r in self.watchdog.mine()} if self.watchdog else set(),
-            waiting=any(s.healthy_at is None for s in self.servers))
+            waiting=any(s.healthy_at is None for s in self.servers) or
+            (self.remote is not None and self.remote.waiting()))
         if found is None:
             return None
         by_pid = {s.popen.pid: s for s in self.trainers}
@@ -523,12 +560,18 @@ class NodeRun:
 
 
 def supervise(request: LaunchRequest, procs: Sequence[Materialized], *, node: Optional[int],
-              out: RunConsole, peers: Optional[Peers] = None) -> RunResult:
+              out: RunConsole, peers: Optional[Peers] = None,
+              remote_health: Sequence[str] = ()) -> RunResult:
     """Start `procs` (the node's, materialized) at once, supervise them, restart what fails
-    within launcher.max_restarts, stop them all."""
+    within launcher.max_restarts, stop them all. remote_health: the health URLs of the run's
+    servers on other nodes (hosts filled in), which the silent-hang clock waits for."""
     if not procs:
         return RunResult(0, None, f"no process to run on node {node}")
-    run = NodeRun(request, procs, node, out, peers)
+    remote = RemoteServers(tuple(remote_health), request.health_timeout_s) \
+        if remote_health and request.hang_timeout_s else None
+    run = NodeRun(request, procs, node, out, peers, remote)
+    if remote is not None:
+        remote.watch(run.done)
     run.logs.mkdir(parents=True, exist_ok=True)
     status = NodeStatus(run.run_dir, node)
     with stop_signals_recorded(run.stop):
