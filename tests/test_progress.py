@@ -3,6 +3,7 @@ record in the run folder (step, phase, pid, restart, and the signal that dumps i
 the launcher reads them all. Stdlib only, like the launcher side that reads them."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -106,3 +107,26 @@ def test_sigusr2_dumps_every_threads_stack_and_the_process_goes_on(tmp_path):
     assert proc.returncode == 0 and out.strip() == "still alive", err
     assert err.count("Current thread") == 2, err
     assert "worker_thread_waits" in err and "<module>" in err
+
+
+def test_each_trainer_job_has_its_own_ranks_and_one_jobs_beats_never_hide_anothers_hang(
+        tmp_path):
+    """A run of several trainer jobs (actor, actor2, inference) has a rank 0 in each: their
+    records are apart, `status` shows a line per job, and the watchdog finds the job that
+    stopped while another still beats."""
+    from launcher.node.report import progress_lines
+    from launcher.node.watchdog import Watchdog
+
+    for job in ("actor", "actor2"):
+        runtime(tmp_path, RANK="0", AREAL_COMPONENT=job).heartbeat(3, "train")
+    assert sorted(os.listdir(tmp_path / "progress")) == ["actor.0.json", "actor2.0.json"]
+    jobs = progress.read_jobs(tmp_path)
+    assert list(jobs) == ["actor", "actor2"] and jobs["actor2"][0].job == "actor2"
+    assert progress.read_all(tmp_path, "actor2")[0].step == 3
+    lines = progress_lines(tmp_path)
+    assert [ln.split(":")[0] for ln in lines[:2]] == ["  progress of actor", "  progress of actor2"]
+    stale = dataclasses.replace(jobs["actor"][0], time=time.time() - 60)
+    progress.write(tmp_path, stale)  # actor stopped a minute ago; actor2 beat just now
+    dog = Watchdog(tmp_path, 30.0, lambda: {os.getpid()})
+    hung = dog.check()
+    assert hung is not None and [(r.job, r.rank) for r in hung] == [("actor", 0)]

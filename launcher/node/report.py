@@ -18,13 +18,14 @@ SHOWN_RESTARTS = 5
 def progress_lines(run_dir: Path) -> list[str]:
     """Indented lines for `status`; none for a run folder with nothing to say."""
     lines = []
-    records = progress.read_all(run_dir)
-    if records:
+    jobs = progress.read_jobs(run_dir)
+    for job, records in jobs.items():  # a line per trainer job (actor, actor2, inference)
         newest = max(records.values(), key=lambda r: r.time)
         steps = sorted({r.step for r in records.values()})
         spread = f"step {steps[-1]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
-        lines.append(f"  progress: {spread}, last report {time.time() - newest.time:.0f} s ago "
-                     f"(rank {newest.rank}: step {newest.step} {newest.phase}), "
+        of = f" of {job}" if job and len(jobs) > 1 else ""
+        lines.append(f"  progress{of}: {spread}, last report {time.time() - newest.time:.0f} s "
+                     f"ago (rank {newest.rank}: step {newest.step} {newest.phase}), "
                      f"{len(records)} rank(s) reporting")
     last = checkpoints.latest(checkpoints.root(run_dir))
     if last is not None:

@@ -120,7 +120,8 @@ class Hang:
         said = "; ".join(s.where() for s in ordered) or "no stacks came back"
         if ordered and not self.stopped():
             said += " (every rank here waits: the one that stopped is on another node)"
-        return (f"hung: no trainer progress for {self.age_s:.0f} s (launcher.hang_timeout_s="
+        job = f" from trainer job {self.last.job}" if self.last.job else ""
+        return (f"hung: no trainer progress for {self.age_s:.0f} s{job} (launcher.hang_timeout_s="
                 f"{timeout_s:g}; last: step {self.last.step} {self.last.phase}): {said}")
 
     def tail(self) -> list[str]:
@@ -152,22 +153,25 @@ class Watchdog:
 
     def mine(self) -> list[Progress]:
         pids = self.local_pids()
-        return [r for r in progress.read_all(self.run_dir).values()
+        return [r for ranks in progress.read_jobs(self.run_dir).values() for r in ranks.values()
                 if r.restart == self.epoch and r.pid in pids]
 
     def check(self) -> Optional[list[Progress]]:
-        """The records of a hang (no record newer than timeout_s), else None."""
+        """The records of a hung trainer job (none of its records newer than timeout_s), else
+        None. Each job on its own: one job's heartbeats never hide another's hang."""
         now = time.monotonic()
         if now < self._next:
             return None
         self._next = now + CHECK_EVERY_S
-        records = self.mine()
-        if not records or any(r.phase in NOT_HUNG for r in records):
-            return None
-        newest = max(r.time for r in records)
-        if time.time() - newest < self.timeout_s:
-            return None
-        return records
+        jobs: dict[str, list[Progress]] = {}
+        for r in self.mine():
+            jobs.setdefault(r.job, []).append(r)
+        for records in jobs.values():
+            if any(r.phase in NOT_HUNG for r in records):
+                continue
+            if time.time() - max(r.time for r in records) >= self.timeout_s:
+                return records
+        return None
 
     def dump(self, records: Sequence[Progress], log_of: Callable[[int], Optional[Path]]
              ) -> Hang:

@@ -1,9 +1,12 @@
 """Trainer progress (heartbeats) and stack dumps on request (docs/architecture.md §11).
 
-Each trainer rank keeps `<run folder>/progress/<rank>.json` current: {"rank", "pid", "step",
-"phase", "time", "restart", "stacks", "host"}, replaced atomically (temporary file, then
-os.replace), so a reader never sees half a record. The launcher's hang watchdog and `status`
-read them all with `read_all`. "stacks" names the signal the process answers with a dump of
+Each trainer rank keeps `<run folder>/progress/<job>.<rank>.json` current (`<rank>.json` for a
+process started without AREAL_COMPONENT): {"rank", "pid", "step", "phase", "time", "restart",
+"stacks", "host", "job"}, replaced atomically (temporary file, then os.replace), so a reader
+never sees half a record. The job is the trainer job's engines (AREAL_COMPONENT: "actor",
+"actor2", "inference", "actor,ref"): a run of several trainer jobs has a rank 0 in each. The
+launcher's hang watchdog and `status` read them with `read_jobs` (every job) or `read_all`
+(one job's, by rank). "stacks" names the signal the process answers with a dump of
 all its threads' Python stacks on its stderr (its log file), or null: the launcher sends
 STACK_SIGNAL only to processes that said they handle it (an unhandled SIGUSR2 kills).
 
@@ -40,6 +43,7 @@ class Progress:
     restart: int  # the job's restart count (AREAL_RESTART)
     stacks: Optional[str] = None  # "SIGUSR2" when the process dumps its stacks on it
     host: str = ""  # where `pid` lives
+    job: str = ""  # the trainer job (AREAL_COMPONENT); "" when not told
 
     @property
     def stack_signal(self) -> Optional[signal.Signals]:
@@ -57,21 +61,21 @@ class Progress:
         return cls(rank=int(data["rank"]), pid=int(data["pid"]), step=int(data["step"]),
                    phase=str(data["phase"]), time=float(data["time"]),
                    restart=int(data.get("restart", 0)), stacks=data.get("stacks") or None,
-                   host=str(data.get("host", "")))
+                   host=str(data.get("host", "")), job=str(data.get("job", "")))
 
 
 def folder(run_dir: PathLike) -> Path:
     return Path(run_dir) / FOLDER
 
 
-def path(run_dir: PathLike, rank: int) -> Path:
-    """`<run folder>/progress/<rank>.json`."""
-    return folder(run_dir) / f"{int(rank)}.json"
+def path(run_dir: PathLike, rank: int, job: str = "") -> Path:
+    """`<run folder>/progress/<job>.<rank>.json` (`<rank>.json` without a job)."""
+    return folder(run_dir) / (f"{job}.{int(rank)}.json" if job else f"{int(rank)}.json")
 
 
 def write(run_dir: PathLike, record: Progress) -> Path:
     """Replace the rank's record atomically."""
-    target = path(run_dir, record.rank)
+    target = path(run_dir, record.rank, record.job)
     target.parent.mkdir(parents=True, exist_ok=True)
     part = target.with_name(f".{target.name}.{os.getpid()}.part")
     part.write_text(json.dumps(asdict(record)) + "\n")
@@ -79,10 +83,10 @@ def write(run_dir: PathLike, record: Progress) -> Path:
     return target
 
 
-def read_all(run_dir: PathLike) -> dict[int, Progress]:
-    """Every rank's last record, by rank; a missing folder or an unreadable file reads as
-    nothing (a rank that never reported has no entry)."""
-    out: dict[int, Progress] = {}
+def read_jobs(run_dir: PathLike) -> dict[str, dict[int, Progress]]:
+    """Every rank's last record, by trainer job, then rank; a missing folder or an unreadable
+    file reads as nothing (a rank that never reported has no entry)."""
+    out: dict[str, dict[int, Progress]] = {}
     base = folder(run_dir)
     if not base.is_dir():
         return out
@@ -91,8 +95,17 @@ def read_all(run_dir: PathLike) -> dict[int, Progress]:
             record = Progress.from_dict(json.loads(entry.read_text()))
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        out[record.rank] = record
-    return dict(sorted(out.items()))
+        out.setdefault(record.job, {})[record.rank] = record
+    return {job: dict(sorted(ranks.items())) for job, ranks in sorted(out.items())}
+
+
+def read_all(run_dir: PathLike, job: Optional[str] = None) -> dict[int, Progress]:
+    """One trainer job's records, by rank; job None: the first job by name (a run of one
+    trainer job, the actor's, has only that one)."""
+    jobs = read_jobs(run_dir)
+    if job is None:
+        return next(iter(jobs.values()), {})
+    return jobs.get(job, {})
 
 
 def enable_stack_dumps() -> str:
@@ -102,8 +115,9 @@ def enable_stack_dumps() -> str:
     return STACK_SIGNAL.name
 
 
-def record(rank: int, step: int, phase: str, restart: int, stacks: Optional[str]) -> Progress:
+def record(rank: int, step: int, phase: str, restart: int, stacks: Optional[str],
+           job: str = "") -> Progress:
     """This process's record now."""
     return Progress(rank=int(rank), pid=os.getpid(), step=int(step), phase=str(phase),
                     time=time.time(), restart=int(restart), stacks=stacks,
-                    host=socket.gethostname())
+                    host=socket.gethostname(), job=job)

@@ -11,7 +11,7 @@ Surviving failures (docs/architecture.md §11): `restart()` is the job's restart
 the first attempt), `checkpoint_dir()` where checkpoints go (`<run folder>/checkpoints`,
 launcher/worker/checkpoints.py), `latest_checkpoint()` the newest complete one (step, path) to resume
 from, `checkpoint_request()` / `checkpoint_request_done(id)` the launcher's asking for one.
-`heartbeat(step, phase)` keeps `<run folder>/progress/<rank>.json` current for the launcher's
+`heartbeat(step, phase)` keeps `<run folder>/progress/<job>.<rank>.json` current for the launcher's
 hang watchdog and status (launcher/worker/progress.py); the first call also makes SIGUSR2 dump every
 thread's Python stack to the log (and says so in the record, so the launcher may send it).
 
@@ -332,7 +332,7 @@ class RuntimePlan:
         return str(self._beat["stacks"])
 
     def heartbeat(self, step: int, phase: str, min_interval_s: float = 1.0) -> bool:
-        """Record this rank's step and phase in `<run folder>/progress/<rank>.json` (and, the
+        """Record this rank's step and phase in `<run folder>/progress/<job>.<rank>.json` (and, the
         first time, turn on stack dumps). A new step or phase is always written; the same one
         again at most every `min_interval_s`. True when written; nothing without a run folder."""
         stacks = self.enable_stack_dumps()
@@ -344,7 +344,7 @@ class RuntimePlan:
         if self._beat.get("last") == key and now - self._beat.get("at", 0.0) < min_interval_s:
             return False
         progress.write(run_dir, progress.record(self.rank(), step, phase, self.restart(),
-                                                stacks))
+                                                stacks, self.env.get(ENV_COMPONENT, "")))
         self._beat.update(last=key, at=now)
         return True
 
