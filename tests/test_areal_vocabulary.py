@@ -356,3 +356,27 @@ def test_a_real_local_run_hands_the_entry_its_config(tmp_path):
     assert got["overrides"] == ["cluster.n_gpus_per_node=1", "gconfig.n_samples=9"]  # theirs
     assert (root / "names").is_dir() and (root / "files").is_dir() and got["fileroot"]
     assert os.path.getsize(root / "run" / ENTRY_CONFIG) > 0
+
+
+def test_areals_local_scheduler_hands_gpus_out_in_turn_when_the_engines_ask_more():
+    """scheduler.type: local is AReaL's single-controller scheduler, which gives each worker
+    the next GPU and wraps around (AReaL's online-rollout example: sglang:d1 and fsdp:d1 on
+    one GPU); without it too few GPUs stay an error, in the spelling the config used."""
+    given = ["rollout.backend=sglang:d1", "actor.backend=fsdp:d1", "cluster.device=cuda",
+             "cluster.n_gpus_per_node=1"]
+    prep = prepare([*given, "scheduler.type=local"], to_run=False)
+    assert layout(prep) == {"rollout": ("sglang:d1", (0,)), "actor": ("fsdp:d1", (0,))}
+    assert any(w.startswith("scheduler.type=local: the engines ask more than the 1 GPU(s) "
+                            "here, so they are handed out in turn and wrap around, as AReaL's "
+                            "local scheduler does: rollout 0, actor 0")
+               for w in prep.plan.warnings), prep.plan.warnings
+    wider = prepare(["rollout.backend=sglang:d2", "actor.backend=fsdp:d4", "cluster.device=cuda",
+                     "cluster.n_gpus_per_node=4", "scheduler.type=local"], to_run=False)
+    assert layout(wider) == {"rollout": ("sglang:d2", (0, 1)), "actor": ("fsdp:d4", (2, 3, 0, 1))}
+    with pytest.raises(PlacementError, match=r"the cluster has 1 \(1 node x 1\) \(on 1 GPU\(s\) "
+                       r"with the local runner: use smaller backends, or let engines share the "
+                       r"GPUs, each releasing memory between phases: "
+                       r"cluster.component_placement.rollout=all"):
+        prepare(given, to_run=False)
+    with pytest.raises(PlacementError, match=r"raise cluster.n_gpus_per_node or leave it unset"):
+        prepare([*given[:2], "cluster.device=cpu", "cluster.n_gpus_per_node=1"], to_run=False)

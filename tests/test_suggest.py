@@ -137,3 +137,22 @@ def test_a_cut_search_is_a_note_on_the_command_line(tmp_path, monkeypatch, capsy
     out = capsys.readouterr()
     assert "note: --suggest searched for its 0 s budget and stopped" in out.err
     assert "none fits" in out.out
+
+
+def test_a_given_layout_too_big_for_the_cluster_is_a_note_and_the_search_still_runs(
+        tmp_path, capsys):
+    """--suggest replaces the layout, so the one given need not fit (AReaL's examples give
+    sglang:d1+fsdp:d1 on one GPU): one note, then the layouts that fit."""
+    import json
+
+    from launcher.cli.main import run_plan
+    from tests.model_configs import MODELS
+
+    (tmp_path / "config.json").write_text(json.dumps(MODELS["Qwen3-8B"]["config"]))
+    assert run_plan(["--suggest", "rollout.backend=vllm:d2", "actor.backend=fsdp:d2",
+                     "cluster.device=cuda", "cluster.gpus_per_node=2", "cluster.gpu_type=h100",
+                     f"model_path={tmp_path}"]) == 0
+    out = capsys.readouterr()
+    assert "note: --suggest: the layout given does not fit (rollout vllm:d2 needs 2 GPUs" in out.err
+    assert "layout(s) that fit 1 node(s) x 2 GPUs" in out.out
+    assert "cluster.component_placement.rollout=all" in out.out  # a collocated one fits

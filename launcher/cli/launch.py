@@ -23,7 +23,7 @@ from launcher.planning.build import Planned, explicit_keys
 from launcher.runners import Runner
 from launcher.spec import registry
 from launcher.spec.entry import flag_of
-from launcher.spec.errors import ConfigError, LaunchError, UserError
+from launcher.spec.errors import ConfigError, LaunchError, PlacementError, UserError
 from launcher.spec.plan import ENGINES, ENV_SPMD_MODE, Plan
 from launcher.spec.request import ArealFolders, FlagCheck, LaunchRequest
 from launcher.spec.tracking import Identity, check
@@ -395,6 +395,21 @@ def show_plan(overrides: list[str], json_out: bool, svg: Optional[Path]) -> int:
     return 0
 
 
+def sharing_everything(overrides: list[str]) -> Optional[list[str]]:
+    """The overrides that make any cluster hold the run: rollout and actor at d1, sharing
+    GPU 0 (what --suggest needs is the cluster, the model and the engines' options, not the
+    layout it will replace). None where the backends come from allocation_mode."""
+    from launcher.config.compose import compose_config, run_spec
+    from launcher.config.schema import backend_of
+
+    config = run_spec(compose_config(overrides)).config
+    if config.allocation_mode or config.multi_agent_allocation:
+        return None
+    given = {n: backend_of(engine(config, n).backend) for n in ("rollout", "actor")}
+    return [*(f"{n}.backend={b}:d1" for n, b in given.items() if b),
+            f"cluster.component_placement={{{', '.join(f'{n}: 0' for n, b in given.items() if b)}}}"]
+
+
 def show_suggestions(overrides: list[str]) -> int:
     """`areal-launch plan --suggest OVERRIDES`: the layouts that fit, ranked as
     `areal-launch plan --help` says (the --suggest flag in cli/flags.py)."""
@@ -402,7 +417,15 @@ def show_suggestions(overrides: list[str]) -> int:
     from launcher.memory.plan import inference_options, train_options
     from launcher.memory.suggest import SuggestOptions, suggest_within
 
-    prep = prepare([*overrides, "launcher.check_memory=off"], to_run=False)
+    try:
+        prep = prepare([*overrides, "launcher.check_memory=off"], to_run=False)
+    except PlacementError as exc:  # the search picks its own layouts: plan the cluster alone
+        shared = sharing_everything(overrides)
+        if shared is None:
+            raise
+        print(f"note: --suggest: the layout given does not fit ({exc}); searching the "
+              "cluster's layouts", file=sys.stderr)
+        prep = prepare([*overrides, *shared, "launcher.check_memory=off"], to_run=False)
     plan = prep.plan
     shape = read_model_shape(plan.meta["model_path"])
     if shape is None:

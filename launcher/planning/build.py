@@ -8,6 +8,7 @@ config plans the same way everywhere and tests need no GPU.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Union
 
@@ -29,7 +30,7 @@ from launcher.planning.sizing import Dims, size
 from launcher.spec import registry
 from launcher.spec.alloc import ModelAllocation
 from launcher.spec.cluster import UNBOUNDED, ClusterSpec, NodeGroup, NodeOffer
-from launcher.spec.errors import ConfigError
+from launcher.spec.errors import ConfigError, PlacementError
 from launcher.spec.gpuset import parse_gpu_set
 from launcher.spec.limits import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_NODES
 from launcher.spec.plan import ENGINES, INHERITING, Plan
@@ -116,8 +117,12 @@ def build_plan(spec: LaunchConfig, local_gpus: GPUCount = 0,
     at = {name: read_placement(name, value, cluster) for name, value in worker_raw.items()}
     offload = {**{n: e.offload for n, e in engines.items()},
                **{n: w.offload for n, w in declared.items()}}
-    placed = place(allocs, cluster, placement, offload, more_nodes=more_nodes,
-                   workers={n: a.gpus for n, a in at.items()}, strategies=strategies)
+    try:
+        placed = place(allocs, cluster, placement, offload, more_nodes=more_nodes,
+                       workers={n: a.gpus for n, a in at.items()}, strategies=strategies,
+                       in_turn=spec.scheduler.type == "local")
+    except PlacementError as exc:
+        raise PlacementError(as_written(str(exc), spec.cluster)) from None
     warnings += placed.warnings
     components = {name: component_plan(name, a, placed.gpus[name], cluster, inherited.get(name))
                   for name, a in allocs.items()}
@@ -136,6 +141,15 @@ def build_plan(spec: LaunchConfig, local_gpus: GPUCount = 0,
                 warnings=tuple(warnings), meta=meta)
     return Planned(plan, engines, spec, notes + ((sizing.note,) if sizing.note else ())
                    + peer.notes, declared, peer.origins)
+
+
+def as_written(message: str, cluster: ClusterConfig) -> str:
+    """A message naming cluster.num_nodes/gpus_per_node in the spelling the config used
+    (AReaL's n_nodes/n_gpus_per_node), so the fix it gives is a key the user has."""
+    for ours, theirs in (("num_nodes", "n_nodes"), ("gpus_per_node", "n_gpus_per_node")):
+        if getattr(cluster, theirs) is not None:
+            message = re.sub(rf"\bcluster\.{ours}\b", f"cluster.{theirs}", message)
+    return message
 
 
 def _check_offer(cluster: ClusterSpec, offer: Optional[NodeOffer]) -> None:

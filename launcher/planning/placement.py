@@ -134,6 +134,13 @@ def _shares_actor(name: str, allocs: Mapping[str, ModelAllocation],
             and allocs[name].world_size == allocs["actor"].world_size)
 
 
+def _in_turn(used: set[int], total: int) -> Iterator[int]:
+    """GPUs handed out in turn, the free ones first, then round again (AReaL's local
+    scheduler: a counter modulo the GPUs)."""
+    free = [g for g in range(total) if g not in used] or list(range(total))
+    return itertools.cycle(free)
+
+
 def _free(used: set[int], stop: Optional[int]) -> Iterator[int]:
     numbers = itertools.count() if stop is None else iter(range(stop))
     return (g for g in numbers if g not in used)
@@ -196,20 +203,21 @@ def _fixes(allocs: Mapping[str, ModelAllocation], cluster: ClusterSpec, need: in
     if more_nodes:
         more = math.ceil(need / cluster.gpus_per_node)
         return f"set cluster.num_nodes={more}, or use smaller backends"
-    if cluster.device == "cpu":
-        return "raise cluster.gpus_per_node or leave it unset, or use smaller backends"
     total = cluster.total_gpus
+    names = [n for n in allocs if n in ("rollout", "actor")] or list(allocs)
+    share = " ".join(f"cluster.component_placement.{n}=all" for n in names
+                     if allocs[n].world_size == total)
+    shared = (f"or let engines share the GPUs, each releasing memory between phases: {share} "
+              f"{' '.join(offload_option(n) for n in names)}") if share else ""
+    if cluster.device == "cpu":
+        return "raise cluster.gpus_per_node or leave it unset" + (
+            f", {shared}" if shared else ", or use smaller backends")
     big = [n for n, a in allocs.items() if a.world_size > total]
     if big:
         sizes = " ".join(f"{n}.backend={a.backend}:d{total}" for n, a in allocs.items()
                          if n in big)
         return (f"on {total} GPU(s) with the local runner: use backends that fit, e.g. {sizes}; a "
                 "bigger layout needs launcher=slurm or launcher=ray")
-    names = [n for n in allocs if n in ("rollout", "actor")] or list(allocs)
-    share = " ".join(f"cluster.component_placement.{n}=all" for n in names
-                     if allocs[n].world_size == total)
-    shared = (f"or let engines share the GPUs, each releasing memory between phases: {share} "
-              f"{' '.join(offload_option(n) for n in names)}") if share else ""
     return f"on {total} GPU(s) with the local runner: use smaller backends{', ' + shared if shared else ''}"
 
 
@@ -254,11 +262,14 @@ def place(allocs: Mapping[str, ModelAllocation], cluster: ClusterSpec,
           component_placement: Mapping[str, PlacementValue],
           offload: Optional[Mapping[str, bool]] = None, more_nodes: bool = True,
           workers: Optional[Mapping[str, tuple[int, ...]]] = None,
-          strategies: Optional[Mapping[str, Strategy]] = None) -> Placement:
+          strategies: Optional[Mapping[str, Strategy]] = None,
+          in_turn: bool = False) -> Placement:
     """GPUs for every engine in `allocs` (rollout, actor, critic, ref, teacher, inference: the
     active ones). `workers`: the GPUs the worker components were placed on (they count for
     the sharing warnings and idle GPUs, not the mode: that is the engines'; `offload` holds
-    theirs too).
+    theirs too). in_turn: AReaL's local scheduler (`scheduler.type: local`), which hands GPUs
+    out in turn and wraps around when they run out, so engines asking more than the machine
+    has share its GPUs instead of being refused (said in a warning).
 
     Raises PlacementError for anything that cannot run: sets outside the cluster, a set whose
     size is not the engine's world size, too few GPUs, an instance or tp group across a node.
@@ -277,13 +288,21 @@ def place(allocs: Mapping[str, ModelAllocation], cluster: ClusterSpec,
                 f"{name}.backend)")
     used = {g for gpus in fixed.values() for g in gpus}
     gpus = _fill(allocs, fixed, _free(used, cluster.total_gpus), strategies)
+    wrapped = False
+    if in_turn and any(len(gpus[name]) < alloc.world_size for name, alloc in allocs.items()) \
+            and all(a.world_size <= cluster.total_gpus for a in allocs.values()):
+        gpus, wrapped = _fill(allocs, fixed, _in_turn(used, cluster.total_gpus), strategies), True
     if any(len(gpus[name]) < alloc.world_size for name, alloc in allocs.items()):
         raise _shortage(allocs, fixed, cluster, more_nodes)
     for name, alloc in allocs.items():
         check = check_inference if alloc.is_inference else check_training
         check(name, alloc, gpus[name], cluster)
     every = {**gpus, **{n: g for n, g in (workers or {}).items() if g}}
-    warnings = _sharing_warnings(every, offload)
+    warnings = [f"scheduler.type=local: the engines ask more than the {cluster.total_gpus} "
+                "GPU(s) here, so they are handed out in turn and wrap around, as AReaL's "
+                "local scheduler does: " + ", ".join(f"{n} {format_gpu_set(g)}"
+                                                   for n, g in gpus.items())] if wrapped else []
+    warnings += _sharing_warnings(every, offload)
     busy = set().union(*map(set, every.values())) if every else set()
     idle = [g for g in range(cluster.total_gpus) if g not in busy]
     if idle:

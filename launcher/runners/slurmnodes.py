@@ -18,8 +18,8 @@ SINFO_TIMEOUT_S = 5.0  # a controller answers in milliseconds; a dead one makes 
 SINFO_FORMAT = "%N|%P|%G"  # node, partition (the default one ends in *), its gres
 # one gres entry: name[:type][:count][(S:0-1)], e.g. gpu:h100:8(S:0-1), gpu:8, gpu
 _GRES = re.compile(r"(?P<name>[^:()]+)(?::(?P<type>[^:()]+))?(?::(?P<count>\d+))?(?:\(.*\))?\Z")
-FIX = ("set cluster.device=cuda and cluster.gpus_per_node=N (or cluster.device=cpu) to plan "
-       "without asking Slurm")
+FIX = ("set cluster.device=cuda (with cluster.gpus_per_node=N where the config gives none) or "
+       "cluster.device=cpu to plan without asking Slurm")
 
 
 def gpus_of(gres: str) -> tuple[int, Optional[str]]:
