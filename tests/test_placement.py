@@ -173,6 +173,17 @@ def test_sharing_warning_names_every_overlap_of_a_group():
         "ref.offload.weight=true)",)
 
 
+def test_engines_of_one_trainer_job_do_not_warn_about_sharing():
+    """ref on the actor's GPUs with the actor's backend runs in the actor's torchrun job (AReaL's
+    usual layout): they hold memory together, which the memory check counts; a ref of another
+    backend is a job of its own there, and competes."""
+    one = place({"actor": M("fsdp", dp=8), "ref": M("fsdp", dp=8)}, ONE_BY_EIGHT, {})
+    assert one.warnings == ()
+    two = place({"actor": M("fsdp", dp=8), "ref": M("megatron", dp=8)}, ONE_BY_EIGHT, {})
+    assert two.warnings == ("actor and ref share GPUs 0-7: without offload they compete for GPU "
+                            "memory (set actor.offload.weight=true ref.offload.weight=true)",)
+
+
 def test_idle_gpus_are_a_warning_that_lists_them():
     p = place({"rollout": M("vllm", dp=2), "actor": M("fsdp", dp=4)}, TWO_BY_EIGHT, {})
     assert p.warnings == ("10 of 16 GPUs are idle (6-15): no engine is placed on them (lower "

@@ -18,6 +18,7 @@ from launcher.spec.cluster import UNBOUNDED, ClusterSpec
 from launcher.spec.errors import PlacementError
 from launcher.spec.gpuset import format_gpu_set, parse_gpu_set
 from launcher.spec.plan import ENGINES, INHERITING, WORKERS
+from launcher.spec.registry import TRAIN
 
 __all__ = ["Placement", "parse_gpu_set", "format_gpu_set", "parse_placement_keys",
            "slots_needed", "place", "offload_option"]
@@ -230,15 +231,18 @@ def _mode(gpus: Mapping[str, tuple[int, ...]]) -> str:
     return "hybrid"
 
 
-def _sharing_warnings(gpus: Mapping[str, tuple[int, ...]], offload: Mapping[str, bool]) -> list[str]:
-    """One warning per group of engines linked by shared GPUs where offload is not on for all."""
+def _sharing_warnings(gpus: Mapping[str, tuple[int, ...]], offload: Mapping[str, bool],
+                      together: frozenset[frozenset[str]] = frozenset()) -> list[str]:
+    """One warning per group of engines linked by shared GPUs where offload is not on for all.
+    `together`: pairs that run in one process (a torchrun job serving both, as actor and ref
+    on the same GPUs): they hold their memory together, which the memory check counts."""
     names = list(gpus)
     sets = {n: set(gpus[n]) for n in names}
     group_of = {n: {n} for n in names}
     overlaps: list[tuple[str, str, set[int]]] = []
     for a, b in itertools.combinations(names, 2):
         both = sets[a] & sets[b]
-        if both:
+        if both and frozenset((a, b)) not in together:
             overlaps.append((a, b, both))
             merged = group_of[a] | group_of[b]
             for n in merged:
@@ -302,7 +306,10 @@ def place(allocs: Mapping[str, ModelAllocation], cluster: ClusterSpec,
                 "GPU(s) here, so they are handed out in turn and wrap around, as AReaL's "
                 "local scheduler does: " + ", ".join(f"{n} {format_gpu_set(g)}"
                                                    for n, g in gpus.items())] if wrapped else []
-    warnings += _sharing_warnings(every, offload)
+    together = frozenset(frozenset((a, b)) for a, b in itertools.combinations(allocs, 2)
+                         if gpus[a] == gpus[b] and allocs[a].kind == allocs[b].kind == TRAIN
+                         and allocs[a].backend == allocs[b].backend)
+    warnings += _sharing_warnings(every, offload, together)
     busy = set().union(*map(set, every.values())) if every else set()
     idle = [g for g in range(cluster.total_gpus) if g not in busy]
     if idle:
