@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
+from launcher.spec.cluster import gpu_name_key
 from launcher.spec.errors import ConfigError
 
 MAX_GPU_GIB = 4096.0  # no card comes near; a larger cluster.gpu_memory_gib is a typo
@@ -60,16 +61,10 @@ class Capacity:
         return self.gib is not None
 
 
-def _normalize(name: str) -> str:
-    text = re.sub(r"[-_/,()]", " ", name.lower())
-    text = re.sub(r"\b(\d+)\s*g(b)?\b", r"\1gb", text)  # 80g, 80 gb -> 80gb
-    return " ".join(text.split())
-
-
 def gpu_memory_from_name(name: str) -> Optional[float]:
     """Reported GiB for a GPU type name (`NVIDIA H100 80GB HBM3`, `a100_80g`, `h200`); None
     when the name is unknown or does not say which memory size it is (`a100`)."""
-    text = _normalize(name)
+    text = gpu_name_key(name)
     for pattern, key in NAME_PATTERNS:
         if re.search(pattern, text):
             return GPU_MEMORY_GIB[key]

@@ -12,7 +12,7 @@ import dataclasses
 from typing import Optional
 
 from launcher.config.schema import ClusterConfig
-from launcher.spec.cluster import ClusterSpec, NodeOffer
+from launcher.spec.cluster import ClusterSpec, NodeOffer, gpu_name_key
 from launcher.spec.errors import ConfigError
 from launcher.spec.limits import MAX_GPUS_PER_NODE
 
@@ -53,7 +53,7 @@ def with_offer(cluster: ClusterConfig, offer: NodeOffer) -> tuple[ClusterConfig,
     elif gpu_type is None and types:
         notes.append(f"{offer.where} has GPUs of several types ({', '.join(types)}): set "
                      "cluster.gpu_type (or cluster.gpu_memory_gib) for the memory check")
-    elif gpu_type is not None and types and _key(gpu_type) not in map(_key, types):
+    elif gpu_type is not None and types and gpu_name_key(gpu_type) not in map(gpu_name_key, types):
         notes.append(f"cluster.gpu_type={gpu_type} as given: {offer.where}'s gres says "
                      f"{', '.join(types)}")
     return (dataclasses.replace(cluster, device="cuda", gpus_per_node=per_node,
@@ -78,7 +78,3 @@ def check_holds(cluster: ClusterSpec, offer: NodeOffer) -> None:
                       f"{'GPU ' if cluster.cpu_nodes else ''}node(s) but {offer.where} has "
                       f"{len(holding)}{kind}; set cluster.num_nodes={len(holding) + cluster.cpu_nodes}"
                       f" or less, or {CHOOSE}")
-
-
-def _key(name: Optional[str]) -> str:
-    return (name or "").lower().replace("_", " ").replace("-", " ")

@@ -7,6 +7,7 @@ GPU node (`cpu_nodes` of the `num_nodes`), so the numbering above holds unchange
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
@@ -104,3 +105,12 @@ class NodeOffer:
     def holding(self, gpus: int) -> tuple[OfferedNode, ...]:
         """The nodes with at least `gpus` GPUs."""
         return tuple(n for n in self.nodes if n.gpus >= gpus)
+
+
+def gpu_name_key(name: Optional[str]) -> str:
+    """A GPU type name as compared and looked up everywhere (the memory table, a partition's
+    gres type against cluster.gpu_type): lower case, separators as spaces, `80g`/`80 GB` as
+    `80gb` (`NVIDIA H100 80GB HBM3`, `h100_80g`, `H100-80GB` all read `... h100 80gb ...`)."""
+    text = re.sub(r"[-_/,()]", " ", (name or "").lower())
+    text = re.sub(r"\b(\d+)\s*g(b)?\b", r"\1gb", text)
+    return " ".join(text.split())
