@@ -5,12 +5,14 @@ its keeper and supervisor from it (the Ray runner's driver is this process, atta
     launch_driver.py SPECS_JSON RUN_DIR [--ports N] [--base-port P] [--grace S]
                      [--health-timeout S] [--device cuda|cpu] [--num-nodes N]
                      [--runner local|ray] [--detach] [--placement-timeout S]
-                     [--console auto|all]
+                     [--console auto|all] [--areal-root DIR]
 SPECS_JSON holds a list of ProcessSpec dicts; "{port0}", "{port1}", ... in argv, env values and
 health_url become ports taken from a PortReserver, printed first as "ports: a b ...".
-Exits with the run's exit code; the run's status/all.json says how it ended.
+--areal-root: the run is of an entry that is not ours, with AReaL's folders under DIR (files/,
+names/, trial exp/trial). Exits with the run's exit code; the run's status/all.json says how it ended.
 """
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -19,6 +21,7 @@ from launcher.node.ports import PortReserver
 from launcher.node.runs import make_run_dir
 from launcher.runners import local
 from launcher.spec.plan import ProcessSpec
+from launcher.spec.request import ArealFolders
 
 # the repository, not tests/ (whose requests.py would hide the `requests` package Ray uses)
 sys.path[0] = str(Path(__file__).resolve().parent.parent)
@@ -51,6 +54,7 @@ def main() -> int:
     ap.add_argument("--detach", action="store_true")
     ap.add_argument("--placement-timeout", type=float, default=60.0)
     ap.add_argument("--console", choices=("auto", "all"), default="auto")
+    ap.add_argument("--areal-root", default=None)
     args = ap.parse_args()
     with PortReserver(base_port=args.base_port) as reserver:
         ports = [reserver.take() for _ in range(args.ports)]
@@ -61,6 +65,9 @@ def main() -> int:
         request = request_for(run_dir, specs, num_nodes=args.num_nodes, device=args.device,
                               grace=args.grace, health=args.health_timeout,
                               console=args.console)
+        if args.areal_root:
+            request = dataclasses.replace(request, areal=ArealFolders(
+                f"{args.areal_root}/files", f"{args.areal_root}/names", "exp/trial"))
         write_plan(request)
         if args.runner == "local":
             return local.Runner(local.Config(grace_period_s=args.grace)).run(request)

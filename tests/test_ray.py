@@ -10,6 +10,7 @@ and keepers (their command line names the run folder), and its placement group.
 """
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import re
@@ -213,10 +214,16 @@ def node_gpus(folder: Path, node: int) -> list[str]:
 def test_each_plan_node_runs_on_its_own_ray_node_on_the_gpus_ray_gave_its_actor(
         tmp_path, env, tag, blocker, detach):
     """Another driver holds 4 GPUs of each node, so the plan's positions must map through the
-    other 4 (the ones Ray gave the node's actor), not be taken as physical GPU ids."""
+    other 4 (the ones Ray gave the node's actor), not be taken as physical GPU ids. Attached,
+    the run is of an entry that is not ours: AReaL's name_resolve records of an earlier run are
+    cleared before any node starts, never what this run's nodes register there."""
     held = blocker(4)
     run_dir = tmp_path / "run"
-    hold = f"{REPORT}; while [ ! -e {run_dir}/go ]; do sleep 0.2; done"
+    records = tmp_path / "areal" / "names" / getpass.getuser() / "exp" / "trial"
+    records.mkdir(parents=True)
+    (records / "old-server").write_text("an earlier run's address\n")
+    hold = (f"mkdir -p {records}; touch {records}/$AREAL_LAUNCH_PROCESS; {REPORT}; "
+            f"while [ ! -e {run_dir}/go ]; do sleep 0.2; done")
     addrs = f"{host_placeholder(0)}:1,{bind_placeholder(1)}:2"
     specs = [shell("rollout-0", "server", 0, f"{REPORT}; exec sleep 300", tag, (0, 1)),
              shell("actor-0", "trainer", 0, hold, tag, (1, 2, 3)),
@@ -224,7 +231,8 @@ def test_each_plan_node_runs_on_its_own_ray_node_on_the_gpus_ray_gave_its_actor(
                                                          "; while", 1),
                    tag, (0, 1, 2, 3), AREAL_LLM_SERVER_ADDRS=addrs)]
     names = [s.name for s in specs]
-    driver = start(specs, run_dir, env, "--device", "cuda", *(("--detach",) if detach else ()))
+    driver = start(specs, run_dir, env, "--device", "cuda",
+                   *(("--detach",) if detach else ("--areal-root", str(tmp_path / "areal"))))
     logs = run_dir / "logs"
     assert wait_until(lambda: all((logs / f"{n}.log").exists() and (logs / f"{n}.log").read_text()
                                   for n in names), 90), driver_output(driver)
@@ -239,6 +247,9 @@ def test_each_plan_node_runs_on_its_own_ray_node_on_the_gpus_ray_gave_its_actor(
     assert seen["actor-1"]["ADDRS"] == f"{where['rollout-0']}:1,{where['actor-1']}:2"
     assert all(w["NOSET"] == "unset" and w["OMP"] == "unset" for w in seen.values())
     assert {w["CWD"] for w in seen.values()} == {os.getcwd()}  # where the launch was made
+    if not detach:  # both trainers registered; the earlier run's record is gone
+        assert wait_until(lambda: sorted(os.listdir(records)) == ["actor-0", "actor-1"], 10), \
+            os.listdir(records)
     (run_dir / "go").touch()
     code, out = finish(driver)
     assert code == 0, out

@@ -52,8 +52,8 @@ def run_node(request: LaunchRequest, node: int, hosts: Sequence[str], peers: boo
     if peers:  # the run folder is shared (Slurm): the others wait for the first node's clearing
         prepare_areal_folders(request.areal, request.run_dir, first, attempt(),
                               request.health_timeout_s)
-    else:  # Ray: the run folder need not be shared, so there is nothing to wait on
-        make_areal_folders(request.areal, clear=first)
+    else:  # Ray: the driver had the first node clear them before any node started
+        make_areal_folders(request.areal, clear=False)  # (runners/raydriver.py, prepare)
     trainer_nodes = tuple(k for k in request.nodes if request.has_trainers(k))
     watch = Peers(Path(request.run_dir) / DONE_DIR, trainer_nodes) if peers else None
     console = out or plain_console()
