@@ -225,17 +225,23 @@ def test_scheduling_strategy_colocation_and_separation(folder):
     assert layout(onto) == {"rollout": ("vllm:d2", (0, 1)), "actor": ("fsdp:d2", (0, 1))}
 
 
-def test_scheduling_spec_locally_env_vars_and_a_note_for_the_rest(folder):
+def test_scheduling_spec_locally_env_vars_and_a_note_for_the_rest(folder, monkeypatch):
+    """env_vars reach the engine's processes; cpu is their thread count (OMP_NUM_THREADS and
+    kin, as AReaL's local launcher sets them), unless the launcher's environment or env_vars
+    set one already."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("MKL_NUM_THREADS", "2")
     prep = prepared(folder, CUDA)
     plan, _ = processes(prep)
     for p in plan.processes:  # rollout's spec is actor's (an interpolation), ref shares actor's
         assert p.env["TOKENIZERS_PARALLELISM"] == "false", p.name
+        assert p.env["OMP_NUM_THREADS"] == "4" and "MKL_NUM_THREADS" not in p.env, p.name
     notes = [n for n in prep.planned.notes if "scheduling_spec" in n]
     assert len(notes) == 2 and all("not honoured by the local runner" in n for n in notes)
     actor = next(n for n in notes if n.startswith("actor."))
-    for key in ("cpu", "gpu", "mem", "cmd"):
+    for key in ("gpu", "mem", "cmd"):
         assert key in actor
-    assert "env_vars" not in actor
+    assert "env_vars" not in actor and "cpu" not in actor
 
 
 def test_scheduling_spec_on_slurm_is_the_jobs_options(folder):

@@ -9,7 +9,7 @@ config as AReaL's launcher hands it: `--config <run folder>/entry_config.yaml` a
 overrides of its keys (`handoff`). For our recipe an unknown key stays an error.
 
 `scheduling_spec` per engine (`apply_scheduling`): env_vars reach the engine's processes under
-every runner; on Slurm cpu, mem, nodelist, exclude and image become the job's options; on Ray
+every runner, and cpu their thread counts (OMP_NUM_THREADS, ..., as AReaL's launchers set them); on Slurm cpu, mem, nodelist, exclude and image become the job's options; on Ray
 cpu, mem and image are the engine's own asks, reserved per plan node (runners/rayjob.py); what
 the chosen runner cannot honour is one note naming it, never dropped without a word.
 """
@@ -220,6 +220,8 @@ SLURM_OPTIONS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "image": ("container_image", str)}
 SLURM_FLAGS = {"nodelist": "--nodelist", "exclude": "--exclude"}
 SLURM_MOST = ("cpus_per_gpu", "mem_per_gpu")  # engines asking different amounts: the job asks the most
+THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+              "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")  # AReaL's, set from cpu
 RAY_ASKS = ("cpu", "mem", "image")  # each engine's own, summed per plan node (bundle, node actor)
 DECIDED = {"gpu": "GPUs: {name}.backend", "cmd": "command: {what}",
            "port_count": "ports: the launcher's"}
@@ -232,10 +234,12 @@ def scheduling_specs(spec: LaunchConfig, name: str) -> list[SchedulingSpec]:
             for i, item in enumerate(items)]
 
 
-def apply_scheduling(spec: LaunchConfig, runner: str, names: Sequence[str]
-                     ) -> tuple[list[str], dict[str, EngineAsk]]:
+def apply_scheduling(spec: LaunchConfig, runner: str, names: Sequence[str],
+                     environ: Mapping[str, str] = {}) -> tuple[list[str], dict[str, EngineAsk]]:
     """Each engine's scheduling_spec honoured where the runner can: env_vars into the
-    engine's environment (every runner); on Slurm the job's CPUs, memory, nodes and image
+    engine's environment (every runner), and cpu as its processes' thread counts
+    (OMP_NUM_THREADS and kin, as AReaL's launchers set them: below env_vars and what
+    `environ`, the launcher's environment, sets already); on Slurm the job's CPUs, memory, nodes and image
     (one job step per node runs every engine, so engines asking different CPUs or memory per
     GPU get the most of them, said in a note); on Ray cpu, mem and image are the engine's
     own asks (returned: the request carries them to each plan node's bundle). A note per
@@ -254,6 +258,12 @@ def apply_scheduling(spec: LaunchConfig, runner: str, names: Sequence[str]
         first, unread = specs[0], len(specs) - 1
         node = engine(spec, name)
         node.env = {**{str(k): str(v) for k, v in first.env_vars.items()}, **node.env}
+        if first.cpu is not None:
+            threads = _ask(EngineAsk(), name, "cpu", first.cpu).cpu if runner != "slurm" \
+                else first.cpu  # Slurm's own check of cpus_per_gpu says what is wrong
+            if isinstance(threads, int) and 0 < threads <= MAX_CPUS_PER_GPU:
+                node.env = {**{v: str(threads) for v in THREAD_ENV if v not in environ},
+                            **node.env}
         skipped = []
         for f in dataclasses.fields(SchedulingSpec):
             value = getattr(first, f.name)
@@ -264,8 +274,10 @@ def apply_scheduling(spec: LaunchConfig, runner: str, names: Sequence[str]
                 notes += _job_value(job, given[0], given[1](value), name, f.name)
             elif runner == "slurm" and f.name in SLURM_FLAGS:
                 notes += _job_value(job, f.name, f"{SLURM_FLAGS[f.name]}={value}", name, f.name)
+            elif f.name == "cpu" and runner not in ("slurm", "ray"):
+                continue  # the thread counts above: what AReaL's local launcher does with it
             elif runner == "ray" and f.name in RAY_ASKS:
-                asks[name] = _ray_ask(asks.get(name, EngineAsk()), name, f.name, value)
+                asks[name] = _ask(asks.get(name, EngineAsk()), name, f.name, value)
             else:
                 skipped.append(f.name)
         if skipped or unread:
@@ -280,8 +292,9 @@ def apply_scheduling(spec: LaunchConfig, runner: str, names: Sequence[str]
     return notes, asks
 
 
-def _ray_ask(ask: EngineAsk, name: str, key: str, value: Any) -> EngineAsk:
-    """`key` of an engine's scheduling_spec as its Ray ask: bounded, as every user number is."""
+def _ask(ask: EngineAsk, name: str, key: str, value: Any) -> EngineAsk:
+    """`key` of an engine's scheduling_spec as its ask (Ray's, and cpu as thread counts):
+    bounded, as every user number is."""
     if key == "image":
         if not str(value).strip() or any(c.isspace() for c in str(value)):
             raise ConfigError(f"{name}.scheduling_spec.image={value!r}: a container image "

@@ -14,6 +14,7 @@ everything after it takes the dataclasses of launcher.config.schema.
 from __future__ import annotations
 
 import copy
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
@@ -379,7 +380,8 @@ def run_spec(cfg: DictConfig) -> RunSpec:
     runner = str(OmegaConf.select(cfg, "hydra.runtime.choices.launcher", default=None)
                  or "local")
     notes, asks = areal.apply_scheduling(spec, runner, [n for n in ENGINES
-                                                        if engine(spec, n).backend is not None])
+                                                        if engine(spec, n).backend is not None],
+                                         os.environ)
     return RunSpec(spec, run_dir, sweep_dir, cfg, handoff, tuple(notes), servers, asks)
 
 
