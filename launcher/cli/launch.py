@@ -405,9 +405,10 @@ def sharing_everything(overrides: list[str]) -> Optional[list[str]]:
     config = run_spec(compose_config(overrides)).config
     if config.allocation_mode or config.multi_agent_allocation:
         return None
-    given = {n: backend_of(engine(config, n).backend) for n in ("rollout", "actor")}
-    return [*(f"{n}.backend={b}:d1" for n, b in given.items() if b),
-            f"cluster.component_placement={{{', '.join(f'{n}: 0' for n, b in given.items() if b)}}}"]
+    given = {n: b for n in ("rollout", "actor") if (b := backend_of(engine(config, n).backend))}
+    on_gpu0 = ", ".join(f"{n}: 0" for n in given)
+    return [*(f"{n}.backend={b}:d1" for n, b in given.items()),
+            f"cluster.component_placement={{{on_gpu0}}}"]
 
 
 def show_suggestions(overrides: list[str]) -> int:

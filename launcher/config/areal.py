@@ -9,9 +9,10 @@ config as AReaL's launcher hands it: `--config <run folder>/entry_config.yaml` a
 overrides of its keys (`handoff`). For our recipe an unknown key stays an error.
 
 `scheduling_spec` per engine (`apply_scheduling`): env_vars reach the engine's processes under
-every runner, and cpu their thread counts (OMP_NUM_THREADS, ..., as AReaL's launchers set them); on Slurm cpu, mem, nodelist, exclude and image become the job's options; on Ray
-cpu, mem and image are the engine's own asks, reserved per plan node (runners/rayjob.py); what
-the chosen runner cannot honour is one note naming it, never dropped without a word.
+every runner, and cpu their thread counts (OMP_NUM_THREADS, ..., as AReaL's launchers set
+them); on Slurm cpu, mem, nodelist, exclude and image become the job's options; on Ray cpu,
+mem and image are the engine's own asks, reserved per plan node (runners/rayjob.py); what the
+chosen runner cannot honour is one note naming it, never dropped without a word.
 """
 from __future__ import annotations
 
@@ -219,7 +220,7 @@ SLURM_OPTIONS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "cpu": ("cpus_per_gpu", int), "mem": ("mem_per_gpu", lambda v: f"{v}G"),
     "image": ("container_image", str)}
 SLURM_FLAGS = {"nodelist": "--nodelist", "exclude": "--exclude"}
-SLURM_MOST = ("cpus_per_gpu", "mem_per_gpu")  # engines asking different amounts: the job asks the most
+SLURM_MOST = ("cpus_per_gpu", "mem_per_gpu")  # engines asking different amounts: the most
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
               "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")  # AReaL's, set from cpu
 RAY_ASKS = ("cpu", "mem", "image")  # each engine's own, summed per plan node (bundle, node actor)
@@ -239,11 +240,11 @@ def apply_scheduling(spec: LaunchConfig, runner: str, names: Sequence[str],
     """Each engine's scheduling_spec honoured where the runner can: env_vars into the
     engine's environment (every runner), and cpu as its processes' thread counts
     (OMP_NUM_THREADS and kin, as AReaL's launchers set them: below env_vars and what
-    `environ`, the launcher's environment, sets already); on Slurm the job's CPUs, memory, nodes and image
-    (one job step per node runs every engine, so engines asking different CPUs or memory per
-    GPU get the most of them, said in a note); on Ray cpu, mem and image are the engine's
-    own asks (returned: the request carries them to each plan node's bundle). A note per
-    engine names what is not honoured. ConfigError where two engines ask Slurm for different
+    `environ`, the launcher's environment, sets already); on Slurm the job's CPUs, memory,
+    nodes and image (one job step per node runs every engine, so engines asking different
+    CPUs or memory per GPU get the most of them, said in a note); on Ray cpu, mem and image
+    are the engine's own asks (returned: the request carries them to each plan node's
+    bundle). A note per engine names what is not honoured. ConfigError where two engines ask Slurm for different
     images or nodes."""
     notes: list[str] = []
     asks: dict[str, EngineAsk] = {}

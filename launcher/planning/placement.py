@@ -136,10 +136,10 @@ def _shares_actor(name: str, allocs: Mapping[str, ModelAllocation],
 
 
 def _in_turn(used: set[int], total: int) -> Iterator[int]:
-    """GPUs handed out in turn, the free ones first, then round again (AReaL's local
-    scheduler: a counter modulo the GPUs)."""
-    free = [g for g in range(total) if g not in used] or list(range(total))
-    return itertools.cycle(free)
+    """GPUs handed out in turn, the free ones first, then round again over all of them
+    (AReaL's local scheduler: a counter modulo the GPUs), so any `total` in a row differ."""
+    return itertools.cycle([g for g in range(total) if g not in used] +
+                           [g for g in range(total) if g in used])
 
 
 def _free(used: set[int], stop: Optional[int]) -> Iterator[int]:
