@@ -22,7 +22,6 @@ from launcher.config.schema import engine
 from launcher.planning.build import Planned, explicit_keys
 from launcher.runners import Runner
 from launcher.spec import registry
-from launcher.spec.entry import flag_of
 from launcher.spec.errors import ConfigError, LaunchError, PlacementError, UserError
 from launcher.spec.plan import ENGINES, ENV_SPMD_MODE, Plan
 from launcher.spec.request import ArealFolders, FlagCheck, LaunchRequest
@@ -222,16 +221,8 @@ def flag_check(prep: Prepared) -> Optional[FlagCheck]:
     with where it was written, for the preflight's check with the engine's parser (None:
     none given, nothing to check)."""
     found = prep.planned.engines.get("rollout")
-    if found is None:
-        return None
-    rollout = prep.planned.spec.rollout
-    origins = dict(prep.planned.flag_origins)
-    for key in rollout.server_args:
-        origins.setdefault(flag_of(str(key)), f"rollout.server_args.{key}")
-    for arg in rollout.extra_args:
-        if str(arg).startswith("-"):
-            origins.setdefault(str(arg).partition("=")[0], "rollout.extra_args")
-    if not origins:
+    origins = prep.planned.flag_origins
+    if found is None or not origins:
         return None
     return FlagCheck(found.alloc.backend, "rollout", tuple(origins.items()))
 

@@ -49,7 +49,8 @@ class Planned:
     spec: LaunchConfig  # the config, with what sizing turned on (releases) applied
     notes: tuple[str, ...] = field(default_factory=tuple)  # what the launcher chose
     workers: dict[str, Worker] = field(default_factory=dict)  # the declared worker components
-    # where each rollout flag from a peer's server section was written (--x -> vllm.x)
+    # each flag the user gave the rollout servers and where it was written (--x -> vllm.x,
+    # rollout.server_args.x, rollout.extra_args): the preflight names it if refused
     flag_origins: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -140,7 +141,9 @@ def build_plan(spec: LaunchConfig, local_gpus: GPUCount = 0,
     plan = Plan(cluster=cluster, mode=placed.mode, components=components, weight_sync=syncs,
                 warnings=tuple(warnings), meta=meta)
     return Planned(plan, engines, spec, notes + ((sizing.note,) if sizing.note else ())
-                   + peer.notes, declared, peer.origins)
+                   + peer.notes, declared,
+                   peer_servers.flag_origins(spec.rollout, peer.origins) if "rollout" in allocs
+                   else {})
 
 
 def as_written(message: str, cluster: ClusterConfig) -> str:

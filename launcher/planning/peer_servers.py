@@ -105,3 +105,16 @@ def _given(ours: Mapping[str, Any], key: str, value: Any, our_key: str, where: s
     if key in ours and ours[key] != value:
         return [f"{where}={value} not used: {our_key}={ours[key]} is"]
     return []
+
+
+def flag_origins(rollout: Any, peer: Mapping[str, str]) -> dict[str, str]:
+    """Every flag the user gave the rollout's servers, with where it was written: AReaL's
+    section (`peer`, from apply), `rollout.server_args.<key>`, `rollout.extra_args`. What the
+    preflight names when the engine's own parser refuses one."""
+    origins = dict(peer)
+    for key in rollout.server_args:
+        origins.setdefault(flag_of(str(key)), f"rollout.server_args.{key}")
+    for arg in rollout.extra_args:
+        if str(arg).startswith("-"):
+            origins.setdefault(str(arg).partition("=")[0], "rollout.extra_args")
+    return origins
