@@ -191,7 +191,9 @@ def _with_backend_options(base: type, kind: str, name: str) -> type:
     backend's options on every engine here made composing the slowest part of a command."""
     extra: list[tuple[str, Any, Any]] = [(b, Any, field(default_factory=dict))
                                          for b in registry.backend_names(kind)]
-    return dataclasses.make_dataclass(name, extra, bases=(base,))
+    made = dataclasses.make_dataclass(name, extra, bases=(base,))
+    made.__module__ = __name__  # found by pickle where it lives (launcher.config.compose_cache)
+    return made
 
 
 RolloutConfig = _with_backend_options(RolloutBase, registry.SERVE, "RolloutConfig")
