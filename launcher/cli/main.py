@@ -102,15 +102,15 @@ def run_plan(args: list[str]) -> int:
 
     def plan() -> int:
         from launcher.cli.launch import show_plan, show_suggestions
-        from launcher.config.compose import ConfigSource, open_config
+        from launcher.config.compose import ConfigSource, cached
 
         given, overrides = parse_flags(args, PLAN_FLAGS, "plan")
-        open_config(ConfigSource(given.get("config_path"), given.get("config_name") or "config",
-                                 given.get("config_dir")))
-        if given.get("suggest"):
-            return show_suggestions(overrides)
-        svg = given.get("svg")
-        return show_plan(overrides, bool(given.get("json")), Path(svg) if svg else None)
+        with cached(ConfigSource(given.get("config_path"), given.get("config_name") or "config",
+                                 given.get("config_dir"))):
+            if given.get("suggest"):
+                return show_suggestions(overrides)
+            svg = given.get("svg")
+            return show_plan(overrides, bool(given.get("json")), Path(svg) if svg else None)
     return guarded(plan)
 
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import copy
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -138,9 +139,17 @@ def compose_config(overrides: Sequence[str], with_hydra: bool = False,
     such keys is composed again that way, and run_spec says whose they are (the entry's, or
     an error for our recipe). `scheduler.type` (AReaL's) chooses the runner as launcher= does.
     """
+    check_overrides(overrides)
+    cfg = _from_cache(overrides) if _use_cache and not multirun else None
+    if cfg is not None:
+        return _kept(cfg, with_hydra, Origin(False))
+    return _composed_whole(overrides, with_hydra, multirun)
+
+
+def _composed_whole(overrides: Sequence[str], with_hydra: bool, multirun: bool) -> DictConfig:
+    """compose_config by Hydra alone: every peer's form, every error message."""
     from hydra.types import RunMode
 
-    check_overrides(overrides)
     hydra = open_config(_source)
     mode = RunMode.MULTIRUN if multirun else RunMode.RUN
     try:
@@ -174,12 +183,68 @@ def compose_config(overrides: Sequence[str], with_hydra: bool = False,
             if ours_entry(str(OmegaConf.select(cfg, "trainer.entry", default=""))):
                 raise
             opened = True
+    return _kept(cfg, with_hydra, Origin(opened, raw))
+
+
+def _kept(cfg: DictConfig, with_hydra: bool, origin: Origin) -> DictConfig:
+    """`cfg` as compose_config returns it, with how it was composed kept for run_spec."""
     if not with_hydra:
         with open_dict(cfg):
             del cfg["hydra"]
-    _origins[id(cfg)] = (cfg, Origin(opened, raw))
+    _origins[id(cfg)] = (cfg, origin)
     while len(_origins) > 32:
         del _origins[next(iter(_origins))]
+    return cfg
+
+
+_use_cache = False  # within `cached()`: launcher.config.compose_cache
+
+
+@contextmanager
+def cached(source: ConfigSource) -> Iterator[None]:
+    """Compose for `source` within, with the cache of Hydra's first half where it applies
+    (our own config folder; `plan`); Hydra is opened only when a compose needs it."""
+    global _use_cache, _source
+    if source == ConfigSource() and _hydra is None:
+        _source = source
+    else:
+        open_config(source)
+    before, _use_cache = _use_cache, True
+    try:
+        yield
+    finally:
+        _use_cache = before
+
+
+def _from_cache(overrides: Sequence[str]) -> Optional[DictConfig]:
+    """The config for `overrides` by the compose cache, or None for Hydra to compose whole:
+    not our own folder, not a plain command line, AReaL's scheduler.type choosing a runner."""
+    from launcher.config import compose_cache
+
+    if _source != ConfigSource():
+        return None
+    conf = Path(__file__).resolve().parents[1] / CONFIG_PATH
+    groups = [e.name for e in os.scandir(conf) if e.is_dir() and e.name != "__pycache__"]
+    choices = compose_cache.split(overrides, groups)
+    if choices is None:
+        return None
+    base = compose_cache.load(choices, conf)
+    if base is None:
+        from hydra.types import RunMode
+
+        try:
+            base = _composed(open_config(_source), config_name(), choices, RunMode.RUN, False)
+        except Exception:  # noqa: BLE001 - composed whole again, for Hydra's own error
+            return None
+        compose_cache.store(choices, conf, base)
+    cfg = compose_cache.applied(base, overrides, choices)
+    if cfg is None:
+        return None
+    try:
+        if _scheduler_runner(cfg, overrides) is not None:
+            return None
+    except ConfigError:
+        return None
     return cfg
 
 
