@@ -10,7 +10,11 @@ script runs, whichever copy that script was installed from), and says which copy
 Bytecode is cached as in any install (PYTHONDONTWRITEBYTECODE is dropped; the warm-up run
 writes it).
 
-A third line, "hydra app", is the least any Hydra app pays: the same imports, then Hydra's
+"plan --json" composes by the compose cache (launcher.config.compose_cache) in a folder of this
+run's, kept by the warm-up run: the usual case, a command line whose group choices were seen
+before; "plan, no cache" is the same command with AREAL_LAUNCH_COMPOSE_CACHE=off (Hydra whole).
+
+A fourth line, "hydra app", is the least any Hydra app pays: the same imports, then Hydra's
 compose of a one-key config with one override (Hydra's own `hydra` config, its plugin scan, the
 override grammar). It says how much of the goal is left to the launcher's own code.
 """
@@ -21,6 +25,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Optional
@@ -40,10 +45,14 @@ PLAN = ["plan", "--json", "rollout.backend=sglang:d4t2", "actor.backend=fsdp:d8"
         "cluster.device=cuda", "cluster.gpus_per_node=8", "cluster.num_nodes=2", "ref=inherit"]
 
 
-def env_for(root: Optional[Path]) -> dict[str, str]:
+CACHE = tempfile.mkdtemp(prefix="bench-compose-")  # this run's compose cache
+
+
+def env_for(root: Optional[Path], cache: str = CACHE) -> dict[str, str]:
     """The environment of a run: no GPU, bytecode cached, `root`'s launcher first."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["CUDA_VISIBLE_DEVICES"] = ""
+    env["AREAL_LAUNCH_COMPOSE_CACHE"] = cache
     if root is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(root), *filter(None, [env.get("PYTHONPATH")])])
     return env
@@ -72,11 +81,12 @@ def main() -> None:
     timed = {"import floor": ([sys.executable, "-c", "import hydra, omegaconf, typer, rich"],
                               env_for(None)),
              "hydra app": ([sys.executable, "-c", HYDRA_APP], env_for(None)),
-             "plan --json": (plan_cmd, env_for(ROOT))}
+             "plan --json": (plan_cmd, env_for(ROOT)),
+             "plan, no cache": (plan_cmd, env_for(ROOT, "off"))}
     if args.baseline is not None:
         timed["baseline plan"] = (plan_cmd, env_for(args.baseline.resolve()))
     for name, (_, env) in timed.items():
-        if name not in ("import floor", "hydra app"):
+        if name in ("plan --json", "baseline plan"):
             print(f"{name}: launcher from {imported_from(env)}")
     for cmd, env in timed.values():
         wall(cmd, env)  # warm the page cache, write the bytecode
@@ -86,9 +96,10 @@ def main() -> None:
             times[name].append(wall(cmd, env))
     median = {name: statistics.median(t) for name, t in times.items()}
     for name, t in times.items():
-        print(f"{name:<14} median {median[name] * 1000:7.1f} ms  (min {min(t) * 1000:.1f})")
+        print(f"{name:<15} median {median[name] * 1000:7.1f} ms  (min {min(t) * 1000:.1f})")
     floor = median["import floor"]
     print(f"ratio plan/floor: {median['plan --json'] / floor:.2f}x (target <= 1.6x)")
+    print(f"ratio plan without the cache/floor: {median['plan, no cache'] / floor:.2f}x")
     print(f"ratio hydra app/floor: {median['hydra app'] / floor:.2f}x (Hydra's own share)")
     if args.baseline is not None:
         print(f"ratio baseline/floor: {median['baseline plan'] / floor:.2f}x")
