@@ -28,8 +28,6 @@ import os
 import pickle
 import re
 import sys
-import sysconfig
-import tempfile
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -83,6 +81,8 @@ def _stat(path: str) -> tuple[str, int, int]:
 
 def _sources(conf: Path) -> list[str]:
     """Every path a compose read, or whose change could change it (see the docstring)."""
+    import sysconfig  # here and in store(), not at the top: a hit does not need them
+
     stdlib = sysconfig.get_paths()["stdlib"]
     paths = [str(conf)]
     for root, dirs, files in os.walk(conf):
@@ -126,6 +126,8 @@ def load(choices: Sequence[str], conf: Path) -> Optional[Any]:
 
 def store(choices: Sequence[str], conf: Path, cfg: Any) -> None:
     """Keep `cfg`, Hydra's compose of `choices`, with the stamp of what it came from."""
+    import tempfile
+
     where = folder()
     if where is None:
         return
