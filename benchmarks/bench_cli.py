@@ -45,11 +45,9 @@ PLAN = ["plan", "--json", "rollout.backend=sglang:d4t2", "actor.backend=fsdp:d8"
         "cluster.device=cuda", "cluster.gpus_per_node=8", "cluster.num_nodes=2", "ref=inherit"]
 
 
-CACHE = tempfile.mkdtemp(prefix="bench-compose-")  # this run's compose cache
-
-
-def env_for(root: Optional[Path], cache: str = CACHE) -> dict[str, str]:
-    """The environment of a run: no GPU, bytecode cached, `root`'s launcher first."""
+def env_for(root: Optional[Path], cache: str = "off") -> dict[str, str]:
+    """The environment of a run: no GPU, bytecode cached, `root`'s launcher first, the compose
+    cache in `cache` (a folder, or off)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["CUDA_VISIBLE_DEVICES"] = ""
     env["AREAL_LAUNCH_COMPOSE_CACHE"] = cache
@@ -77,14 +75,20 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--baseline", type=Path, help="another checkout, timed the same way")
     args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-compose-") as cache:  # this run's
+        measure(args, cache)
+
+
+def measure(args: argparse.Namespace, cache: str) -> None:
+    """Time the commands, the plans with the compose cache in `cache`, and print the medians."""
     plan_cmd = [sys.executable, "-c", MAIN, *PLAN]
     timed = {"import floor": ([sys.executable, "-c", "import hydra, omegaconf, typer, rich"],
                               env_for(None)),
              "hydra app": ([sys.executable, "-c", HYDRA_APP], env_for(None)),
-             "plan --json": (plan_cmd, env_for(ROOT)),
-             "plan, no cache": (plan_cmd, env_for(ROOT, "off"))}
+             "plan --json": (plan_cmd, env_for(ROOT, cache)),
+             "plan, no cache": (plan_cmd, env_for(ROOT))}
     if args.baseline is not None:
-        timed["baseline plan"] = (plan_cmd, env_for(args.baseline.resolve()))
+        timed["baseline plan"] = (plan_cmd, env_for(args.baseline.resolve(), cache))
     for name, (_, env) in timed.items():
         if name in ("plan --json", "baseline plan"):
             print(f"{name}: launcher from {imported_from(env)}")

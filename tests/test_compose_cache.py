@@ -16,6 +16,7 @@ from launcher.config.compose import ConfigSource, cached, compose_config, open_c
 from launcher.spec.errors import ConfigError
 from tests.areal_launch import run
 
+CONF = Path(compose_cache.__file__).resolve().parents[1] / "conf"
 CORPUS = [
     [],
     ["rollout.backend=sglang:d4t2", "actor.backend=fsdp:d8", "cluster=gpu8"],
@@ -72,8 +73,9 @@ def test_off_miss_and_hit_compose_the_same(cache_dir, overrides):
 def test_only_plain_command_lines_are_kept(cache_dir):
     for overrides in CORPUS:
         composed(overrides, use_cache=True)
-    kept = {tuple(compose_cache.split(o, ["rollout", "actor", "cluster", "critic", "ref",
-                                          "experiment", "launcher"]) or ()) for o in CORPUS}
+    groups = compose_cache.config_groups(CONF)
+    assert {"rollout", "actor", "critic", "experiment", "launcher", "cluster"} <= set(groups)
+    kept = {tuple(compose_cache.split(o, groups) or ()) for o in CORPUS}
     assert len(list(cache_dir.glob("*.pickle"))) == len(kept)
     assert compose_cache.split(["+x=1"], ["rollout"]) is None
     assert compose_cache.split(["hydra.job.chdir=true"], ["rollout"]) is None

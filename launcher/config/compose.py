@@ -224,8 +224,7 @@ def _from_cache(overrides: Sequence[str]) -> Optional[DictConfig]:
     if _source != ConfigSource():
         return None
     conf = Path(__file__).resolve().parents[1] / CONFIG_PATH
-    groups = [e.name for e in os.scandir(conf) if e.is_dir() and e.name != "__pycache__"]
-    choices = compose_cache.split(overrides, groups)
+    choices = compose_cache.split(overrides, compose_cache.config_groups(conf))
     if choices is None:
         return None
     base = compose_cache.load(choices, conf)

@@ -50,6 +50,11 @@ def folder() -> Optional[Path]:
     return Path(base) / "areal-launch" / "compose"
 
 
+def config_groups(conf: Path) -> list[str]:
+    """The config groups of the folder `conf` (its subfolders)."""
+    return [e.name for e in os.scandir(conf) if e.is_dir() and e.name != "__pycache__"]
+
+
 def split(overrides: Sequence[str], groups: Sequence[str]) -> Optional[list[str]]:
     """The group choices among `overrides` (the rest are values), or None when the command line
     is not plain enough for a cache (see the module's docstring)."""
@@ -149,7 +154,8 @@ def store(choices: Sequence[str], conf: Path, cfg: Any) -> None:
 def applied(base: Any, overrides: Sequence[str], choices: Sequence[str]) -> Optional[Any]:
     """Hydra's second half on `base` (the compose of `choices`): the value overrides applied
     and the overrides recorded, as `_load_configuration_impl` does; None where Hydra would
-    decide otherwise (a sweep, a key it takes as a group) or anything fails."""
+    decide otherwise (a sweep, a key it takes as a group) or anything fails. `split` has
+    already turned away every other form."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.utils import setup_globals
@@ -160,8 +166,7 @@ def applied(base: Any, overrides: Sequence[str], choices: Sequence[str]) -> Opti
         groups = set(base.hydra.runtime.choices)
         values = []
         for o, line in zip(parsed, overrides):
-            if o.is_sweep_override() or o.is_hydra_override() or o.package is not None or \
-                    o.is_add() or o.is_delete() or o.is_force_add():
+            if o.is_sweep_override():
                 return None
             if (o.key_or_group in groups) != (line in choices):
                 return None  # Hydra would read it the other way round
