@@ -18,6 +18,7 @@ A fourth line, "hydra app", is the least any Hydra app pays: the same imports, t
 compose of a one-key config with one override (Hydra's own `hydra` config, its plugin scan, the
 override grammar). It says how much of the goal is left to the launcher's own code.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,8 +42,16 @@ pathlib.Path(d, "config.yaml").write_text("a: 1\\n")
 with initialize_config_dir(config_dir=d, version_base=None):
     compose(config_name="config", overrides=["a=2"])
 """
-PLAN = ["plan", "--json", "rollout.backend=sglang:d4t2", "actor.backend=fsdp:d8",
-        "cluster.device=cuda", "cluster.gpus_per_node=8", "cluster.num_nodes=2", "ref=inherit"]
+PLAN = [
+    "plan",
+    "--json",
+    "rollout.backend=sglang:d4t2",
+    "actor.backend=fsdp:d8",
+    "cluster.device=cuda",
+    "cluster.gpus_per_node=8",
+    "cluster.num_nodes=2",
+    "ref=inherit",
+]
 
 
 def env_for(root: Optional[Path], cache: str = "off") -> dict[str, str]:
@@ -59,14 +68,21 @@ def env_for(root: Optional[Path], cache: str = "off") -> dict[str, str]:
 def wall(cmd: list[str], env: dict[str, str]) -> float:
     """Seconds `cmd` takes, run from `/` so `python -c` finds no launcher in its folder."""
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-                   cwd="/")
+    subprocess.run(
+        cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd="/"
+    )
     return time.perf_counter() - t0
 
 
 def imported_from(env: dict[str, str]) -> str:
-    out = subprocess.run([sys.executable, "-c", "import launcher; print(launcher.__file__)"],
-                         check=True, capture_output=True, text=True, env=env, cwd="/").stdout
+    out = subprocess.run(
+        [sys.executable, "-c", "import launcher; print(launcher.__file__)"],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd="/",
+    ).stdout
     return str(Path(out.strip()).parent)
 
 
@@ -82,11 +98,15 @@ def main() -> None:
 def measure(args: argparse.Namespace, cache: str) -> None:
     """Time the commands, the plans with the compose cache in `cache`, and print the medians."""
     plan_cmd = [sys.executable, "-c", MAIN, *PLAN]
-    timed = {"import floor": ([sys.executable, "-c", "import hydra, omegaconf, typer, rich"],
-                              env_for(None)),
-             "hydra app": ([sys.executable, "-c", HYDRA_APP], env_for(None)),
-             "plan --json": (plan_cmd, env_for(ROOT, cache)),
-             "plan, no cache": (plan_cmd, env_for(ROOT))}
+    timed = {
+        "import floor": (
+            [sys.executable, "-c", "import hydra, omegaconf, typer, rich"],
+            env_for(None),
+        ),
+        "hydra app": ([sys.executable, "-c", HYDRA_APP], env_for(None)),
+        "plan --json": (plan_cmd, env_for(ROOT, cache)),
+        "plan, no cache": (plan_cmd, env_for(ROOT)),
+    }
     if args.baseline is not None:
         timed["baseline plan"] = (plan_cmd, env_for(args.baseline.resolve(), cache))
     for name, (_, env) in timed.items():

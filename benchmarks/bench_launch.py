@@ -12,6 +12,7 @@
 
 Usage: python benchmarks/bench_launch.py [--repeat N]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,8 +52,9 @@ def descendants(pid: int) -> list[int]:
     while queue:
         current = queue.pop(0)
         try:
-            kids = [int(k) for k in
-                    Path(f"/proc/{current}/task/{current}/children").read_text().split()]
+            kids = [
+                int(k) for k in Path(f"/proc/{current}/task/{current}/children").read_text().split()
+            ]
         except OSError:
             kids = []
         found.extend(kids)
@@ -105,14 +107,35 @@ def free_port() -> int:
 
 
 def torchrun_argv(port: int) -> list[str]:
-    return [PY, "-m", "torch.distributed.run", "--nnodes", "1", "--node-rank", "0",
-            "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
-            "--rdzv-backend", "static", TRAINER]
+    return [
+        PY,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "1",
+        "--node-rank",
+        "0",
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(port),
+        "--rdzv-backend",
+        "static",
+        TRAINER,
+    ]
 
 
 def cli_argv(run_dir: Path) -> list[str]:
-    return [str(CLI), "rollout=none", "actor.backend=fsdp:d2", "cluster.device=cpu",
-            f"trainer.entry={TRAINER}", f"hydra.run.dir={run_dir}"]
+    return [
+        str(CLI),
+        "rollout=none",
+        "actor.backend=fsdp:d2",
+        "cluster.device=cpu",
+        f"trainer.entry={TRAINER}",
+        f"hydra.run.dir={run_dir}",
+    ]
 
 
 def driver_argv(work: Path) -> list[str]:
@@ -129,8 +152,9 @@ def timed(argv: list[str], env: dict, watch: bool = False) -> dict:
     """Run argv. wall; with watch, also the launcher's own share, measured inside this run:
     before = command -> trainer started, after = trainer exited -> launcher exited."""
     begun_boot, begun = boot_clock(), time.perf_counter()
-    proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     before = after = float("nan")
     if watch:
         pid, started = first_child(proc)
@@ -140,14 +164,17 @@ def timed(argv: list[str], env: dict, watch: bool = False) -> dict:
     code = proc.wait()
     if watch and pid > 0:
         after = boot_clock() - ended
-    return {"wall": time.perf_counter() - begun, "code": code, "before": before,
-            "after": after}
+    return {"wall": time.perf_counter() - begun, "code": code, "before": before, "after": after}
 
 
 def failure_to_gone(argv: list[str], env: dict, tag: str, stamp: Path) -> float:
-    proc = subprocess.Popen(argv, env={**env, "FAIL_RANK": "1", "FAIL_STAMP": str(stamp),
-                                       "BENCH_TAG": tag},
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        argv,
+        env={**env, "FAIL_RANK": "1", "FAIL_STAMP": str(stamp), "BENCH_TAG": tag},
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     proc.wait()
     while tagged(tag):
         time.sleep(0.01)
@@ -170,12 +197,15 @@ def main() -> None:
             if has_cli:
                 rows["cli"].append(timed(cli_argv(work / f"cli{i}"), env, watch=True))
             rows["driver"].append(timed(driver_argv(work / f"drv{i}"), env, watch=True))
-            for kind, argv in (("torchrun", torchrun_argv(free_port())),
-                               ("cli", cli_argv(work / f"clifail{i}") if has_cli else None),
-                               ("driver", driver_argv(work / f"drvfail{i}"))):
+            for kind, argv in (
+                ("torchrun", torchrun_argv(free_port())),
+                ("cli", cli_argv(work / f"clifail{i}") if has_cli else None),
+                ("driver", driver_argv(work / f"drvfail{i}")),
+            ):
                 if argv:
-                    fails[kind].append(failure_to_gone(argv, env, uuid.uuid4().hex,
-                                                       work / f"stamp-{kind}-{i}"))
+                    fails[kind].append(
+                        failure_to_gone(argv, env, uuid.uuid4().hex, work / f"stamp-{kind}-{i}")
+                    )
     med = {k: statistics.median(r["wall"] for r in v) for k, v in rows.items() if v}
     bad = {k: [r["code"] for r in v if r["code"] != 0] for k, v in rows.items()}
     print(f"repeat={args.repeat}, medians; exit codes != 0: {bad}")
@@ -185,17 +215,23 @@ def main() -> None:
             continue
         pairs = [r["wall"] / b["wall"] for r, b in zip(rows[kind], rows["torchrun"])]
         inside = [r["wall"] / (r["wall"] - r["before"] - r["after"]) for r in rows[kind]]
-        print(f"{kind}: wall {med[kind]:.2f} s; over the bare torchrun run beside it "
-              f"{statistics.median(pairs):.3f}x; over its own trainer's lifetime "
-              f"{statistics.median(inside):.3f}x (target <= 1.15x)")
-        print(f"{kind}: command -> first process started "
-              f"{statistics.median(r['before'] for r in rows[kind]):.3f} s (target <= 0.6 s); "
-              f"trainer exit -> launcher exit "
-              f"{statistics.median(r['after'] for r in rows[kind]):.3f} s")
+        print(
+            f"{kind}: wall {med[kind]:.2f} s; over the bare torchrun run beside it "
+            f"{statistics.median(pairs):.3f}x; over its own trainer's lifetime "
+            f"{statistics.median(inside):.3f}x (target <= 1.15x)"
+        )
+        print(
+            f"{kind}: command -> first process started "
+            f"{statistics.median(r['before'] for r in rows[kind]):.3f} s (target <= 0.6 s); "
+            f"trainer exit -> launcher exit "
+            f"{statistics.median(r['after'] for r in rows[kind]):.3f} s"
+        )
     for kind, values in fails.items():
         if values:
-            print(f"{kind}: rank failure -> last process gone "
-                  f"{statistics.median(values):.2f} s (max {max(values):.2f}; target <= 5 s)")
+            print(
+                f"{kind}: rank failure -> last process gone "
+                f"{statistics.median(values):.2f} s (max {max(values):.2f}; target <= 5 s)"
+            )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""What the memory check adds to planning, and how fast `plan --suggest` answers (docs/benchmarks.md).
+"""What the memory check adds to planning, and how fast `plan --suggest` answers
+(docs/benchmarks.md).
 
 1. The five-engine plan of bench_plan.py on 1024 nodes x 8 GPUs (rollout 4096 GPUs, actor and
    critic sharing 2048, ref 1024, teacher 1024; Qwen2.5-72B everywhere): planning (place +
@@ -9,6 +10,7 @@
 Everything is measured in this one run, interleaved, medians.
     .venv/bin/python benchmarks/bench_memory.py [--runs N]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,24 +20,32 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_plan import plan, reference_loop, timed  # noqa: E402  (this folder)
+from bench_plan import plan, reference_loop, timed  # (this folder)
 
-from launcher.memory.estimate import EngineInput, InferenceOptions, Offload, TrainOptions, estimate  # noqa: E402
-from launcher.memory.fix import memory_report  # noqa: E402
-from launcher.memory.suggest import suggest  # noqa: E402
-from launcher.spec.cluster import ClusterSpec  # noqa: E402
-from tests.model_configs import shape  # noqa: E402
+from launcher.memory.estimate import EngineInput, InferenceOptions, Offload, TrainOptions, estimate
+from launcher.memory.fix import memory_report
+from launcher.memory.suggest import suggest
+from launcher.spec.cluster import ClusterSpec
+from tests.model_configs import shape
 
 H100 = 79.11
 
 
 def engines(p) -> list[EngineInput]:
     model = shape("Qwen2.5-72B")
-    train = TrainOptions(gradient_checkpointing=True, max_tokens_per_mb=8192,
-                         offload=Offload(True, True, True), sequence_parallel=True)
-    options = {"rollout": InferenceOptions(mem_fraction=0.85), "actor": train, "critic": train,
-               "ref": TrainOptions(trainable=False, offload=Offload(weight=True)),
-               "teacher": TrainOptions(trainable=False)}
+    train = TrainOptions(
+        gradient_checkpointing=True,
+        max_tokens_per_mb=8192,
+        offload=Offload(True, True, True),
+        sequence_parallel=True,
+    )
+    options = {
+        "rollout": InferenceOptions(mem_fraction=0.85),
+        "actor": train,
+        "critic": train,
+        "ref": TrainOptions(trainable=False, offload=Offload(weight=True)),
+        "teacher": TrainOptions(trainable=False),
+    }
     return [EngineInput(c, model, options[n]) for n, c in p.components.items()]
 
 
@@ -67,21 +77,27 @@ def main() -> None:
     print(f"plan 1024 nodes x 8, 5 engines     {ms(planning)}")
     print(f"memory_report (estimates, check)   {ms(checking)}  {len(report.groups)} GPU groups")
     print(f"report.to_dict (8192 GPU rows)     {ms(rows)}")
-    print(f"memory adds {both * 1000:.1f} ms (medians) = {both / statistics.median(planning):.0%} "
-          f"of planning; target <= 10 ms")
+    print(
+        f"memory adds {both * 1000:.1f} ms (medians) = {both / statistics.median(planning):.0%} "
+        f"of planning; target <= 10 ms"
+    )
     models = ("Qwen3-8B", "Qwen2.5-72B", "Qwen3-30B-A3B")
     times: dict[str, list[float]] = {m: [] for m in models}
     found: dict[str, str] = {}
     for _ in range(max(3, runs // 3)):
         for m in models:
+
             def run(model=m):
                 estimate.cache_clear()
                 out = suggest(shape(model), ClusterSpec(8, 8), H100)
                 found[model] = f"{len(out)} found, best: {out[0].command()}" if out else "none"
+
             times[m] += timed(run, 1)
     for m in models:
-        print(f"suggest 8x8 {m:14s} median {statistics.median(times[m]) * 1000:6.0f} ms "
-              f"(max {max(times[m]) * 1000:.0f})  target <= 1000 ms; {found[m]}")
+        print(
+            f"suggest 8x8 {m:14s} median {statistics.median(times[m]) * 1000:6.0f} ms "
+            f"(max {max(times[m]) * 1000:.0f})  target <= 1000 ms; {found[m]}"
+        )
     print(f"reference loop (machine load) median {statistics.median(loop) * 1000:.1f} ms")
 
 

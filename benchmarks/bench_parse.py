@@ -8,6 +8,7 @@ once built per call as the peer does; skipped when lark is not installed.
 
     .venv/bin/python benchmarks/bench_parse.py [--specs 4000] [--repeat 5]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from launcher.planning.legacy import parse_allocation_mode  # noqa: E402
-from launcher.spec import registry  # noqa: E402
-from launcher.spec.alloc import AllocationError, parse_backend  # noqa: E402
+from launcher.planning.legacy import parse_allocation_mode
+from launcher.spec import registry
+from launcher.spec.alloc import AllocationError, parse_backend
 
 # Our own Earley grammar for the same language (parse only: no validation, so it is flattered).
 EARLEY_GRAMMAR = r"""
@@ -33,8 +34,20 @@ EARLEY_GRAMMAR = r"""
     %ignore WS
 """
 
-INVALID = ["fsdp:d4p2", "d4t2", "sglang.d4t2", "sglang:d4+fsdp:d8", "FSDP:d8", "deepspeed:d8",
-           "fsdp:d04", "megatron:attn:d8|ffn:e3t2", "megatron:d2e3", "", "fsdp:d4d2", "sglan:d4"]
+INVALID = [
+    "fsdp:d4p2",
+    "d4t2",
+    "sglang.d4t2",
+    "sglang:d4+fsdp:d8",
+    "FSDP:d8",
+    "deepspeed:d8",
+    "fsdp:d04",
+    "megatron:attn:d8|ffn:e3t2",
+    "megatron:d2e3",
+    "",
+    "fsdp:d4d2",
+    "sglan:d4",
+]
 
 
 BACKEND_DIMS = {name: registry.backend_dims(name) or "" for name in registry.backend_names()}
@@ -85,6 +98,7 @@ def rejecting(fn):
             fn(text)
         except AllocationError:
             pass
+
     return call
 
 
@@ -97,17 +111,27 @@ def main() -> None:
     valid = specs(args.specs, rnd)
     hybrid = [s for s in valid if "attn" in s]
     plain = [s for s in valid if "attn" not in s]
-    modes = [f"{a}+{b}" for a, b in zip(
-        (s for s in plain if s.startswith(("sglang", "vllm"))),
-        (s for s in plain if s.startswith("fsdp")))]
+    modes = [
+        f"{a}+{b}"
+        for a, b in zip(
+            (s for s in plain if s.startswith(("sglang", "vllm"))),
+            (s for s in plain if s.startswith("fsdp")),
+        )
+    ]
     rows = [
         ("parse_backend, all specs", per_call_us(parse_backend, valid, args.repeat), len(valid)),
         ("parse_backend, plain", per_call_us(parse_backend, plain, args.repeat), len(plain)),
         ("parse_backend, MoE hybrid", per_call_us(parse_backend, hybrid, args.repeat), len(hybrid)),
-        ("parse_backend, rejected specs", per_call_us(rejecting(parse_backend), INVALID * 50,
-                                                      args.repeat), len(INVALID) * 50),
-        ("parse_allocation_mode, 2 parts", per_call_us(parse_allocation_mode, modes, args.repeat),
-         len(modes)),
+        (
+            "parse_backend, rejected specs",
+            per_call_us(rejecting(parse_backend), INVALID * 50, args.repeat),
+            len(INVALID) * 50,
+        ),
+        (
+            "parse_allocation_mode, 2 parts",
+            per_call_us(parse_allocation_mode, modes, args.repeat),
+            len(modes),
+        ),
     ]
     ours = rows[0][1]
     try:
@@ -116,12 +140,25 @@ def main() -> None:
         Lark = None
     if Lark is not None:
         earley = Lark(EARLEY_GRAMMAR, parser="earley", ambiguity="explicit")
-        rows.append(("Lark Earley, parser built once", per_call_us(earley.parse, valid,
-                                                                    args.repeat), len(valid)))
+        rows.append(
+            (
+                "Lark Earley, parser built once",
+                per_call_us(earley.parse, valid, args.repeat),
+                len(valid),
+            )
+        )
         few = valid[:100]
-        rows.append(("Lark Earley, parser built per call (peer)", per_call_us(
-            lambda s: Lark(EARLEY_GRAMMAR, parser="earley", ambiguity="explicit").parse(s),
-            few, 1), len(few)))
+        rows.append(
+            (
+                "Lark Earley, parser built per call (peer)",
+                per_call_us(
+                    lambda s: Lark(EARLEY_GRAMMAR, parser="earley", ambiguity="explicit").parse(s),
+                    few,
+                    1,
+                ),
+                len(few),
+            )
+        )
     print(f"{'case':45s} {'specs':>6s} {'µs/spec':>10s} {'x ours':>8s}")
     for name, us, n in rows:
         print(f"{name:45s} {n:6d} {us:10.2f} {us / ours:8.2f}")

@@ -1,4 +1,5 @@
-"""Planning at scale: place + rank maps + weight sync + Plan.to_dict, in process (docs/benchmarks.md).
+"""Planning at scale: place + rank maps + weight sync + Plan.to_dict, in process
+(docs/benchmarks.md).
 
 All five engines on 1024 nodes x 8 GPUs (8192 GPUs: rollout 4096, actor and critic sharing 2048,
 ref 1024, teacher 1024), and the same layout scaled down to 128 nodes, measured in one run.
@@ -9,6 +10,7 @@ whole of `areal-launch plan --json` at 1024 nodes in process (compose the Hydra 
 build every process's command line, dump the JSON): target <= 1 s.
     .venv/bin/python benchmarks/bench_plan.py [--runs N]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,9 +35,13 @@ def specs(nodes: int) -> dict[str, str]:
     """The layout for `nodes` nodes (a multiple of 128): 1/2 rollout, 1/4 actor (+critic),
     1/8 ref, 1/8 teacher."""
     k = nodes // 128
-    return {"rollout": f"sglang:d{64 * k}t8", "actor": f"megatron:d{2 * k}p4t8c4",
-            "critic": f"megatron:d{2 * k}p4t8c4", "ref": f"fsdp:d{128 * k}",
-            "teacher": f"fsdp:d{128 * k}"}
+    return {
+        "rollout": f"sglang:d{64 * k}t8",
+        "actor": f"megatron:d{2 * k}p4t8c4",
+        "critic": f"megatron:d{2 * k}p4t8c4",
+        "ref": f"fsdp:d{128 * k}",
+        "teacher": f"fsdp:d{128 * k}",
+    }
 
 
 AGENT = Worker(name="agent", backend="process", entry="agent.py")
@@ -47,21 +53,28 @@ def plan(nodes: int, agents_per_node: int = 0) -> Plan:
     cluster = ClusterSpec(nodes, 8)
     allocs = {name: parse_backend(spec) for name, spec in specs(nodes).items()}
     placed = place(allocs, cluster, {}, {name: True for name in allocs})
-    components = {name: component_plan(name, alloc, placed.gpus[name], cluster)
-                  for name, alloc in allocs.items()}
+    components = {
+        name: component_plan(name, alloc, placed.gpus[name], cluster)
+        for name, alloc in allocs.items()
+    }
     if agents_per_node:
-        value = {"node_group": "node",
-                 "placement": f"0-{nodes - 1}:0-{nodes * agents_per_node - 1}"}
-        components["agent"] = worker_plan(AGENT, read_placement("agent", value, cluster),
-                                          cluster)
+        value = {
+            "node_group": "node",
+            "placement": f"0-{nodes - 1}:0-{nodes * agents_per_node - 1}",
+        }
+        components["agent"] = worker_plan(AGENT, read_placement("agent", value, cluster), cluster)
     sync = weight_sync(components["actor"], components["rollout"], cluster)
     return Plan(cluster, placed.mode, components, (sync,), warnings=placed.warnings)
 
 
 def whole_plan_json(nodes: int) -> int:
     """What `areal-launch plan --json` does for `nodes` nodes, minus printing: its JSON size."""
-    overrides = [f"cluster.num_nodes={nodes}", "cluster.gpus_per_node=8", "cluster.device=cuda",
-                 "launcher.check_memory=off"]
+    overrides = [
+        f"cluster.num_nodes={nodes}",
+        "cluster.gpus_per_node=8",
+        "cluster.device=cuda",
+        "launcher.check_memory=off",
+    ]
     overrides += [f"{name}.backend={spec}" for name, spec in specs(nodes).items()]
     the_plan, _ = counted_request(prepare(overrides, to_run=False))
     return len(the_plan.to_json())
@@ -98,23 +111,33 @@ def main() -> None:
     p = plan(1024)
     pairs = len(p.weight_sync[0].pairs)
     print(f"plan 128 nodes x 8   median {s * 1000:7.1f} ms  (min {min(small) * 1000:.1f})")
-    print(f"plan 1024 nodes x 8  median {b * 1000:7.1f} ms  (min {min(big) * 1000:.1f})  "
-          f"target <= 100 ms; {pairs} weight-sync pairs")
+    print(
+        f"plan 1024 nodes x 8  median {b * 1000:7.1f} ms  (min {min(big) * 1000:.1f})  "
+        f"target <= 100 ms; {pairs} weight-sync pairs"
+    )
     print(f"ratio 1024/128 nodes: {b / s:.2f}x (8x the GPUs; target <= 10x)")
     a = statistics.median(agents)
-    print(f"plan 1024 nodes + 100 CPU agents a node  median {a * 1000:7.1f} ms  "
-          f"(min {min(agents) * 1000:.1f}); ratio to without: {a / b:.2f}x (target <= 2x)")
-    print(f"reference loop (machine load) median {statistics.median(loop) * 1000:.1f} ms "
-          f"(min {min(loop) * 1000:.1f})")
+    print(
+        f"plan 1024 nodes + 100 CPU agents a node  median {a * 1000:7.1f} ms  "
+        f"(min {min(agents) * 1000:.1f}); ratio to without: {a / b:.2f}x (target <= 2x)"
+    )
+    print(
+        f"reference loop (machine load) median {statistics.median(loop) * 1000:.1f} ms "
+        f"(min {min(loop) * 1000:.1f})"
+    )
     console = Console(file=io.StringIO(), width=200, color_system=None)
     text = statistics.median(timed(lambda: console.print(render_gpu_map(p)), 5))
     svg = statistics.median(timed(lambda: render_svg(p), 5))
-    print(f"GPU map of 1024 nodes: terminal {text * 1000:.1f} ms, SVG {svg * 1000:.1f} ms "
-          f"({len(render_svg(p)) // 1024} KiB)")
+    print(
+        f"GPU map of 1024 nodes: terminal {text * 1000:.1f} ms, SVG {svg * 1000:.1f} ms "
+        f"({len(render_svg(p)) // 1024} KiB)"
+    )
     size = whole_plan_json(1024)
     whole = statistics.median(timed(lambda: whole_plan_json(1024), 3))
-    print(f"plan --json of 1024 nodes (compose, resolve, {len(p.components)} engines' command "
-          f"lines, JSON {size // 1024} KiB): {whole * 1000:.0f} ms (target <= 1 s)")
+    print(
+        f"plan --json of 1024 nodes (compose, resolve, {len(p.components)} engines' command "
+        f"lines, JSON {size // 1024} KiB): {whole * 1000:.0f} ms (target <= 1 s)"
+    )
 
 
 if __name__ == "__main__":

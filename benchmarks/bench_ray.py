@@ -16,6 +16,7 @@ Usage: python benchmarks/bench_ray.py [--repeat N]
 Uses the cluster RAY_ADDRESS and RAY_TMPDIR name (scripts/ray/start-ray-cluster.sh's env); else
 starts one with that script and stops it afterwards.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -74,10 +75,19 @@ def first_tagged_start(proc: subprocess.Popen, tag: str, within_s: float = 120) 
 
 # ----------------------------------------------------------------------------- 1. start
 def launch_argv(run_dir: Path, tag: str, trivial: Path, detach: bool) -> list[str]:
-    return [str(BIN / "areal-launch"), "launcher=ray", f"launcher.detach={str(detach).lower()}",
-            "rollout=none", "actor.backend=fsdp:d1", "cluster.device=cpu", "cluster.num_nodes=1",
-            "cluster.gpus_per_node=1", f"trainer.entry={trivial}", f"hydra.run.dir={run_dir}",
-            f"+launcher.env.BENCH_TAG={tag}"]
+    return [
+        str(BIN / "areal-launch"),
+        "launcher=ray",
+        f"launcher.detach={str(detach).lower()}",
+        "rollout=none",
+        "actor.backend=fsdp:d1",
+        "cluster.device=cpu",
+        "cluster.num_nodes=1",
+        "cluster.gpus_per_node=1",
+        f"trainer.entry={trivial}",
+        f"hydra.run.dir={run_dir}",
+        f"+launcher.env.BENCH_TAG={tag}",
+    ]
 
 
 BARE_DRIVER = """
@@ -90,7 +100,8 @@ pg = placement_group([{"CPU": 1}], strategy="STRICT_SPREAD")
 class Node:
     def run(self, argv, tag):
         return subprocess.run(argv, env={**os.environ, "BENCH_TAG": tag}).returncode
-node = Node.options(num_cpus=1, scheduling_strategy=PlacementGroupSchedulingStrategy(pg, 0)).remote()
+node = Node.options(num_cpus=1, scheduling_strategy=PlacementGroupSchedulingStrategy(pg,
+0)).remote()
 sys.exit(ray.get(node.run.remote([sys.executable, sys.argv[1]], sys.argv[2])))
 """
 
@@ -101,21 +112,37 @@ def bare_driver_argv(tag: str, trivial: Path) -> list[str]:
 
 
 def job_submit_argv(tag: str, trivial: Path) -> list[str]:
-    return [str(BIN / "ray"), "job", "submit", "--submission-id", f"bench-{tag}",
-            "--runtime-env-json", json.dumps({"env_vars": {"BENCH_TAG": tag}}), "--",
-            PY, str(trivial)]
+    return [
+        str(BIN / "ray"),
+        "job",
+        "submit",
+        "--submission-id",
+        f"bench-{tag}",
+        "--runtime-env-json",
+        json.dumps({"env_vars": {"BENCH_TAG": tag}}),
+        "--",
+        PY,
+        str(trivial),
+    ]
 
 
 MARKS = {"connected": "areal-launch: run ", "placed": "areal-launch: placed: "}
 
 
-def to_first_process(argv: list[str], tag: str, env: dict,
-                     marks: Optional[dict[str, list[float]]] = None) -> float:
+def to_first_process(
+    argv: list[str], tag: str, env: dict, marks: Optional[dict[str, list[float]]] = None
+) -> float:
     """Seconds from the command to the first process of the run. With `marks`, also when the
     attached driver said it was connected and placed (its stdout lines, as they arrive)."""
     begun = boot_clock()
-    proc = subprocess.Popen(argv, env=env, cwd=ROOT, stderr=subprocess.DEVNULL, text=True,
-                            stdout=subprocess.PIPE if marks is not None else subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        argv,
+        env=env,
+        cwd=ROOT,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        stdout=subprocess.PIPE if marks is not None else subprocess.DEVNULL,
+    )
     seen: dict[str, float] = {}
 
     def read() -> None:
@@ -124,6 +151,7 @@ def to_first_process(argv: list[str], tag: str, env: dict,
             for name, prefix in MARKS.items():
                 if line.startswith(prefix) and name not in seen:
                     seen[name] = boot_clock() - begun
+
     reader = threading.Thread(target=read, daemon=True)
     if marks is not None:
         reader.start()
@@ -141,13 +169,24 @@ def to_first_process(argv: list[str], tag: str, env: dict,
 # ----------------------------------------------------------------------------- 2. failure
 def failure_to_nothing_left(work: Path, env: dict) -> float:
     tag, stamp, run_dir = uuid.uuid4().hex, work / f"stamp-{uuid.uuid4().hex}", work / "fail"
-    argv = [str(BIN / "areal-launch"), "launcher=ray", "rollout=none", "actor.backend=fsdp:d2",
-            "cluster.device=cpu", "cluster.num_nodes=2", "cluster.gpus_per_node=1",
-            f"trainer.entry={TRAINER}", f"hydra.run.dir={run_dir}-{tag}",
-            "+launcher.env.FAIL_RANK=1", f"+launcher.env.FAIL_STAMP={stamp}",
-            f"+launcher.env.BENCH_TAG={tag}", "+launcher.env.OMP_NUM_THREADS=1"]
-    proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    argv = [
+        str(BIN / "areal-launch"),
+        "launcher=ray",
+        "rollout=none",
+        "actor.backend=fsdp:d2",
+        "cluster.device=cpu",
+        "cluster.num_nodes=2",
+        "cluster.gpus_per_node=1",
+        f"trainer.entry={TRAINER}",
+        f"hydra.run.dir={run_dir}-{tag}",
+        "+launcher.env.FAIL_RANK=1",
+        f"+launcher.env.FAIL_STAMP={stamp}",
+        f"+launcher.env.BENCH_TAG={tag}",
+        "+launcher.env.OMP_NUM_THREADS=1",
+    ]
+    proc = subprocess.Popen(
+        argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     while tagged(tag) or with_cmdline(f"{run_dir}-{tag}/request.json") or proc.poll() is None:
         time.sleep(0.01)
     gone = time.time()
@@ -201,11 +240,21 @@ def run_overhead(work: Path, env: dict) -> tuple[tuple, tuple]:
     tag, sleeper = uuid.uuid4().hex, work / "sleep.py"
     sleeper.write_text("import time\ntime.sleep(120)\n")
     run_dir = work / f"idle-{tag}"
-    argv = [str(BIN / "areal-launch"), "launcher=ray", "rollout=none", "actor.backend=fsdp:d2",
-            "cluster.device=cpu", "cluster.num_nodes=2", "cluster.gpus_per_node=1",
-            f"trainer.entry={sleeper}", f"hydra.run.dir={run_dir}", f"+launcher.env.BENCH_TAG={tag}"]
-    proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    argv = [
+        str(BIN / "areal-launch"),
+        "launcher=ray",
+        "rollout=none",
+        "actor.backend=fsdp:d2",
+        "cluster.device=cpu",
+        "cluster.num_nodes=2",
+        "cluster.gpus_per_node=1",
+        f"trainer.entry={sleeper}",
+        f"hydra.run.dir={run_dir}",
+        f"+launcher.env.BENCH_TAG={tag}",
+    ]
+    proc = subprocess.Popen(
+        argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         while len(tagged(tag)) < 4:  # torchrun and its worker on each node
             time.sleep(0.1)
@@ -223,8 +272,13 @@ def cluster() -> tuple[dict, Optional[Path]]:
     """The cluster's environment, and its state folder if this script started it."""
     if os.environ.get("RAY_ADDRESS") and os.environ.get("RAY_TMPDIR"):
         return {}, None
-    out = subprocess.run(["bash", str(SCRIPTS / "start-ray-cluster.sh")], capture_output=True,
-                         text=True, check=True, env={**os.environ, "RAY_BIN": str(BIN / "ray")})
+    out = subprocess.run(
+        ["bash", str(SCRIPTS / "start-ray-cluster.sh")],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "RAY_BIN": str(BIN / "ray")},
+    )
     env = dict(re.findall(r"export (\w+)=(\S+)", out.stdout))
     return env, Path(env["RAY_TMPDIR"])
 
@@ -250,45 +304,64 @@ def main() -> None:
             fails: list[float] = []
             for i in range(args.repeat):  # interleaved: load changes hit every kind alike
                 tag = uuid.uuid4().hex
-                ours.append(to_first_process(launch_argv(work / f"a{i}", tag, trivial, False),
-                                             tag, env, marks))
+                ours.append(
+                    to_first_process(
+                        launch_argv(work / f"a{i}", tag, trivial, False), tag, env, marks
+                    )
+                )
                 tag = uuid.uuid4().hex
                 submit.append(to_first_process(job_submit_argv(tag, trivial), tag, env))
                 tag = uuid.uuid4().hex
                 bare.append(to_first_process(bare_driver_argv(tag, trivial), tag, env))
                 tag = uuid.uuid4().hex
-                detached.append(to_first_process(launch_argv(work / f"d{i}", tag, trivial, True),
-                                                 tag, env))
+                detached.append(
+                    to_first_process(launch_argv(work / f"d{i}", tag, trivial, True), tag, env)
+                )
                 fails.append(failure_to_nothing_left(work, env))
             idle = idle_cost(cluster_pids(state_dir))
             actors, driver = run_overhead(work, env)
     finally:
         if started is not None:
-            subprocess.run(["bash", str(SCRIPTS / "stop-ray-cluster.sh"), str(started)],
-                           capture_output=True)
+            subprocess.run(
+                ["bash", str(SCRIPTS / "stop-ray-cluster.sh"), str(started)], capture_output=True
+            )
     med = statistics.median
     pairs = [a / b for a, b in zip(ours, submit)]
     print(f"repeat={args.repeat}, medians (min-max)")
-    for name, values in (("areal-launch launcher=ray (attached)", ours),
-                         ("ray job submit (same script)", submit),
-                         ("a bare Ray driver (ray.init, 1 bundle, 1 actor, Popen)", bare),
-                         ("areal-launch launcher.detach=true", detached)):
-        print(f"command -> first process: {name}: {med(values):.2f} s "
-              f"({min(values):.2f}-{max(values):.2f})")
+    for name, values in (
+        ("areal-launch launcher=ray (attached)", ours),
+        ("ray job submit (same script)", submit),
+        ("a bare Ray driver (ray.init, 1 bundle, 1 actor, Popen)", bare),
+        ("areal-launch launcher.detach=true", detached),
+    ):
+        print(
+            f"command -> first process: {name}: {med(values):.2f} s "
+            f"({min(values):.2f}-{max(values):.2f})"
+        )
     print(f"attached / ray job submit, run beside it: {med(pairs):.2f}x (goal <= 1.0x)")
     steps = [med(marks["connected"]), med(marks["placed"]), med(ours)]
-    print(f"attached, where the time goes (medians): command -> driver connected and plan "
-          f"checked {steps[0]:.2f} s (Hydra, plan, import ray, ray.init, the cluster's nodes); "
-          f"-> placed {steps[1] - steps[0]:.2f} s (placement group, node actors started); "
-          f"-> first process {steps[2] - steps[1]:.2f} s (node supervisor, keeper, Popen)")
-    print(f"rank failure -> nothing left on any node: {med(fails):.2f} s (max {max(fails):.2f};"
-          " goal <= 5 s)")
-    print("idle cluster (2 nodes, dashboard on): {} processes, PSS {:.0f} MiB, {:.1f} % of one "
-          "core".format(*idle))
-    print("a run's node actors (2) while it idles: {} processes, PSS {:.0f} MiB, {:.1f} % of one "
-          "core".format(*actors))
-    print("a run's driver (areal-launch, attached) while it idles: {} process, PSS {:.0f} MiB, "
-          "{:.1f} % of one core".format(*driver))
+    print(
+        f"attached, where the time goes (medians): command -> driver connected and plan "
+        f"checked {steps[0]:.2f} s (Hydra, plan, import ray, ray.init, the cluster's nodes); "
+        f"-> placed {steps[1] - steps[0]:.2f} s (placement group, node actors started); "
+        f"-> first process {steps[2] - steps[1]:.2f} s (node supervisor, keeper, Popen)"
+    )
+    print(
+        f"rank failure -> nothing left on any node: {med(fails):.2f} s (max {max(fails):.2f};"
+        " goal <= 5 s)"
+    )
+    print(
+        "idle cluster (2 nodes, dashboard on): {} processes, PSS {:.0f} MiB, {:.1f} % of one "
+        "core".format(*idle)
+    )
+    print(
+        "a run's node actors (2) while it idles: {} processes, PSS {:.0f} MiB, {:.1f} % of one "
+        "core".format(*actors)
+    )
+    print(
+        "a run's driver (areal-launch, attached) while it idles: {} process, PSS {:.0f} MiB, "
+        "{:.1f} % of one core".format(*driver)
+    )
 
 
 if __name__ == "__main__":

@@ -7,11 +7,13 @@ CLI with recipe.steps=6 and launcher.max_restarts=1. From that one run:
     again costs before any step: the server's start, the trainers' start, the first step);
   - one crash: a trainer rank SIGKILLed once its step-3 checkpoint exists, to the next step
     completed (the trainers restart and resume; the server keeps serving).
-Both end at a step's completion, read from the trainers' progress records (launcher.worker.progress);
+Both end at a step's completion, read from the trainers' progress records
+(launcher.worker.progress);
 the step's own duration is in both. --repeat N runs it N times and reports each.
 
 Usage: python benchmarks/bench_restart.py [--repeat N]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from launcher.worker import (
-    checkpoints,  # noqa: E402
+    checkpoints,
     progress,
 )
 
@@ -54,16 +56,20 @@ def wait(check, proc: subprocess.Popen, what: str) -> None:
 def once(work: Path) -> tuple[float, float]:
     run_dir = work / "run"
     begun = time.monotonic()
-    proc = subprocess.Popen([EXE, "recipe.steps=6", "launcher.max_restarts=1",
-                             f"hydra.run.dir={run_dir}"], cwd=ROOT,
-                            env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [EXE, "recipe.steps=6", "launcher.max_restarts=1", f"hydra.run.dir={run_dir}"],
+        cwd=ROOT,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     wait(lambda: step_done(run_dir) >= 1, proc, "the first step")
     full = time.monotonic() - begun
 
     def saved(k: int) -> bool:
         latest = checkpoints.latest(checkpoints.root(run_dir))
         return latest is not None and latest.step >= k
+
     wait(lambda: saved(3), proc, "the step-3 checkpoint")
     resumed = checkpoints.latest(checkpoints.root(run_dir))
     assert resumed is not None
@@ -71,9 +77,14 @@ def once(work: Path) -> tuple[float, float]:
     killed = time.monotonic()
     os.kill(victim, signal.SIGKILL)
     # the restarted trainers start at step 0 in their records, then resume past the checkpoint
-    wait(lambda: step_done(run_dir) > resumed.step and
-         all(r.restart >= 1 for r in progress.read_all(run_dir).values()), proc,
-         "the first step after the restart")
+    wait(
+        lambda: (
+            step_done(run_dir) > resumed.step
+            and all(r.restart >= 1 for r in progress.read_all(run_dir).values())
+        ),
+        proc,
+        "the first step after the restart",
+    )
     lost = time.monotonic() - killed
     if proc.wait(timeout=LIMIT_S) != 0:
         raise SystemExit(f"bench_restart: the run failed; see {run_dir}/logs")
@@ -84,8 +95,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=1)
     args = ap.parse_args()
-    print("| run | full relaunch (launch -> step 1) | one trainer crash (kill -> next step) "
-          "| ratio |")
+    print(
+        "| run | full relaunch (launch -> step 1) | one trainer crash (kill -> next step) | ratio |"
+    )
     print("|---|---:|---:|---:|")
     for n in range(args.repeat):
         with tempfile.TemporaryDirectory(prefix="bench-restart-") as work:

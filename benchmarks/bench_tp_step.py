@@ -3,7 +3,8 @@ fsdp:d2 against fsdp:d1t2, in one run (docs/benchmarks.md).
 
 Both layouts train the tiny Llama on the same global batch (`--batch` sequences of `--tokens`
 tokens: d2 gives each rank half, d1t2 gives both ranks all of it and splits every layer), built
-exactly as recipes/grpo/train.py builds it: the plan's mesh (launcher.worker.runtime), DTensor tensor
+exactly as recipes/grpo/train.py builds it: the plan's mesh (launcher.worker.runtime), DTensor
+tensor
 parallel over tp, FSDP2 over dp. A step is forward, GRPO loss, backward, gradient clipping and
 AdamW; the full-state gather a weight push starts with is timed too. Layouts alternate, so the
 machine's load weighs on both alike; medians over `--repeat` torchrun runs of `--steps` steps
@@ -11,6 +12,7 @@ each (the first step of a run, which warms up, is left out).
 
 Usage: python benchmarks/bench_tp_step.py [--repeat 3] [--steps 6]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,8 +44,11 @@ def plan_file(spec: str, folder: Path) -> Path:
     from launcher.planning.build import build_plan
 
     cfg = OmegaConf.structured(LaunchConfig)
-    for key, value in {"cluster.device": "cpu", "rollout.backend": None,
-                       "actor.backend": spec}.items():
+    for key, value in {
+        "cluster.device": "cpu",
+        "rollout.backend": None,
+        "actor.backend": spec,
+    }.items():
         OmegaConf.update(cfg, key, value, merge=False)
     path = folder / f"plan-{spec.replace(':', '-')}.json"
     path.write_text(json.dumps(build_plan(cfg, local_gpus=0).to_dict()))
@@ -73,9 +78,13 @@ def worker(args: argparse.Namespace) -> None:
     data = meshes.data_mesh(mesh)
     g = torch.Generator().manual_seed(0)
     vocab = model.config.vocab_size
-    seqs = [(torch.randint(4, vocab, (8,), generator=g).tolist(),
-             torch.randint(4, vocab, (args.tokens - 8,), generator=g).tolist())
-            for _ in range(args.batch)]
+    seqs = [
+        (
+            torch.randint(4, vocab, (8,), generator=g).tolist(),
+            torch.randint(4, vocab, (args.tokens - 8,), generator=g).tolist(),
+        )
+        for _ in range(args.batch)
+    ]
     adv_all = torch.randn(args.batch, generator=g)
     mine = list(range(data.get_local_rank(), args.batch, data.size()))
     step_s, gather_s = [], []
@@ -100,12 +109,32 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def one_run(spec: str, plan: Path, args: argparse.Namespace) -> dict:
-    env = dict(os.environ, AREAL_LAUNCH_PLAN=str(plan), AREAL_COMPONENT="actor",
-               OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-            "--master-addr", "127.0.0.1", "--master-port", str(free_port()), __file__,
-            "--worker", "--steps", str(args.steps), "--batch", str(args.batch),
-            "--tokens", str(args.tokens)]
+    env = dict(
+        os.environ,
+        AREAL_LAUNCH_PLAN=str(plan),
+        AREAL_COMPONENT="actor",
+        OMP_NUM_THREADS="1",
+        PYTHONPATH=str(ROOT),
+    )
+    argv = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(free_port()),
+        __file__,
+        "--worker",
+        "--steps",
+        str(args.steps),
+        "--batch",
+        str(args.batch),
+        "--tokens",
+        str(args.tokens),
+    ]
     out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
     if out.returncode != 0 or not lines:
@@ -135,12 +164,16 @@ def main() -> None:
                 step[spec] += result["step_s"]
                 gather[spec] += result["gather_s"]
     load = os.getloadavg()[0]
-    print(f"tiny Llama, global batch {args.batch} x {args.tokens} tokens, 2 ranks on gloo, "
-          f"{args.repeat} runs x {args.steps - 1} timed steps, load {load:.1f}")
+    print(
+        f"tiny Llama, global batch {args.batch} x {args.tokens} tokens, 2 ranks on gloo, "
+        f"{args.repeat} runs x {args.steps - 1} timed steps, load {load:.1f}"
+    )
     print(f"{'layout':<10} {'step (median)':>14} {'full-state gather':>18}")
     for spec in LAYOUTS:
-        print(f"{spec:<10} {statistics.median(step[spec]) * 1e3:>11.1f} ms "
-              f"{statistics.median(gather[spec]) * 1e3:>15.1f} ms")
+        print(
+            f"{spec:<10} {statistics.median(step[spec]) * 1e3:>11.1f} ms "
+            f"{statistics.median(gather[spec]) * 1e3:>15.1f} ms"
+        )
     a, b = (statistics.median(step[s]) for s in LAYOUTS)
     c, d = (statistics.median(gather[s]) for s in LAYOUTS)
     print(f"fsdp:d1t2 / fsdp:d2: step {b / a:.2f}x, gather {d / c:.2f}x")

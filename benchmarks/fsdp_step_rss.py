@@ -13,6 +13,7 @@ the same points come from the device: used memory (total - free, the CUDA contex
 for base and peak (the caching allocator keeps its peak reserved), torch's allocated bytes for
 the states between steps and the step's peak over its start.
 """
+
 import json
 import sys
 import threading
@@ -61,6 +62,7 @@ def main() -> None:
     cuda = spec.get("device") == "cuda"
     if cuda:
         import os
+
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -85,6 +87,7 @@ def main() -> None:
         fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
     import gc
+
     gc.collect()
     points["sharded"] = torch.cuda.memory_allocated() if cuda else rss()
     optim = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.0)
@@ -109,8 +112,13 @@ def main() -> None:
         gc.collect()
         if cuda:
             torch.cuda.synchronize()
-            steps.append({"start": start, "peak": torch.cuda.max_memory_allocated(),
-                          "end": torch.cuda.memory_allocated()})
+            steps.append(
+                {
+                    "start": start,
+                    "peak": torch.cuda.max_memory_allocated(),
+                    "end": torch.cuda.memory_allocated(),
+                }
+            )
         else:
             steps.append({"start": start, "peak": sampler.value, "end": rss()})
     if cuda:
@@ -118,8 +126,14 @@ def main() -> None:
     else:
         with open("/proc/self/status") as f:
             hwm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
-    result = {"rank": rank, "world": world, "points": points, "steps": steps, "hwm": hwm,
-              "params": sum(p.numel() for p in model.parameters())}
+    result = {
+        "rank": rank,
+        "world": world,
+        "points": points,
+        "steps": steps,
+        "hwm": hwm,
+        "params": sum(p.numel() for p in model.parameters()),
+    }
     (out / f"rank{rank}.json").write_text(json.dumps(result))
     dist.barrier()
     dist.destroy_process_group()

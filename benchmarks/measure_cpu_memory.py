@@ -1,4 +1,5 @@
-"""Measure the host memory of the default CPU run: the source of launcher/memory/capacity.py's constants.
+"""Measure the host memory of the default CPU run: the source of launcher/memory/capacity.py's
+constants.
 
 Runs `areal-launch recipe.steps=N` (vLLM CPU server + 2 FSDP2 ranks on gloo), samples the
 resident set (VmRSS) of every process it starts, and prints each process's peak with its role,
@@ -6,6 +7,7 @@ so the per-process overheads in launcher/memory/capacity.py can be checked again
 Not run by `make bench` (it starts a real vLLM server: about a minute on 2 cores).
     .venv/bin/python benchmarks/measure_cpu_memory.py [--steps 2]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -85,8 +87,11 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=2)
     steps = ap.parse_args().steps
     bin_dir = Path(sys.executable).parent
-    proc = subprocess.Popen([str(bin_dir / "areal-launch"), f"recipe.steps={steps}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [str(bin_dir / "areal-launch"), f"recipe.steps={steps}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     peak: dict[int, int] = {}
     cmds: dict[int, str] = {}
     roles: dict[int, str] = {}

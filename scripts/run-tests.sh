@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make test`: type checks and the import layers, then every test, on real parts. Starts the local Slurm test cluster
+# `make test`: type checks, ruff's lint and format, the import layers, then every test, on real parts. Starts the local Slurm test cluster
 # (two slurmd with 8 fake GPUs each on loopback) and stops it afterwards, by PID; the Ray tests
 # start their own two-node Ray cluster (tests/conftest.py `ray_cluster`) and stop it when done.
 # Two pytest workers (pytest-xdist, --dist loadgroup): the tests on the Slurm and Ray clusters
@@ -11,6 +11,11 @@ cd "$(dirname "$0")/.."
 BIN=.venv/bin
 echo "run-tests: mypy launcher/" >&2
 $BIN/mypy launcher || { echo "run-tests: mypy found type errors" >&2; exit 1; }
+echo "run-tests: ruff (lint, and the format at line length 100)" >&2
+RUFF_PATHS="launcher recipes tests scripts benchmarks hydra_plugins"
+$BIN/ruff check $RUFF_PATHS || { echo "run-tests: ruff check found problems" >&2; exit 1; }
+$BIN/ruff format --check $RUFF_PATHS || {
+  echo "run-tests: ruff format would change files (run: .venv/bin/ruff format $RUFF_PATHS)" >&2; exit 1; }
 echo "run-tests: lint-imports (the layers of docs/architecture.md)" >&2
 $BIN/lint-imports || { echo "run-tests: an import breaks the layers (pyproject.toml)" >&2; exit 1; }
 started_slurm=0

@@ -3,6 +3,7 @@
 The environment hides any GPU (CUDA_VISIBLE_DEVICES="") unless a test says otherwise, so plans
 come out the same on every machine.
 """
+
 from __future__ import annotations
 
 import os
@@ -15,11 +16,13 @@ ROOT = Path(__file__).resolve().parent.parent
 EXE = str(Path(sys.executable).parent / "areal-launch")
 
 
-def run(*args: str, env: Optional[dict] = None, cwd: Optional[Path] = None,
-        timeout: float = 120) -> subprocess.CompletedProcess:
+def run(
+    *args: str, env: Optional[dict] = None, cwd: Optional[Path] = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", **(env or {})}
-    return subprocess.run([EXE, *args], capture_output=True, text=True, env=full_env,
-                          cwd=cwd or ROOT, timeout=timeout)
+    return subprocess.run(
+        [EXE, *args], capture_output=True, text=True, env=full_env, cwd=cwd or ROOT, timeout=timeout
+    )
 
 
 def one_error_line(out: subprocess.CompletedProcess) -> str:

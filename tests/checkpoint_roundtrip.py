@@ -1,7 +1,8 @@
 """A torchrun worker: the recipe's checkpoint written and read back on a real FSDP2 model (gloo).
 
     AREAL_LAUNCH_PLAN=plan.json AREAL_RUN_DIR=RUN \\
-        python -m torch.distributed.run --nproc-per-node 2 tests/checkpoint_roundtrip.py save|load OUT
+        python -m torch.distributed.run --nproc-per-node 2 tests/checkpoint_roundtrip.py save|load
+        OUT
 
 save: the recipe's actor (recipes/grpo/train.py load_model on the plan's mesh) and AdamW take
 two steps on random tokens, each rank's RNGs are seeded apart, and recipes/grpo/resume.save
@@ -11,6 +12,7 @@ RNG after the save.
 load: a fresh actor and optimizer (other seeds); OUT/load-<rank>.json the same digests before
 and after recipes/grpo/resume.load, the draws after it, and the step it loaded.
 """
+
 import hashlib
 import json
 import random
@@ -32,8 +34,9 @@ from recipes.grpo.train import FSDPEngine, load_model  # noqa: E402
 
 def digest(t: torch.Tensor) -> str:
     local = t.to_local() if isinstance(t, DTensor) else t
-    return hashlib.sha256(local.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
-                          .tobytes()).hexdigest()
+    return hashlib.sha256(
+        local.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+    ).hexdigest()
 
 
 def held(engine: FSDPEngine) -> dict[str, str]:
@@ -47,8 +50,11 @@ def held(engine: FSDPEngine) -> dict[str, str]:
 
 
 def draws() -> dict:
-    return {"torch": torch.rand(3).tolist(), "python": random.random(),
-            "numpy": float(numpy.random.rand())}
+    return {
+        "torch": torch.rand(3).tolist(),
+        "python": random.random(),
+        "numpy": float(numpy.random.rand()),
+    }
 
 
 def main() -> None:
@@ -80,8 +86,12 @@ def main() -> None:
         numpy.random.seed(5)
         before = held(engine)
         found = resume.load(rt, engine)
-        record = {"step": found.step if found else None, "before": before,
-                  "held": held(engine), "draws": draws()}
+        record = {
+            "step": found.step if found else None,
+            "before": before,
+            "held": held(engine),
+            "draws": draws(),
+        }
     (out / f"{mode}-{rank}.json").write_text(json.dumps(record, indent=1))
     dist.barrier()
     dist.destroy_process_group()

@@ -1,4 +1,5 @@
 """Shared fixtures. Each block is self-contained; add new ones as their own block."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -20,12 +21,15 @@ def pytest_itemcollected(item):
     worker would start that run again. The rest spread over both workers. (Marked as each
     test is collected: xdist reads the groups before other collection hooks run.)"""
     names = set(getattr(item, "fixturenames", ()))
-    if {"ray_cluster", "slurm_cluster"} & names or \
-            item.get_closest_marker("ray") or item.get_closest_marker("slurm"):
+    if (
+        {"ray_cluster", "slurm_cluster"} & names
+        or item.get_closest_marker("ray")
+        or item.get_closest_marker("slurm")
+    ):
         item.add_marker(pytest.mark.xdist_group("clusters"))
         return
     info = getattr(item, "_fixtureinfo", None)
-    for defs in (info.name2fixturedefs.values() if info else ()):
+    for defs in info.name2fixturedefs.values() if info else ():
         if defs and defs[-1].scope == "module":
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
             return
@@ -40,8 +44,9 @@ def _slurm_nodes_idle() -> list[str]:
     if shutil.which("sinfo") is None:
         return []
     try:
-        out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True,
-                             text=True, timeout=10)
+        out = subprocess.run(
+            ["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True, text=True, timeout=10
+        )
     except subprocess.TimeoutExpired:
         return []
     rows = [ln.split() for ln in out.stdout.splitlines() if len(ln.split()) == 2]
@@ -80,8 +85,11 @@ ENV_RAY_CLUSTER = "AREAL_RAY_CLUSTER"  # a running cluster's state folder, to re
 def _ray_env(state_dir: str) -> dict[str, str]:
     """RAY_ADDRESS, RAY_API_SERVER_ADDRESS, RAY_TMPDIR of a cluster, from its DIR/env."""
     text = (Path(state_dir) / "env").read_text()
-    return dict(line.split(" ", 1)[1].split("=", 1) for line in text.splitlines()
-                if line.startswith("export "))
+    return dict(
+        line.split(" ", 1)[1].split("=", 1)
+        for line in text.splitlines()
+        if line.startswith("export ")
+    )
 
 
 @pytest.fixture(scope="module")
@@ -99,9 +107,13 @@ def ray_cluster():
     if given:
         yield _ray_env(given)
         return
-    out = subprocess.run(["bash", str(RAY_SCRIPTS / "start-ray-cluster.sh")],
-                         capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "RAY_BIN": str(Path(sys.executable).parent / "ray")})
+    out = subprocess.run(
+        ["bash", str(RAY_SCRIPTS / "start-ray-cluster.sh")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "RAY_BIN": str(Path(sys.executable).parent / "ray")},
+    )
     assert out.returncode == 0, out.stderr
     state_dir = out.stdout.split("state in ", 1)[1].split()[0]
     try:
@@ -116,7 +128,9 @@ def tiny_model() -> str:
     from launcher.worker.tiny_model import MARKER, default_path
 
     if not (default_path() / MARKER).exists():
-        subprocess.run([sys.executable, "-m", "launcher.worker.tiny_model"], check=True, timeout=300)
+        subprocess.run(
+            [sys.executable, "-m", "launcher.worker.tiny_model"], check=True, timeout=300
+        )
     return str(default_path())
 
 

@@ -5,6 +5,7 @@ the trainer's process tree and session, keeping its environment), writes its pid
 <run folder>/escapee.pid and sleeps; then exits 1. Start 1: reads that pid, waits up to 3 s for
 it to be gone, and writes "gone" or "alive" to <run folder>/escapee.state; exits 0.
 """
+
 import os
 import sys
 import time

@@ -3,6 +3,7 @@
 It listens like a real rollout server but answers 503 on every path, forever, so the launcher's
 health deadline is what ends the run. Usage: python tests/fake_server.py PORT
 """
+
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 

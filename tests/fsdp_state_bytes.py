@@ -6,6 +6,7 @@ layer then the whole model on a 1-D CPU mesh), takes one AdamW step, and writes
 moment tensors (exp_avg, exp_avg_sq), plus the per-tensor `step` counters apart.
     python -m torch.distributed.run --nproc-per-node 2 tests/fsdp_state_bytes.py MODEL OUT
 """
+
 import json
 import sys
 from pathlib import Path
@@ -48,10 +49,14 @@ def main() -> None:
                 steps += local_bytes(value)
             else:
                 moments += local_bytes(value)
-    result = {"rank": rank, "world": world,
-              "params": sum(local_bytes(p) for p in model.parameters()),
-              "grads": sum(local_bytes(p.grad) for p in model.parameters() if p.grad is not None),
-              "optimizer": moments, "step_counters": steps}
+    result = {
+        "rank": rank,
+        "world": world,
+        "params": sum(local_bytes(p) for p in model.parameters()),
+        "grads": sum(local_bytes(p.grad) for p in model.parameters() if p.grad is not None),
+        "optimizer": moments,
+        "step_counters": steps,
+    }
     (out / f"rank{rank}.json").write_text(json.dumps(result))
     dist.barrier()
     dist.destroy_process_group()

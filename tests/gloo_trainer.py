@@ -5,6 +5,7 @@ the first server's /health (trainers wait for servers themselves) and GETs /v1/m
 FAIL_RANK=k makes rank k raise (after writing time.time() to FAIL_STAMP if set); HOLD_S=n keeps
 every rank alive n seconds after it printed "holding".
 """
+
 import json
 import os
 import time

@@ -1,5 +1,6 @@
 """A trainer entry point for the hang watchdog's tests (and the stack-dump test): every rank
-heartbeats its steps through the runtime (launcher.worker.runtime heartbeat: progress/<job>.<rank>.json,
+heartbeats its steps through the runtime (launcher.worker.runtime heartbeat:
+progress/<job>.<rank>.json,
 SIGUSR2 dumps its stacks into its log) and all-reduces once per step on gloo.
 
     areal-launch rollout=none trainer.entry=tests/hang_trainer.py +launcher.env.HANG_AT_STEP=3
@@ -11,6 +12,7 @@ Environment:
                     forever inside `hang_inside_step` (its stack says so); the other ranks
                     heartbeat step k too and block in that step's all_reduce
 """
+
 import os
 import sys
 import time

@@ -9,8 +9,10 @@ its keeper and supervisor from it (the Ray runner's driver is this process, atta
 SPECS_JSON holds a list of ProcessSpec dicts; "{port0}", "{port1}", ... in argv, env values and
 health_url become ports taken from a PortReserver, printed first as "ports: a b ...".
 --areal-root: the run is of an entry that is not ours, with AReaL's folders under DIR (files/,
-names/, trial exp/trial). Exits with the run's exit code; the run's status/all.json says how it ended.
+names/, trial exp/trial). Exits with the run's exit code; the run's status/all.json says how it
+ended.
 """
+
 import argparse
 import dataclasses
 import json
@@ -59,22 +61,38 @@ def main() -> int:
     with PortReserver(base_port=args.base_port) as reserver:
         ports = [reserver.take() for _ in range(args.ports)]
         print("ports:", *ports, flush=True)
-        specs = [ProcessSpec.from_dict(fill(d, ports))
-                 for d in json.loads(Path(args.specs).read_text())]
+        specs = [
+            ProcessSpec.from_dict(fill(d, ports)) for d in json.loads(Path(args.specs).read_text())
+        ]
         run_dir = make_run_dir(Path(args.run_dir))
-        request = request_for(run_dir, specs, num_nodes=args.num_nodes, device=args.device,
-                              grace=args.grace, health=args.health_timeout,
-                              console=args.console)
+        request = request_for(
+            run_dir,
+            specs,
+            num_nodes=args.num_nodes,
+            device=args.device,
+            grace=args.grace,
+            health=args.health_timeout,
+            console=args.console,
+        )
         if args.areal_root:
-            request = dataclasses.replace(request, areal=ArealFolders(
-                f"{args.areal_root}/files", f"{args.areal_root}/names", "exp/trial"))
+            request = dataclasses.replace(
+                request,
+                areal=ArealFolders(
+                    f"{args.areal_root}/files", f"{args.areal_root}/names", "exp/trial"
+                ),
+            )
         write_plan(request)
         if args.runner == "local":
             return local.Runner(local.Config(grace_period_s=args.grace)).run(request)
         from launcher.runners import ray
 
-        runner = ray.Runner(ray.Config(grace_period_s=args.grace, detach=args.detach,
-                                       placement_timeout_s=args.placement_timeout))
+        runner = ray.Runner(
+            ray.Config(
+                grace_period_s=args.grace,
+                detach=args.detach,
+                placement_timeout_s=args.placement_timeout,
+            )
+        )
         runner.check(request)  # as a launch does: the plan must fit the cluster
         return runner.run(request)
 

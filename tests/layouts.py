@@ -5,6 +5,7 @@ gpus_per_node), world sizes are whole blocks, and explicit placements are unions
 a layout either fits or fails only for lack of GPUs (`Layout.fits` says which), except rollout
 instances that fill whole nodes, which are drawn only for default placements.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,14 +32,20 @@ class Layout:
     def fits(self) -> bool:
         """Whether the default engines find enough free GPUs (the only way these can fail)."""
         taken = {g for s in self.explicit.values() for g in s}
-        need = sum(a.world_size for n, a in self.allocs.items()
-                   if n not in self.explicit and not self.shares_actor(n))
+        need = sum(
+            a.world_size
+            for n, a in self.allocs.items()
+            if n not in self.explicit and not self.shares_actor(n)
+        )
         return need <= self.cluster.total_gpus - len(taken)
 
     def shares_actor(self, name: str) -> bool:
-        return (name in ("critic", "ref", "teacher") and name not in self.explicit
-                and "actor" in self.allocs
-                and self.allocs[name].world_size == self.allocs["actor"].world_size)
+        return (
+            name in ("critic", "ref", "teacher")
+            and name not in self.explicit
+            and "actor" in self.allocs
+            and self.allocs[name].world_size == self.allocs["actor"].world_size
+        )
 
 
 def _split(draw, n: int, parts: int) -> list[int]:
@@ -66,13 +73,15 @@ def layouts(draw, max_nodes: int = 4) -> Layout:
         span = gpn * draw(st.integers(1, cluster.num_nodes - (not overcommit)))
         t, p = _split(draw, span, 2)
         dp = draw(st.integers(1, (cluster.total_gpus - (not overcommit) * unit) // span))
-        allocs["rollout"] = ModelAllocation(draw(st.sampled_from(["sglang", "vllm"])),
-                                            dp=dp, tp=t, pp=p)
+        allocs["rollout"] = ModelAllocation(
+            draw(st.sampled_from(["sglang", "vllm"])), dp=dp, tp=t, pp=p
+        )
     else:
         t, p = _split(draw, draw(st.sampled_from([d for d in (1, 2, 4, 8) if d <= unit])), 2)
         size = draw(st.integers(1, blocks if overcommit else max(1, blocks - 1))) * unit
-        allocs["rollout"] = ModelAllocation(draw(st.sampled_from(["sglang", "vllm"])),
-                                            dp=size // (t * p), tp=t, pp=p)
+        allocs["rollout"] = ModelAllocation(
+            draw(st.sampled_from(["sglang", "vllm"])), dp=size // (t * p), tp=t, pp=p
+        )
     left -= allocs["rollout"].world_size // unit
     for name in TRAINERS:
         if name != "actor" and not draw(st.booleans()):
@@ -95,15 +104,27 @@ def layouts(draw, max_nodes: int = 4) -> Layout:
         for name, alloc in allocs.items():
             if alloc.world_size > cluster.total_gpus or not draw(st.booleans()):
                 continue
-            picked = sorted(draw(st.lists(st.integers(0, blocks - 1), unique=True,
-                                          min_size=alloc.world_size // unit,
-                                          max_size=alloc.world_size // unit)))
+            picked = sorted(
+                draw(
+                    st.lists(
+                        st.integers(0, blocks - 1),
+                        unique=True,
+                        min_size=alloc.world_size // unit,
+                        max_size=alloc.world_size // unit,
+                    )
+                )
+            )
             explicit[name] = tuple(g for b in picked for g in range(b * unit, (b + 1) * unit))
         for name, gpus in explicit.items():
             text = ",".join(str(g) for g in gpus)
             if draw(st.booleans()):  # write it as a range where it is one
-                text = ("all" if len(gpus) == cluster.total_gpus else
-                        f"{gpus[0]}-{gpus[-1]}" if gpus[-1] - gpus[0] + 1 == len(gpus) else text)
+                text = (
+                    "all"
+                    if len(gpus) == cluster.total_gpus
+                    else f"{gpus[0]}-{gpus[-1]}"
+                    if gpus[-1] - gpus[0] + 1 == len(gpus)
+                    else text
+                )
             placement[name] = text
         # engines with the same GPUs may be written as one key ("actor,ref")
         if draw(st.booleans()):
@@ -117,13 +138,19 @@ def layouts(draw, max_nodes: int = 4) -> Layout:
 def plan_of(layout: Layout, offload: dict[str, bool] | None = None) -> Plan:
     """Place, map ranks and weight sync, as launcher.planning.build does."""
     placed = place(layout.allocs, layout.cluster, layout.placement, offload)
-    components = {name: component_plan(name, alloc, placed.gpus[name], layout.cluster)
-                  for name, alloc in layout.allocs.items()}
+    components = {
+        name: component_plan(name, alloc, placed.gpus[name], layout.cluster)
+        for name, alloc in layout.allocs.items()
+    }
     syncs = (weight_sync(components["actor"], components["rollout"], layout.cluster),)
     return Plan(layout.cluster, placed.mode, components, syncs, warnings=placed.warnings)
 
 
-def build(allocs: dict[str, ModelAllocation], cluster: ClusterSpec,
-          placement: dict[str, str] | None = None, offload: dict[str, bool] | None = None) -> Plan:
+def build(
+    allocs: dict[str, ModelAllocation],
+    cluster: ClusterSpec,
+    placement: dict[str, str] | None = None,
+    offload: dict[str, bool] | None = None,
+) -> Plan:
     """A plan from plain values (no config), for examples."""
     return plan_of(Layout(cluster, allocs, placement or {}, {}), offload)

@@ -1,4 +1,5 @@
 """Building memory inputs for tests: engines on explicit GPU lists, without a Hydra config."""
+
 from __future__ import annotations
 
 from typing import Iterable, Optional, Union
@@ -9,14 +10,20 @@ from launcher.spec.alloc import parse_backend
 from launcher.spec.plan import ComponentPlan
 
 
-def component(name: str, spec: str, gpus: Iterable[int],
-              inherited_from: Optional[str] = None) -> ComponentPlan:
+def component(
+    name: str, spec: str, gpus: Iterable[int], inherited_from: Optional[str] = None
+) -> ComponentPlan:
     """A ComponentPlan with only what memory reads: the allocation and the global GPUs."""
     return ComponentPlan(name, parse_backend(spec), inherited_from, tuple(gpus))
 
 
-def engine(name: str, spec: str, gpus: Iterable[int], shape: Optional[ModelShape],
-           options: Union[TrainOptions, InferenceOptions, None] = None) -> EngineInput:
+def engine(
+    name: str,
+    spec: str,
+    gpus: Iterable[int],
+    shape: Optional[ModelShape],
+    options: Union[TrainOptions, InferenceOptions, None] = None,
+) -> EngineInput:
     return EngineInput(component(name, spec, gpus), shape, options)
 
 
@@ -36,7 +43,9 @@ def apply_override(engines: list[EngineInput], text: str) -> list[EngineInput]:
         name, _, rest = key.partition(".")
         backend = next(e for e in out if e.name == name).component.backend
         knobs = {pattern.format(e=name): k for k, pattern in KNOBS.items()}
-        knobs.update({f"{name}.{backend}.{option}": k for k, option in memory_keys(backend).items()})
+        knobs.update(
+            {f"{name}.{backend}.{option}": k for k, option in memory_keys(backend).items()}
+        )
         knob = knobs[key]
         field = knob.split(".")[0]
         parsed: object = {"true": True, "false": False}.get(value, value)

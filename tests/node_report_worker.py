@@ -8,6 +8,7 @@ Ray node it runs under (the --node-ip-address of the raylet above it), CUDA_VISI
 GET /health on AREAL_WORKER_HOST:AREAL_WORKER_PORT (the supervisor's probe) until SIGTERM.
 Stdlib only: a node group's own interpreter may have nothing else.
 """
+
 import http.server
 import json
 import os
@@ -57,16 +58,22 @@ class Health(http.server.BaseHTTPRequestHandler):
 def main() -> int:
     env = os.environ
     name = f"{env['AREAL_COMPONENT']}-{env['AREAL_WORKER_INDEX']}"
-    report = {"host": socket.gethostname(), "slurm_node": env.get("SLURMD_NODENAME"),
-              "ray_node_ip": ray_node_ip(), "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
-              "python": sys.executable, "index": int(env["AREAL_WORKER_INDEX"]),
-              "group_env": {k: v for k, v in env.items() if k.startswith("GROUP_")}}
+    report = {
+        "host": socket.gethostname(),
+        "slurm_node": env.get("SLURMD_NODENAME"),
+        "ray_node_ip": ray_node_ip(),
+        "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
+        "python": sys.executable,
+        "index": int(env["AREAL_WORKER_INDEX"]),
+        "group_env": {k: v for k, v in env.items() if k.startswith("GROUP_")},
+    }
     folder = Path(env["AREAL_RUN_DIR"]) / "node-report"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{name}.json").write_text(json.dumps(report))
     print(f"{name}: {json.dumps(report)}", flush=True)
-    server = http.server.HTTPServer((env.get("AREAL_WORKER_HOST", "0.0.0.0"),
-                                     int(env["AREAL_WORKER_PORT"])), Health)
+    server = http.server.HTTPServer(
+        (env.get("AREAL_WORKER_HOST", "0.0.0.0"), int(env["AREAL_WORKER_PORT"])), Health
+    )
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     server.serve_forever()
     return 0

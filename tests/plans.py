@@ -1,4 +1,5 @@
 """Real plans from plain values, for tests of what entry points read from them (no CLI)."""
+
 from __future__ import annotations
 
 from typing import Any

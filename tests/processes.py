@@ -1,4 +1,5 @@
 """Finding a run's processes from the outside, independently of the launcher's own bookkeeping."""
+
 from __future__ import annotations
 
 import os
@@ -12,12 +13,15 @@ def survivors(tag: str, folder: Path) -> list[int]:
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if int(pid) == os.getpid() or \
-                    Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            if (
+                int(pid) == os.getpid()
+                or Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+            ):
                 continue
             if needle in b"\0" + Path(f"/proc/{pid}/environ").read_bytes() + b"\0" or any(
-                    os.readlink(f"/proc/{pid}/fd/{fd}").startswith(inside)
-                    for fd in os.listdir(f"/proc/{pid}/fd")):
+                os.readlink(f"/proc/{pid}/fd/{fd}").startswith(inside)
+                for fd in os.listdir(f"/proc/{pid}/fd")
+            ):
                 found.append(int(pid))
         except OSError:
             continue

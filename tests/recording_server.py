@@ -5,6 +5,7 @@ no CPU build here), so what these tests can check is the calls a real engine wou
 their order: each request is appended to a shared journal as (server address, METHOD path)
 and answered with the smallest JSON the recipe's client accepts. It does no inference.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,9 +14,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 ANSWERS: dict[str, Any] = {  # path (query dropped) -> body; anything else: {}
-    "/v1/completions": {"choices": [{"index": 0, "text": " one two", "token_ids": [5, 6],
-                                     "prompt_token_ids": [1, 4],
-                                     "logprobs": {"token_logprobs": [-0.1, -0.2]}}]},
+    "/v1/completions": {
+        "choices": [
+            {
+                "index": 0,
+                "text": " one two",
+                "token_ids": [5, 6],
+                "prompt_token_ids": [1, 4],
+                "logprobs": {"token_logprobs": [-0.1, -0.2]},
+            }
+        ]
+    },
     "/update_weights_from_disk": {"success": True},
     "/weight_info": {"weight_version": None},
 }

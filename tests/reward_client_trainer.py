@@ -1,5 +1,6 @@
 """A trainer entry for tests of node groups: asks every reward worker's /health (from
 AREAL_REWARD_ADDRS, where the launcher says they answer) and exits 0 when all answer 200."""
+
 import os
 import sys
 import urllib.request

@@ -9,6 +9,7 @@ torchrun ranks; SILENT_MODE says how they go wrong:
 
 Each prints `<what> at <time.time()>` when it goes wrong, for the tests' clocks.
 """
+
 import os
 import sys
 import threading

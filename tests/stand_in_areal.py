@@ -9,6 +9,7 @@ Every process the stand-in's interpreter runs inside a launcher run (one with $A
 servers, torchrun and its ranks, workers, whatever they spawn) also writes
 `<run folder>/python-seen/<pid>.json` at start-up (a .pth hook, `python_seen`), so the runs on
 Slurm and Ray can show which of their processes ran under it (`seen_by`)."""
+
 from __future__ import annotations
 
 import json
@@ -119,8 +120,9 @@ class StandIn:
 def make(where: Path) -> StandIn:
     """The venv, its package and the entry script under `where`."""
     venv = where / "areal-venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
-                   timeout=60)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60
+    )
     packages = next((venv / "lib").glob("python3*/site-packages"))
     (packages / "launcher-venv.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     (packages / "python_seen.py").write_text(textwrap.dedent(SEEN))
@@ -142,20 +144,29 @@ def seen_by(run_dir: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted((run_dir / SEEN_FOLDER).glob("*.json"))]
 
 
-def assert_ran_under(stand_in: StandIn, seen: list[dict], ranks: int = 2,
-                     server_module: str = "", also: frozenset[str] = frozenset()) -> None:
+def assert_ran_under(
+    stand_in: StandIn,
+    seen: list[dict],
+    ranks: int = 2,
+    server_module: str = "",
+    also: frozenset[str] = frozenset(),
+) -> None:
     """`seen` (seen_by of a run) shows the actor's torchrun and its `ranks` ranks under the
     stand-in's interpreter, and the rollout server running `server_module` under it too ("":
     the server ran under another one), and nothing of any other component but `also`."""
     assert seen, "no process of the run ran under the stand-in's interpreter"
     assert {(s["executable"], s["prefix"]) for s in seen} == {
-        (str(stand_in.python), str(stand_in.venv))}
+        (str(stand_in.python), str(stand_in.venv))
+    }
     actor = [s for s in seen if "actor" in (s["component"] or "").split(",")]
     assert any("torch.distributed.run" in s["orig_argv"] for s in actor), actor
-    assert sorted({s["rank"] for s in actor if s["rank"] is not None}) == \
-        [str(r) for r in range(ranks)], actor
+    assert sorted({s["rank"] for s in actor if s["rank"] is not None}) == [
+        str(r) for r in range(ranks)
+    ], actor
     if server_module:
-        assert any(s["component"] == "rollout" and server_module in s["orig_argv"]
-                   for s in seen), seen
+        assert any(s["component"] == "rollout" and server_module in s["orig_argv"] for s in seen), (
+            seen
+        )
     assert {s["component"] for s in seen} == {"actor", "rollout"} - (
-        set() if server_module else {"rollout"}) | also, seen
+        set() if server_module else {"rollout"}
+    ) | also, seen

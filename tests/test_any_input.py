@@ -6,6 +6,7 @@ every key a plan accepted is in the composed config (none dropped on the way).
 In-process (Hydra opened once), 190 examples in about 30 s of CPU; the subprocess
 behaviour of the same promise is tests/test_bad_input.py's.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -22,42 +23,113 @@ from launcher.cli.main import main
 from launcher.spec.plan import ENGINES
 
 BACKENDS = ("vllm", "sglang", "fsdp", "megatron", "archon", "nope", "")
-ENGINE_KEYS = ("backend", "dtype", "offload", "offload.weight", "gradient_checkpointing",
-               "mb_spec.max_tokens_per_mb", "extra_args", "health_timeout_s", "backnd",
-               "fsdp.foo", "vllm.max_num_seqs", "tensor_parallel_size")
-TOP_KEYS = ("cluster.num_nodes", "cluster.gpus_per_node", "cluster.device", "cluster.gpu_type",
-            "cluster.gpu_memory_gib", "recipe.steps", "recipe.lr", "experiment_name",
-            "trial_name", "model_path", "allocation_mode", "launcher.base_port",
-            "launcher.grace_period_s", "launcher.health_timeout_s", "seed", "total_train_epochs",
-            "trainer.entry", "launcher.time_limit", "launcher.mem_per_gpu", "launcher.cpus_per_gpu",
-            "hydra.run.dir")
-GROUPS = {"rollout": ("vllm", "sglang", "none", "nope"), "actor": ("fsdp", "megatron", "none"),
-          "critic": ("fsdp", "inherit", "none", "archon"), "ref": ("fsdp", "inherit"),
-          "teacher": ("megatron",), "cluster": ("gpu8", "local", "nope"),
-          "launcher": ("local", "slurm", "ray"), "recipe": ("grpo", "custom"),
-          "experiment": ("gpu1x8_collocated_sglang_fsdp", "gpu2x8_megatron", "nope")}
+ENGINE_KEYS = (
+    "backend",
+    "dtype",
+    "offload",
+    "offload.weight",
+    "gradient_checkpointing",
+    "mb_spec.max_tokens_per_mb",
+    "extra_args",
+    "health_timeout_s",
+    "backnd",
+    "fsdp.foo",
+    "vllm.max_num_seqs",
+    "tensor_parallel_size",
+)
+TOP_KEYS = (
+    "cluster.num_nodes",
+    "cluster.gpus_per_node",
+    "cluster.device",
+    "cluster.gpu_type",
+    "cluster.gpu_memory_gib",
+    "recipe.steps",
+    "recipe.lr",
+    "experiment_name",
+    "trial_name",
+    "model_path",
+    "allocation_mode",
+    "launcher.base_port",
+    "launcher.grace_period_s",
+    "launcher.health_timeout_s",
+    "seed",
+    "total_train_epochs",
+    "trainer.entry",
+    "launcher.time_limit",
+    "launcher.mem_per_gpu",
+    "launcher.cpus_per_gpu",
+    "hydra.run.dir",
+)
+GROUPS = {
+    "rollout": ("vllm", "sglang", "none", "nope"),
+    "actor": ("fsdp", "megatron", "none"),
+    "critic": ("fsdp", "inherit", "none", "archon"),
+    "ref": ("fsdp", "inherit"),
+    "teacher": ("megatron",),
+    "cluster": ("gpu8", "local", "nope"),
+    "launcher": ("local", "slurm", "ray"),
+    "recipe": ("grpo", "custom"),
+    "experiment": ("gpu1x8_collocated_sglang_fsdp", "gpu2x8_megatron", "nope"),
+}
 
-sizes = st.one_of(st.integers(-3, 70), st.sampled_from([0, 10**6, 10**12, 2**63]),
-                  st.integers(-10**30, 10**30))
-numbers = st.one_of(sizes, st.floats(allow_nan=True, allow_infinity=True),
-                    st.sampled_from(["nan", "inf", "-inf", "1e-6", "1e400"]))
-dims = st.lists(st.tuples(st.sampled_from("dtpcex"), st.one_of(st.integers(0, 70),
-                                                             st.sampled_from([10**9]))),
-                max_size=4).map(lambda ds: "".join(f"{a}{n}" for a, n in ds))
+sizes = st.one_of(
+    st.integers(-3, 70), st.sampled_from([0, 10**6, 10**12, 2**63]), st.integers(-(10**30), 10**30)
+)
+numbers = st.one_of(
+    sizes,
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from(["nan", "inf", "-inf", "1e-6", "1e400"]),
+)
+dims = st.lists(
+    st.tuples(st.sampled_from("dtpcex"), st.one_of(st.integers(0, 70), st.sampled_from([10**9]))),
+    max_size=4,
+).map(lambda ds: "".join(f"{a}{n}" for a, n in ds))
 backend_texts = st.one_of(
-    st.tuples(st.sampled_from(BACKENDS), dims).map(lambda bd: f"{bd[0]}:{bd[1]}" if bd[0] else bd[1]),
-    st.sampled_from(["megatron:(attn:d2p2t2c1|ffn:d2p2t2e2)", "fsdp", "vllm", "sglang:d4+fsdp:d4",
-                     "fsdp[actor]:d2", "d4", "'fsdp:d2'", ""]),
-    st.tuples(st.sampled_from(BACKENDS), st.sampled_from(["+", "|", "+d4", "+fsdp:d2"]), dims)
-    .map(lambda t: f"{t[0]}:d2{t[1]}{t[2]}"))
+    st.tuples(st.sampled_from(BACKENDS), dims).map(
+        lambda bd: f"{bd[0]}:{bd[1]}" if bd[0] else bd[1]
+    ),
+    st.sampled_from(
+        [
+            "megatron:(attn:d2p2t2c1|ffn:d2p2t2e2)",
+            "fsdp",
+            "vllm",
+            "sglang:d4+fsdp:d4",
+            "fsdp[actor]:d2",
+            "d4",
+            "'fsdp:d2'",
+            "",
+        ]
+    ),
+    st.tuples(st.sampled_from(BACKENDS), st.sampled_from(["+", "|", "+d4", "+fsdp:d2"]), dims).map(
+        lambda t: f"{t[0]}:d2{t[1]}{t[2]}"
+    ),
+)
 placements = st.one_of(
     st.sampled_from(["all", "0", "0-3", "3-0", "'0-2,5,7'", "-1", "0-99999999999", "x", ""]),
-    st.tuples(st.integers(0, 20), st.integers(0, 20)).map(lambda ab: f"{ab[0]}-{ab[1]}"))
+    st.tuples(st.integers(0, 20), st.integers(0, 20)).map(lambda ab: f"{ab[0]}-{ab[1]}"),
+)
 texts = st.one_of(
     st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12),
-    st.sampled_from(["${oc.env:NOPE_AREAL}", "${oc.env:NOPE_AREAL,x}", "${actor.backend}",
-                     "${nope}", "${", "'quoted'", "a,b", "[1,2]", "{a: 1}", "null", "x" * 300,
-                     "\u00e9t\u00e9", "a\nb", "'a=b'", "true"]))
+    st.sampled_from(
+        [
+            "${oc.env:NOPE_AREAL}",
+            "${oc.env:NOPE_AREAL,x}",
+            "${actor.backend}",
+            "${nope}",
+            "${",
+            "'quoted'",
+            "a,b",
+            "[1,2]",
+            "{a: 1}",
+            "null",
+            "x" * 300,
+            "\u00e9t\u00e9",
+            "a\nb",
+            "'a=b'",
+            "true",
+        ]
+    ),
+)
 values = st.one_of(numbers.map(str), backend_texts, placements, texts)
 
 
@@ -78,16 +150,30 @@ def overrides(draw) -> list[str]:
         elif kind == 2:
             out.append(f"{draw(st.sampled_from(TOP_KEYS))}={draw(values)}")
         elif kind == 3:
-            names = draw(st.lists(st.sampled_from(ENGINES + ("x",)), min_size=1, max_size=2,
-                                  unique=True))
+            names = draw(
+                st.lists(st.sampled_from(ENGINES + ("x",)), min_size=1, max_size=2, unique=True)
+            )
             out.append(f"cluster.component_placement.{','.join(names)}={draw(placements)}")
         elif kind == 4:
             plus = draw(st.sampled_from(["+", "++", "~", ""]))
-            parent = draw(st.sampled_from(["launcher.env", "actor.env", "rollout.env", "cluster.env",
-                                           "trainer.env", "foo", "components.sim", "critic",
-                                           "recipe"]))
-            out.append(f"{plus}{parent}.{draw(st.sampled_from(['X', 'entry', 'backend']))}"
-                       f"={draw(values)}")
+            parent = draw(
+                st.sampled_from(
+                    [
+                        "launcher.env",
+                        "actor.env",
+                        "rollout.env",
+                        "cluster.env",
+                        "trainer.env",
+                        "foo",
+                        "components.sim",
+                        "critic",
+                        "recipe",
+                    ]
+                )
+            )
+            out.append(
+                f"{plus}{parent}.{draw(st.sampled_from(['X', 'entry', 'backend']))}={draw(values)}"
+            )
         else:
             out.append(draw(st.text(min_size=1, max_size=10)))  # anything at all
     return out
@@ -101,13 +187,19 @@ def yaml_configs(draw) -> str:
         kind = draw(st.integers(0, 2))
         if kind == 0:
             name = draw(st.sampled_from(ENGINES))
-            lines += [f"{name}:", f"  {draw(st.sampled_from(ENGINE_KEYS)).split('.')[0]}: "
-                                  f"{draw(values.filter(lambda v: chr(10) not in v))!r}"]
+            lines += [
+                f"{name}:",
+                f"  {draw(st.sampled_from(ENGINE_KEYS)).split('.')[0]}: "
+                f"{draw(values.filter(lambda v: chr(10) not in v))!r}",
+            ]
         elif kind == 1:
             lines += [f"{draw(st.sampled_from(['seed', 'gconfig', 'total_train_epochs']))}: 1"]
         else:
-            lines += ["cluster:", f"  num_nodes: {draw(sizes)}",
-                      f"  component_placement: {{'actor,rollout': {draw(placements)!r}}}"]
+            lines += [
+                "cluster:",
+                f"  num_nodes: {draw(sizes)}",
+                f"  component_placement: {{'actor,rollout': {draw(placements)!r}}}",
+            ]
     return "\n".join(lines) + "\n"
 
 
@@ -138,8 +230,15 @@ def workdir(tmp_path_factory):
     old, env = Path.cwd(), dict(os.environ)
     os.chdir(folder)
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    for warm in ([], ["launcher=slurm"], ["launcher=ray"], ["cluster=gpu8", "critic=fsdp"],
-                 ["recipe=custom"], ["rollout=sglang", "actor=megatron"], ["seed=1"]):
+    for warm in (
+        [],
+        ["launcher=slurm"],
+        ["launcher=ray"],
+        ["cluster=gpu8", "critic=fsdp"],
+        ["recipe=custom"],
+        ["rollout=sglang", "actor=megatron"],
+        ["seed=1"],
+    ):
         plan_cli(warm)  # Hydra opened, the modules imported: the 2 s are the input's
     yield folder
     from launcher.config.compose import ConfigSource, open_config
@@ -173,15 +272,23 @@ def check_promise(args: list[str], folder: Path) -> None:
     assert len(lines) == 1 and lines[0].startswith("error: "), (args, err)
 
 
-@settings(max_examples=150, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=150,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(args=overrides())
 def test_any_command_line_is_a_plan_or_one_error_line(workdir, args):
     check_promise(args, workdir)
 
 
-@settings(max_examples=40, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=40,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(config=yaml_configs(), args=overrides())
 def test_any_config_of_ones_own_is_a_plan_or_one_error_line(workdir, config, args):
     mine = workdir / "mine"

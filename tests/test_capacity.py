@@ -1,4 +1,5 @@
 """Capacity: the configured value wins, then NVML, then the GPU table; on cpu, the host."""
+
 from __future__ import annotations
 
 import subprocess
@@ -24,8 +25,9 @@ def fake_nvml(totals_gib, reserved_gib=0.5, fail_init=False):
             raise RuntimeError("NVML Shared Library Not Found")
 
     def info(handle, version=None):
-        return types.SimpleNamespace(total=int(totals_gib[handle] * GIB),
-                                     reserved=int(reserved_gib * GIB) if version else 0)
+        return types.SimpleNamespace(
+            total=int(totals_gib[handle] * GIB), reserved=int(reserved_gib * GIB) if version else 0
+        )
 
     mod.nvmlInit, mod.nvmlShutdown = init, lambda: None
     mod.nvmlDeviceGetCount = lambda: len(totals_gib)
@@ -36,8 +38,9 @@ def fake_nvml(totals_gib, reserved_gib=0.5, fail_init=False):
 
 def test_the_configured_gpu_memory_wins_over_detection(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", fake_nvml([80.0]))
-    assert resolve_capacity("cuda", configured=139.8) == capacity.Capacity(139.8,
-                                                                          "cluster.gpu_memory_gib")
+    assert resolve_capacity("cuda", configured=139.8) == capacity.Capacity(
+        139.8, "cluster.gpu_memory_gib"
+    )
 
 
 def test_nvml_reports_the_smallest_gpu_less_what_the_driver_reserves(monkeypatch):
@@ -56,11 +59,24 @@ def test_a_failing_nvml_is_unknown_not_an_error(monkeypatch):
     assert capacity.detect_gpu_memory_gib() is None
 
 
-@pytest.mark.parametrize("name,gib", [
-    ("NVIDIA H100 80GB HBM3", 79.11), ("h100", 79.11), ("H800", 79.11), ("h200", 139.81),
-    ("NVIDIA A100-SXM4-80GB", 79.15), ("a100_80g", 79.15), ("A100-SXM4-40GB", 39.39),
-    ("NVIDIA L40S", 44.4), ("NVIDIA L4", 22.05), ("Tesla V100-SXM2-32GB", 31.74),
-    ("NVIDIA H100 NVL", 93.1), ("b200", 178.4), ("NVIDIA GeForce RTX 4090", 23.55)])
+@pytest.mark.parametrize(
+    "name,gib",
+    [
+        ("NVIDIA H100 80GB HBM3", 79.11),
+        ("h100", 79.11),
+        ("H800", 79.11),
+        ("h200", 139.81),
+        ("NVIDIA A100-SXM4-80GB", 79.15),
+        ("a100_80g", 79.15),
+        ("A100-SXM4-40GB", 39.39),
+        ("NVIDIA L40S", 44.4),
+        ("NVIDIA L4", 22.05),
+        ("Tesla V100-SXM2-32GB", 31.74),
+        ("NVIDIA H100 NVL", 93.1),
+        ("b200", 178.4),
+        ("NVIDIA GeForce RTX 4090", 23.55),
+    ],
+)
 def test_gpu_type_names_map_to_the_memory_they_report(name, gib):
     assert gpu_memory_from_name(name) == gib
 
@@ -84,6 +100,8 @@ def test_a_configured_size_that_is_no_gpu_memory_is_a_clear_error(value):
 
 
 def test_resolving_capacity_never_imports_torch():
-    code = ("import sys, launcher.memory.capacity as c; c.resolve_capacity('cuda'); "
-            "c.resolve_capacity('cpu'); assert 'torch' not in sys.modules, 'torch imported'")
+    code = (
+        "import sys, launcher.memory.capacity as c; c.resolve_capacity('cuda'); "
+        "c.resolve_capacity('cpu'); assert 'torch' not in sys.modules, 'torch imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

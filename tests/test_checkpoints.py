@@ -1,5 +1,6 @@
 """launcher/worker/checkpoints.py: the run folder's checkpoints (newest complete one wins) and the
 launcher's request for one. Stdlib only, like the launcher side that reads them."""
+
 from __future__ import annotations
 
 import json
@@ -53,8 +54,9 @@ def test_prune_keeps_the_newest_and_clears_dead_writers_leftovers(tmp_path):
     root = tmp_path / "checkpoints"
     for step in (1, 2, 3, 4):
         save(root, step)
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True).stdout.strip()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout.strip()
     leftover = ck.staging(root, 5, pid=int(dead))
     mine = ck.staging(root, 6)  # this process is writing it: kept
     removed = ck.prune(root, keep=2)
@@ -76,8 +78,10 @@ def test_a_checkpoint_request_is_pending_until_a_trainer_marks_it_done(tmp_path)
     ck.mark_done(tmp_path, second, final=True)  # at the last step: the batch shell reads the word
     assert ck.checkpoint_done(tmp_path, second) and ck.pending_request(tmp_path) is None
     assert (tmp_path / "control" / "checkpoint.done").read_text().split() == [second, "final"]
-    assert sorted(p.name for p in (tmp_path / "control").iterdir()) == \
-        ["checkpoint", "checkpoint.done"]  # no temporary files left behind
+    assert sorted(p.name for p in (tmp_path / "control").iterdir()) == [
+        "checkpoint",
+        "checkpoint.done",
+    ]  # no temporary files left behind
 
 
 def test_a_request_says_within_how_long_the_launcher_stops_the_job_after_it(tmp_path):
@@ -93,9 +97,13 @@ def test_a_request_says_within_how_long_the_launcher_stops_the_job_after_it(tmp_
 
 
 def test_the_module_is_stdlib_only():
-    code = ("import sys, launcher.worker.checkpoints, launcher.worker.progress, launcher.worker.runtime; "
-            "print(sorted(m for m in ('torch', 'numpy', 'vllm', 'yaml') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env={**os.environ})
+    code = (
+        "import sys, launcher.worker.checkpoints, launcher.worker.progress, "
+        "launcher.worker.runtime; "
+        "print(sorted(m for m in ('torch', 'numpy', 'vllm', 'yaml') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ}
+    )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.replace("'", '"')) == []

@@ -2,6 +2,7 @@
 real bash, asked what it offers for a line the way bash asks (COMP_LINE, COMP_WORDS,
 COMP_CWORD), and the candidates it puts in COMPREPLY.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,10 +31,14 @@ printf '%s\\n' "${COMPREPLY[@]}"
 
 def complete(line: str) -> list[str]:
     """What bash offers after `line` (the cursor at its end)."""
-    env = {**os.environ, "PATH": f"{Path(EXE).parent}:{os.environ['PATH']}",
-           "CUDA_VISIBLE_DEVICES": ""}
-    out = subprocess.run(["bash", "-c", ASK, "complete", line], capture_output=True, text=True,
-                         env=env, timeout=120)
+    env = {
+        **os.environ,
+        "PATH": f"{Path(EXE).parent}:{os.environ['PATH']}",
+        "CUDA_VISIBLE_DEVICES": "",
+    }
+    out = subprocess.run(
+        ["bash", "-c", ASK, "complete", line], capture_output=True, text=True, env=env, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     return [w for w in out.stdout.splitlines() if w]
 
@@ -61,7 +66,11 @@ def test_the_first_word_offers_sub_commands_and_groups():
 
 def test_plan_completes_its_overrides_past_its_own_flags():
     assert complete("areal-launch plan --json actor=") == [
-        "actor=archon", "actor=fsdp", "actor=megatron", "actor=none"]
+        "actor=archon",
+        "actor=fsdp",
+        "actor=megatron",
+        "actor=none",
+    ]
     assert complete("areal-launch plan --svg map.svg cluster=g") == ["cluster=gpu8"]
     assert "plan" not in complete("areal-launch plan pl")
 

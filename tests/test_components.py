@@ -2,6 +2,7 @@
 a `worker` of plain processes) is planned, drawn, started, supervised, restarted and stopped
 like the built-in ones (docs/architecture.md §12). Its combinations are checked at the plan
 level; one real run on the local runner covers the rest."""
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,12 @@ def planned(**dotted):
 def test_a_cpu_worker_is_a_component_of_kind_worker_with_one_instance_per_process():
     plan = planned(components={"sim": {**SIM, "processes": 3}}).plan.to_dict()
     sim = plan["components"]["sim"]
-    assert (sim["kind"], sim["backend"], sim["world_size"], sim["gpus"]) == \
-        ("worker", "process", 3, [])
+    assert (sim["kind"], sim["backend"], sim["world_size"], sim["gpus"]) == (
+        "worker",
+        "process",
+        3,
+        [],
+    )
     assert sim["runs"] == [{"first": 0, "count": 3, "gpus": [], "node": 0}]  # one run
     assert [i.index for i in Plan.from_dict(plan).components["sim"].instances] == [0, 1, 2]
     assert plan["components"]["actor"]["kind"] == "train"
@@ -37,62 +42,100 @@ def test_a_cpu_worker_is_a_component_of_kind_worker_with_one_instance_per_proces
 
 
 def test_a_worker_on_gpus_runs_processes_per_gpu_on_each_and_shares_them():
-    plan = planned(components={"sim": {**SIM, "processes_per_gpu": 2}},
-                   **{"cluster.component_placement": {"sim": "0-1"}}).plan
+    plan = planned(
+        components={"sim": {**SIM, "processes_per_gpu": 2}},
+        **{"cluster.component_placement": {"sim": "0-1"}},
+    ).plan
     sim = plan.components["sim"]
-    assert [(i.index, i.gpus) for i in sim.instances] == [(0, (0,)), (1, (0,)), (2, (1,)),
-                                                          (3, (1,))]
+    assert [(i.index, i.gpus) for i in sim.instances] == [
+        (0, (0,)),
+        (1, (0,)),
+        (2, (1,)),
+        (3, (1,)),
+    ]
     assert plan.mode == "disaggregated"  # the engines' mode: workers sit beside them
 
 
 def test_worker_processes_get_entry_args_env_gpus_and_the_run_contract(tmp_path):
-    p = planned(components={"sim": {**SIM, "processes_per_gpu": 2, "health_path": "/ok"}},
-                **{"cluster.component_placement": {"sim": "1"}})
+    p = planned(
+        components={"sim": {**SIM, "processes_per_gpu": 2, "health_path": "/ok"}},
+        **{"cluster.component_placement": {"sim": "1"}},
+    )
     ports = iter(range(31000, 31100))
-    ctx = LaunchContext(run_dir=str(tmp_path), plan_path=str(tmp_path / "plan.json"),
-                        python="PY", next_port=lambda: next(ports))
-    procs = [q for q in build_processes(p, "recipes/grpo/train.py", [], ctx).processes
-             if q.component == "sim"]
+    ctx = LaunchContext(
+        run_dir=str(tmp_path),
+        plan_path=str(tmp_path / "plan.json"),
+        python="PY",
+        next_port=lambda: next(ports),
+    )
+    procs = [
+        q
+        for q in build_processes(p, "recipes/grpo/train.py", [], ctx).processes
+        if q.component == "sim"
+    ]
     assert [q.name for q in procs] == ["sim-0", "sim-1"]
     first = procs[0]
-    assert (first.role, first.argv, first.gpus) == ("worker", ("PY", "sim.py", "--level", "2"),
-                                                     (1,))
+    assert (first.role, first.argv, first.gpus) == (
+        "worker",
+        ("PY", "sim.py", "--level", "2"),
+        (1,),
+    )
     assert first.env["SIM_SEED"] == "7" and first.env["AREAL_COMPONENT"] == "sim"
     assert first.env["AREAL_WORKER_INDEX"] == "0" and first.env["AREAL_WORKER_COUNT"] == "2"
     assert first.env["AREAL_LLM_SERVER_ADDRS"]  # the rollout servers, as trainers get them
     port = first.env["AREAL_WORKER_PORT"]
     assert first.health_url.endswith(f":{port}/ok") and first.ports == (int(port),)
-    assert not any(q.component == "sim" for q in build_processes(p, "x.py", [], ctx).processes
-                   if q.role == "trainer")
+    assert not any(
+        q.component == "sim"
+        for q in build_processes(p, "x.py", [], ctx).processes
+        if q.role == "trainer"
+    )
 
 
-@pytest.mark.parametrize("components, placement, needle", [
-    ({"sim": {}}, {}, "components.sim.entry is not set"),
-    ({"sim": {**SIM, "kind": "nope"}}, {}, "kind='nope': choose worker (plain processes), "
-                                           "serve (inference servers) or train"),
-    ({"sim": {**SIM, "kind": "serve"}}, {}, "unknown config key 'components.sim.entry'"),
-    ({"actor": SIM}, {}, "actor is a built-in engine"),
-    ({"Sim": SIM}, {}, "lowercase letters"),
-    ({"sim": {**SIM, "procesess": 2}}, {}, "did you mean 'components.sim.processes'"),
-    ({"sim": {**SIM, "processes": 0}}, {}, "components.sim.processes=0: choose 1 to"),
-    ({"sim": {**SIM, "processes": 10**12}}, {}, "choose 1 to 1048576"),
-    ({"sim": {**SIM, "processes": "two"}}, {}, "could not be converted to Integer"),
-    ({"sim": {**SIM, "backend": "vllm"}}, {}, "choose a worker backend (process)"),
-    ({"sim": SIM}, {"sim": "0-99"}, "cluster.component_placement.sim"),
-    ({"sim": SIM}, {"sim": "0", "rollout,sim": "1"}, "sim is placed twice"),
-    ({"sim": {**SIM, "processes": 3}}, {"sim": "0"}, "processes=3 is for a worker without a"),
-    ({"sim": {**SIM, "processes_per_gpu": 2}}, {}, "processes_per_gpu=2 is for a worker placed"),
-])
+@pytest.mark.parametrize(
+    "components, placement, needle",
+    [
+        ({"sim": {}}, {}, "components.sim.entry is not set"),
+        (
+            {"sim": {**SIM, "kind": "nope"}},
+            {},
+            "kind='nope': choose worker (plain processes), serve (inference servers) or train",
+        ),
+        ({"sim": {**SIM, "kind": "serve"}}, {}, "unknown config key 'components.sim.entry'"),
+        ({"actor": SIM}, {}, "actor is a built-in engine"),
+        ({"Sim": SIM}, {}, "lowercase letters"),
+        ({"sim": {**SIM, "procesess": 2}}, {}, "did you mean 'components.sim.processes'"),
+        ({"sim": {**SIM, "processes": 0}}, {}, "components.sim.processes=0: choose 1 to"),
+        ({"sim": {**SIM, "processes": 10**12}}, {}, "choose 1 to 1048576"),
+        ({"sim": {**SIM, "processes": "two"}}, {}, "could not be converted to Integer"),
+        ({"sim": {**SIM, "backend": "vllm"}}, {}, "choose a worker backend (process)"),
+        ({"sim": SIM}, {"sim": "0-99"}, "cluster.component_placement.sim"),
+        ({"sim": SIM}, {"sim": "0", "rollout,sim": "1"}, "sim is placed twice"),
+        ({"sim": {**SIM, "processes": 3}}, {"sim": "0"}, "processes=3 is for a worker without a"),
+        (
+            {"sim": {**SIM, "processes_per_gpu": 2}},
+            {},
+            "processes_per_gpu=2 is for a worker placed",
+        ),
+    ],
+)
 def test_wrong_components_are_one_clear_error(components, placement, needle):
     with pytest.raises((ConfigError, PlacementError)) as err:
-        planned(components=components, **{"cluster.component_placement": placement},
-                **{"cluster.gpus_per_node": 4})
+        planned(
+            components=components,
+            **{"cluster.component_placement": placement},
+            **{"cluster.gpus_per_node": 4},
+        )
     assert needle in str(err.value)
 
 
 def test_the_command_line_declares_a_component_and_the_map_draws_it_with_its_own_letter():
-    out = run("plan", "+components.sim.entry=sim.py", "+components.sim.processes_per_gpu=2",
-              "+cluster.component_placement.sim=0-1")
+    out = run(
+        "plan",
+        "+components.sim.entry=sim.py",
+        "+components.sim.processes_per_gpu=2",
+        "+cluster.component_placement.sim=0-1",
+    )
     assert out.returncode == 0, out.stderr
     lanes = [ln.split() for ln in out.stdout.splitlines() if ln.strip().startswith("sim")]
     assert lanes == [["sim", "S0-1", "S2-3", "·"]]
@@ -130,20 +173,26 @@ def alive(pid: int) -> bool:
 
 
 @pytest.mark.torch
-def test_a_declared_worker_is_started_supervised_restarted_alone_and_stopped_with_the_run(
-        tmp_path):
+def test_a_declared_worker_is_started_supervised_restarted_alone_and_stopped_with_the_run(tmp_path):
     (tmp_path / "sim.py").write_text(WORKER)
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     env = {"SIM_OUT": str(out_dir), "HOLD_S": "6"}
-    args = ["rollout=none", f"trainer.entry={ROOT / 'tests' / 'gloo_trainer.py'}",
-            "actor.backend=fsdp:d1", "+components.sim.entry=sim.py",
-            "+components.sim.processes=2", "launcher.max_restarts=1",
-            f"hydra.run.dir={tmp_path / 'run'}"]
+    args = [
+        "rollout=none",
+        f"trainer.entry={ROOT / 'tests' / 'gloo_trainer.py'}",
+        "actor.backend=fsdp:d1",
+        "+components.sim.entry=sim.py",
+        "+components.sim.processes=2",
+        "launcher.max_restarts=1",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    ]
     done = run(*args, env=env, cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "restart 1 of 1: sim-0 exited with code 3 before the trainers finished" in \
-        done.stdout + done.stderr
+    assert (
+        "restart 1 of 1: sim-0 exited with code 3 before the trainers finished"
+        in done.stdout + done.stderr
+    )
     first, second = [ln.split() for ln in (out_dir / "starts-0").read_text().splitlines()]
     assert (first[1:], second[1:]) == (["0", "sim"], ["1", "sim"])  # AREAL_RESTART counts
     (only,) = [ln.split() for ln in (out_dir / "starts-1").read_text().splitlines()]
@@ -155,4 +204,3 @@ def test_a_declared_worker_is_started_supervised_restarted_alone_and_stopped_wit
     plan = json.loads((tmp_path / "run" / "plan.json").read_text())
     assert [p["name"] for p in plan["processes"] if p["role"] == "worker"] == ["sim-0", "sim-1"]
     assert plan["components"]["sim"]["kind"] == "worker"
-

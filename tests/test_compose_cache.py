@@ -1,6 +1,7 @@
 """The compose cache (launcher.config.compose_cache) gives what Hydra gives: the same composed
 config, the same typed config and the same error for every command line, whether the cache is
 off, misses or hits, and it is not used once a file it came from changed."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,15 @@ CONF = Path(compose_cache.__file__).resolve().parents[1] / "conf"
 CORPUS = [
     [],
     ["rollout.backend=sglang:d4t2", "actor.backend=fsdp:d8", "cluster=gpu8"],
-    ["cluster=gpu8", "cluster.num_nodes=2", "ref=inherit", "critic=fsdp",
-     "critic.backend=fsdp:d4", "rollout.backend=sglang:d4t2", "actor.backend=fsdp:d4"],
+    [
+        "cluster=gpu8",
+        "cluster.num_nodes=2",
+        "ref=inherit",
+        "critic=fsdp",
+        "critic.backend=fsdp:d4",
+        "rollout.backend=sglang:d4t2",
+        "actor.backend=fsdp:d4",
+    ],
     ["experiment=gpu1x8_collocated_sglang_fsdp"],
     ["experiment=gpu1x8_collocated_sglang_fsdp", "rollout=vllm", "rollout.backend=vllm:d2"],
     ["rollout.backend=vllm:d1", "rollout=vllm"],  # a choice after a value
@@ -31,8 +39,13 @@ CORPUS = [
     ["model_path=x", "rollout.backend=vllm:d1", "ref=none"],
     ["scheduler.type=slurm"],  # AReaL's runner choice: Hydra's path whole
 ]
-ERRORS = [["rollout.nope=1"], ["actor.backend=fsdp:d8,fsdp:d4"], ["+x=1"],
-          ["rollout=nope"], ["cluster.num_nodes=many"]]
+ERRORS = [
+    ["rollout.nope=1"],
+    ["actor.backend=fsdp:d8,fsdp:d4"],
+    ["+x=1"],
+    ["rollout=nope"],
+    ["cluster.num_nodes=many"],
+]
 
 
 @pytest.fixture
@@ -80,8 +93,9 @@ def test_only_plain_command_lines_are_kept(cache_dir):
     assert compose_cache.split(["+x=1"], ["rollout"]) is None
     assert compose_cache.split(["hydra.job.chdir=true"], ["rollout"]) is None
     assert compose_cache.split(["rollout@x=vllm"], ["rollout"]) is None
-    assert compose_cache.split(["rollout=vllm", "rollout.backend=vllm:d1"],
-                               ["rollout"]) == ["rollout=vllm"]
+    assert compose_cache.split(["rollout=vllm", "rollout.backend=vllm:d1"], ["rollout"]) == [
+        "rollout=vllm"
+    ]
 
 
 @pytest.mark.parametrize("overrides", ERRORS, ids=" ".join)

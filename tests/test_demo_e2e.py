@@ -8,6 +8,7 @@ summary table at the end, all on one screen; the log files keep everything; Tens
 reader sees every step and the run's picture is in its folder. Nothing of the run
 may be left afterwards.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,11 @@ from tests.areal_launch import EXE, ROOT
 from tests.processes import survivors, wait_until
 from tests.trackers import tensorboard_steps
 
-pytestmark = [pytest.mark.vllm, pytest.mark.torch,
-              pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")]
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.torch,
+    pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
+]
 
 
 def tmux(*args: str) -> str:
@@ -34,13 +38,16 @@ def tmux(*args: str) -> str:
 
 @pytest.mark.timeout(900)
 def test_default_run_in_a_terminal_trains_pushes_weights_shows_states_and_leaves_nothing(
-        tiny_model, tmp_path):
+    tiny_model, tmp_path
+):
     tag, session = uuid.uuid4().hex, f"areal-{uuid.uuid4().hex[:8]}"
     run_dir = tmp_path / "run"
-    command = (f"cd {shlex.quote(str(ROOT))} && env -u COLUMNS -u LINES CUDA_VISIBLE_DEVICES= "
-               f"TEST_RUN_TAG={tag} "
-               f"{shlex.quote(EXE)} recipe.steps=2 hydra.run.dir={shlex.quote(str(run_dir))}; "
-               "echo EXIT=$?; sleep 600")
+    command = (
+        f"cd {shlex.quote(str(ROOT))} && env -u COLUMNS -u LINES CUDA_VISIBLE_DEVICES= "
+        f"TEST_RUN_TAG={tag} "
+        f"{shlex.quote(EXE)} recipe.steps=2 hydra.run.dir={shlex.quote(str(run_dir))}; "
+        "echo EXIT=$?; sleep 600"
+    )
     tmux("new-session", "-d", "-s", session, "-x", "220", "-y", "60", command)
     seen: set[str] = set()
     try:
@@ -59,12 +66,17 @@ def test_default_run_in_a_terminal_trains_pushes_weights_shows_states_and_leaves
     text = "\n".join(lines)
     assert "EXIT=0" in text, text
     # while the server came up: one live line per process with its state
-    assert any(re.fullmatch(r"rollout-0\s+starting: waiting for health \(\d+ s of 600 s\)", ln)
-               for ln in seen), sorted(seen)
+    assert any(
+        re.fullmatch(r"rollout-0\s+starting: waiting for health \(\d+ s of 600 s\)", ln)
+        for ln in seen
+    ), sorted(seen)
     assert any(re.fullmatch(r"actor-node0\s+running", ln) for ln in seen), sorted(seen)
     # the trainers reached the server, trained and had every reload confirmed by the server
-    steps = re.findall(r"actor-node0 \| step (\d)/2 reward [\d.]+ loss -?[\d.]+.*"
-                       r"reload confirmed 1/1", text)
+    steps = re.findall(
+        r"actor-node0 \| step (\d)/2 reward [\d.]+ loss -?[\d.]+.*"
+        r"reload confirmed 1/1",
+        text,
+    )
     assert steps == ["1", "2"], text
     assert "reloads confirmed 2/2" in text
     # the default tracker (TensorBoard) has every step, as TensorBoard's own reader sees it, and
@@ -75,16 +87,20 @@ def test_default_run_in_a_terminal_trains_pushes_weights_shows_states_and_leaves
     # no server start-up noise; the summary; one screen
     assert "rollout-0 |" not in text and "INFO" not in text, text
     assert re.search(r"^process\s+exit\s+duration\s+log$", text, re.M), text
-    assert re.search(rf"^rollout-0\s+stopped\s+[\d.]+ s\s+{run_dir}/logs/rollout-0.log$", text,
-                     re.M), text
-    assert re.search(rf"^actor-node0\s+0\s+[\d.]+ s\s+{run_dir}/logs/actor-node0.log$", text,
-                     re.M), text
+    assert re.search(
+        rf"^rollout-0\s+stopped\s+[\d.]+ s\s+{run_dir}/logs/rollout-0.log$", text, re.M
+    ), text
+    assert re.search(
+        rf"^actor-node0\s+0\s+[\d.]+ s\s+{run_dir}/logs/actor-node0.log$", text, re.M
+    ), text
     assert len(lines) < 40, text
     # the run folder holds the plan every process got and one whole log per process
     plan = json.loads((run_dir / "plan.json").read_text())
     assert plan["cluster"]["device"] == "cpu"
     assert {p["name"] for p in plan["processes"]} == {"rollout-0", "actor-node0"}
-    assert "Uvicorn running" in (run_dir / "logs" / "rollout-0.log").read_text() or \
-        "Starting vLLM" in (run_dir / "logs" / "rollout-0.log").read_text()
+    assert (
+        "Uvicorn running" in (run_dir / "logs" / "rollout-0.log").read_text()
+        or "Starting vLLM" in (run_dir / "logs" / "rollout-0.log").read_text()
+    )
     assert "grpo done" in (run_dir / "logs" / "actor-node0.log").read_text()
     assert wait_until(lambda: not survivors(tag, run_dir), within_s=10), survivors(tag, run_dir)

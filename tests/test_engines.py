@@ -1,4 +1,5 @@
 """Engines: plan entries -> the processes a runner starts (argv, env, GPUs, ports)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,25 +24,31 @@ from tests import plans
 
 
 # ----------------------------------------------------------------------------- plans by hand
-def component(name: str, alloc: ModelAllocation, gpus, cluster: ClusterSpec,
-              inherited_from=None) -> ComponentPlan:
+def component(
+    name: str, alloc: ModelAllocation, gpus, cluster: ClusterSpec, inherited_from=None
+) -> ComponentPlan:
     """Instances (blocks of t*p GPUs) or ranks (GPU order), as placement and ranks.py give."""
     gpus = tuple(gpus)
     if alloc.backend in ("sglang", "vllm"):
         size = alloc.tp * alloc.pp
-        blocks = [gpus[i:i + size] for i in range(0, len(gpus), size)]
-        insts = tuple(Instance(i, b, tuple(sorted({cluster.node_of(g) for g in b})))
-                      for i, b in enumerate(blocks))
+        blocks = [gpus[i : i + size] for i in range(0, len(gpus), size)]
+        insts = tuple(
+            Instance(i, b, tuple(sorted({cluster.node_of(g) for g in b})))
+            for i, b in enumerate(blocks)
+        )
         return ComponentPlan(name, alloc, inherited_from, gpus, instances=insts)
-    ranks = tuple(Rank(r, g, cluster.node_of(g), cluster.local_of(g), r, 0, 0, 0)
-                  for r, g in enumerate(gpus))
+    ranks = tuple(
+        Rank(r, g, cluster.node_of(g), cluster.local_of(g), r, 0, 0, 0) for r, g in enumerate(gpus)
+    )
     return ComponentPlan(name, alloc, inherited_from, gpus, ranks=ranks)
 
 
 def make_plan(cluster: ClusterSpec, mode: str = "collocated", **parts) -> Plan:
     """parts: name=(alloc, gpus) or (alloc, gpus, inherited_from)."""
-    comps = {name: component(name, alloc, gpus, cluster, *inherited)
-             for name, (alloc, gpus, *inherited) in parts.items()}
+    comps = {
+        name: component(name, alloc, gpus, cluster, *inherited)
+        for name, (alloc, gpus, *inherited) in parts.items()
+    }
     return Plan(cluster, mode, comps)
 
 
@@ -55,10 +62,17 @@ class Context:
 
 def context(hosts=None, cpus=(), extra_env=None) -> Context:
     ports = itertools.count(20000)
-    return Context(LaunchContext(run_dir="/runs/r1", plan_path="/runs/r1/plan.json",
-                                 python="/venv/bin/python", next_port=lambda: next(ports),
-                                 cpus=tuple(cpus), extra_env=dict(extra_env or {})),
-                   hosts or (lambda node: "127.0.0.1"))
+    return Context(
+        LaunchContext(
+            run_dir="/runs/r1",
+            plan_path="/runs/r1/plan.json",
+            python="/venv/bin/python",
+            next_port=lambda: next(ports),
+            cpus=tuple(cpus),
+            extra_env=dict(extra_env or {}),
+        ),
+        hosts or (lambda node: "127.0.0.1"),
+    )
 
 
 def config(**dotted) -> LaunchConfig:
@@ -69,11 +83,13 @@ def config(**dotted) -> LaunchConfig:
 def plan_with_processes(plan: Plan, spec: LaunchConfig, c: Context) -> Plan:
     """What the launcher does: typed engines for the plan's components, then the backends."""
     allocs = {n: comp.alloc for n, comp in plan.components.items()}
-    inherited = {n: comp.inherited_from for n, comp in plan.components.items()
-                 if comp.inherited_from}
+    inherited = {
+        n: comp.inherited_from for n, comp in plan.components.items() if comp.inherited_from
+    }
     engines = resolve.engines(spec, allocs, inherited, model_path(spec))
-    return processes.build_processes(Planned(plan, engines, spec), spec.trainer.entry,
-                                   spec.trainer.args, c.ctx)
+    return processes.build_processes(
+        Planned(plan, engines, spec), spec.trainer.entry, spec.trainer.args, c.ctx
+    )
 
 
 def build_processes(plan: Plan, spec: LaunchConfig, c: Context) -> tuple[ProcessSpec, ...]:
@@ -116,12 +132,19 @@ def test_sglang_runs_one_server_per_instance_on_its_own_gpus():
         assert p.argv[1:3] == ("-m", "sglang.launch_server")
         assert flag(p.argv, "--tp-size") == "2"
         assert "--dp-size" not in p.argv and "--pp-size" not in p.argv
-        assert p.role == "server" and p.health_url == f"http://127.0.0.1:{flag(p.argv, '--port')}/health"
+        assert (
+            p.role == "server"
+            and p.health_url == f"http://127.0.0.1:{flag(p.argv, '--port')}/health"
+        )
 
 
 def test_sglang_options_become_flags_and_unset_ones_are_not_passed():
-    cfg = config(rollout__backend="sglang:d1", rollout__sglang__mem_fraction_static=0.7,
-                 rollout__sglang__context_length=4096, rollout__sglang__skip_server_warmup=True)
+    cfg = config(
+        rollout__backend="sglang:d1",
+        rollout__sglang__mem_fraction_static=0.7,
+        rollout__sglang__context_length=4096,
+        rollout__sglang__skip_server_warmup=True,
+    )
     (proc,) = build_processes(make_plan(CUDA8, rollout=(SG(), [0])), cfg, context())
     assert flag(proc.argv, "--mem-fraction-static") == "0.7"
     assert flag(proc.argv, "--context-length") == "4096"
@@ -154,8 +177,11 @@ def test_sglang_multi_node_instance_runs_one_process_per_node():
 
 
 def test_sglang_dp_attention_and_ep_stay_inside_each_instance():
-    cfg = config(rollout__backend="sglang:d4t4", rollout__sglang__enable_dp_attention=True,
-                 rollout__sglang__ep_size=4)
+    cfg = config(
+        rollout__backend="sglang:d4t4",
+        rollout__sglang__enable_dp_attention=True,
+        rollout__sglang__ep_size=4,
+    )
     plan = make_plan(CUDA2x8, rollout=(SG(dp=4, tp=4), range(16)))
     procs = build_processes(plan, cfg, context())
     assert len(procs) == 4 and all(len(p.gpus) == 4 for p in procs)
@@ -171,22 +197,31 @@ def test_sglang_dp_attention_reserves_the_ports_it_derives_from_the_dist_init_po
     assert set(range(dist, dist + 7)) <= set(proc.ports)  # SGLang uses dist+1..dist+6
 
 
-@pytest.mark.parametrize("dotted,message", [
-    ({"rollout__sglang__mem_fraction_static": 1.5}, "mem_fraction_static=1.5: a fraction"),
-    ({"rollout__sglang__attn_dp_size": 3}, "attn_dp_size=3 must divide .* t=4"),
-])
+@pytest.mark.parametrize(
+    "dotted,message",
+    [
+        ({"rollout__sglang__mem_fraction_static": 1.5}, "mem_fraction_static=1.5: a fraction"),
+        ({"rollout__sglang__attn_dp_size": 3}, "attn_dp_size=3 must divide .* t=4"),
+    ],
+)
 def test_sglang_options_it_would_accept_or_assert_on_are_refused_clearly(dotted, message):
     cfg = config(rollout__backend="sglang:t4", **dotted)
     with pytest.raises(ConfigError, match=message):
         build_processes(make_plan(CUDA8, rollout=(SG(tp=4), range(4))), cfg, context())
 
 
-@pytest.mark.parametrize("backend,alloc,arg", [
-    ("sglang:d1", SG(), "--dp-size"), ("sglang:d1", SG(), "--dp-size=2"),
-    ("sglang:d1", SG(), "--tp_size"), ("sglang:d1", SG(), "--data-parallel-size"),
-    ("vllm:d1", VL(), "-tp"), ("vllm:d1", VL(), "--data-parallel-size"),
-    ("vllm:d1", VL(), "--pipeline-parallel-size=2"),
-])
+@pytest.mark.parametrize(
+    "backend,alloc,arg",
+    [
+        ("sglang:d1", SG(), "--dp-size"),
+        ("sglang:d1", SG(), "--dp-size=2"),
+        ("sglang:d1", SG(), "--tp_size"),
+        ("sglang:d1", SG(), "--data-parallel-size"),
+        ("vllm:d1", VL(), "-tp"),
+        ("vllm:d1", VL(), "--data-parallel-size"),
+        ("vllm:d1", VL(), "--pipeline-parallel-size=2"),
+    ],
+)
 def test_gpu_count_flags_in_extra_args_are_refused_with_the_backend_fix(backend, alloc, arg):
     cfg = config(rollout__backend=backend, rollout__extra_args=[arg, "2"])
     with pytest.raises(LaunchError, match=r"rollout\.extra_args.*backend string's d"):
@@ -245,14 +280,16 @@ def test_vllm_memory_fraction_above_one_is_refused():
 
 
 def test_vllm_offload_on_cuda_enables_sleep_mode():
-    (proc,) = build_processes(make_plan(CUDA8, rollout=(VL(), [0])), config(rollout__offload=True),
-                              context())
+    (proc,) = build_processes(
+        make_plan(CUDA8, rollout=(VL(), [0])), config(rollout__offload=True), context()
+    )
     assert "--enable-sleep-mode" in proc.argv
 
 
 def test_vllm_offload_on_cpu_is_not_passed_and_the_plan_says_so():
-    plan = plan_with_processes(make_plan(CPU, rollout=(VL(), [0])), config(rollout__offload=True),
-                               context())
+    plan = plan_with_processes(
+        make_plan(CPU, rollout=(VL(), [0])), config(rollout__offload=True), context()
+    )
     assert "--enable-sleep-mode" not in plan.processes[0].argv
     assert any("sleep mode" in w for w in plan.warnings)
 
@@ -277,8 +314,9 @@ def test_actor_and_ref_on_the_same_gpus_share_one_torchrun_job():
 
 
 def test_an_engine_on_gpus_of_its_own_gets_its_own_job():
-    plan = make_plan(CUDA8, "disaggregated", actor=(FS(dp=4), range(4)),
-                     critic=(FS(dp=4), range(4, 8)))
+    plan = make_plan(
+        CUDA8, "disaggregated", actor=(FS(dp=4), range(4)), critic=(FS(dp=4), range(4, 8))
+    )
     actor, critic = build_processes(plan, config(critic__backend="fsdp:d4"), context())
     assert (actor.name, critic.name) == ("actor-node0", "critic-node0")
     assert critic.env["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
@@ -301,7 +339,7 @@ def test_multi_node_trainer_runs_torchrun_per_node_with_a_static_rendezvous():
 def test_megatron_entry_gets_its_parallel_sizes():
     plan = make_plan(CUDA8, actor=(MG(dp=2, tp=2, pp=2), range(8)))
     (job,) = build_processes(plan, config(actor__backend="megatron:d2p2t2"), context())
-    tail = list(job.argv[job.argv.index("recipes/grpo/train.py"):])
+    tail = list(job.argv[job.argv.index("recipes/grpo/train.py") :])
     assert flag(tail, "--tensor-model-parallel-size") == "2"
     assert flag(tail, "--pipeline-model-parallel-size") == "2"
     assert flag(tail, "--context-parallel-size") == "1"
@@ -311,8 +349,11 @@ def test_megatron_entry_gets_its_parallel_sizes():
 
 
 def test_trainer_entry_args_and_extra_args_follow_the_entry():
-    cfg = config(trainer__entry="-m recipes.grpo.train", trainer__args=["--steps", "3"],
-                 actor__extra_args=["--lr", "1e-5"])
+    cfg = config(
+        trainer__entry="-m recipes.grpo.train",
+        trainer__args=["--steps", "3"],
+        actor__extra_args=["--lr", "1e-5"],
+    )
     (job,) = build_processes(make_plan(CUDA8, actor=(FS(dp=2), [0, 1])), cfg, context())
     assert list(job.argv[-6:]) == ["-m", "recipes.grpo.train", "--steps", "3", "--lr", "1e-5"]
 
@@ -333,14 +374,19 @@ def test_cpu_trainers_default_to_one_omp_thread_unless_the_user_sets_it():
 
 # ----------------------------------------------------------------------------- together
 def collocated_1x8() -> Plan:
-    return make_plan(CUDA8, rollout=(SG(dp=4, tp=2), range(8)), actor=(FS(dp=8), range(8)),
-                     ref=(FS(dp=8), range(8), "actor"))
+    return make_plan(
+        CUDA8,
+        rollout=(SG(dp=4, tp=2), range(8)),
+        actor=(FS(dp=8), range(8)),
+        ref=(FS(dp=8), range(8), "actor"),
+    )
 
 
 def test_trainers_learn_every_server_address_in_instance_order():
     hosts = lambda node: f"node{node}"  # noqa: E731
-    plan = make_plan(CUDA2x8, "disaggregated", rollout=(SG(dp=2, tp=4), range(8)),
-                     actor=(FS(dp=8), range(8, 16)))
+    plan = make_plan(
+        CUDA2x8, "disaggregated", rollout=(SG(dp=2, tp=4), range(8)), actor=(FS(dp=8), range(8, 16))
+    )
     procs = build_processes(plan, config(rollout__backend="sglang:d2t4"), context(hosts))
     servers = [p for p in procs if p.role == "server"]
     (trainer,) = [p for p in procs if p.role == "trainer"]
@@ -359,17 +405,27 @@ def test_multi_node_instance_is_one_server_address():
 
 
 def test_servers_come_first_then_trainers():
-    roles = [p.role for p in build_processes(collocated_1x8(), config(rollout__backend="sglang:d4t2",
-                                                                       ref__backend=""), context())]
+    roles = [
+        p.role
+        for p in build_processes(
+            collocated_1x8(), config(rollout__backend="sglang:d4t2", ref__backend=""), context()
+        )
+    ]
     assert roles == ["server"] * 4 + ["trainer"]
 
 
 def test_no_port_is_given_to_two_processes_on_one_node():
     hosts = lambda node: f"node{node}"  # noqa: E731
-    plan = make_plan(CUDA2x8, "hybrid", rollout=(SG(dp=2, tp=8), range(16)),
-                     actor=(FS(dp=8), range(8)), critic=(FS(dp=8), range(8, 16)))
-    cfg = config(rollout__backend="sglang:d2t8", rollout__sglang__attn_dp_size=8,
-                 critic__backend="fsdp:d8")
+    plan = make_plan(
+        CUDA2x8,
+        "hybrid",
+        rollout=(SG(dp=2, tp=8), range(16)),
+        actor=(FS(dp=8), range(8)),
+        critic=(FS(dp=8), range(8, 16)),
+    )
+    cfg = config(
+        rollout__backend="sglang:d2t8", rollout__sglang__attn_dp_size=8, critic__backend="fsdp:d8"
+    )
     procs = build_processes(plan, cfg, context(hosts))
     for node in (0, 1):
         ports = [port for p in procs if p.node == node for port in p.ports]
@@ -387,10 +443,12 @@ def test_ports_in_a_row_skips_past_a_gap():
 
 
 def test_extra_env_reaches_every_process_but_cannot_override_the_contract():
-    ctx = context(extra_env={"WANDB_API_KEY": "k", "AREAL_COMPONENT": "oops",
-                             "CUDA_VISIBLE_DEVICES": "7"})
-    procs = build_processes(collocated_1x8(), config(rollout__backend="sglang:d4t2",
-                                                      ref__backend=""), ctx)
+    ctx = context(
+        extra_env={"WANDB_API_KEY": "k", "AREAL_COMPONENT": "oops", "CUDA_VISIBLE_DEVICES": "7"}
+    )
+    procs = build_processes(
+        collocated_1x8(), config(rollout__backend="sglang:d4t2", ref__backend=""), ctx
+    )
     assert all(p.env["WANDB_API_KEY"] == "k" for p in procs)
     assert procs[0].env["CUDA_VISIBLE_DEVICES"] == "0,1"
     assert procs[-1].env["AREAL_COMPONENT"] == "actor,ref"
@@ -410,8 +468,9 @@ def test_dataclass_config_works_like_the_composed_one():
     cfg.rollout.backend = "sglang:d4t2"
     cfg.ref.backend = ""
     a = build_processes(collocated_1x8(), cfg, context())
-    b = build_processes(collocated_1x8(), config(rollout__backend="sglang:d4t2", ref__backend=""),
-                        context())
+    b = build_processes(
+        collocated_1x8(), config(rollout__backend="sglang:d4t2", ref__backend=""), context()
+    )
     assert a == b
 
 
@@ -420,15 +479,21 @@ def test_an_option_of_an_engine_the_backend_does_not_select_is_an_error():
     cfg = config(rollout__backend="vllm:d1", rollout__sglang__mem_fraction_static=0.8)
     with pytest.raises(ConfigError) as err:
         check_unused_options(cfg)
-    assert str(err.value) == ("rollout.sglang.mem_fraction_static is set but rollout.backend is "
-                              "vllm:d1; remove it or use rollout.backend=sglang:d1")
+    assert str(err.value) == (
+        "rollout.sglang.mem_fraction_static is set but rollout.backend is "
+        "vllm:d1; remove it or use rollout.backend=sglang:d1"
+    )
 
 
 def test_options_of_the_selected_engine_are_fine():
-    check_unused_options(config(rollout__backend="sglang:d2",
-                                rollout__sglang__mem_fraction_static=0.8,
-                                actor__megatron__sequence_parallel=True,
-                                actor__backend="megatron:d2t2"))
+    check_unused_options(
+        config(
+            rollout__backend="sglang:d2",
+            rollout__sglang__mem_fraction_static=0.8,
+            actor__megatron__sequence_parallel=True,
+            actor__backend="megatron:d2t2",
+        )
+    )
     check_unused_options(LaunchConfig())
 
 

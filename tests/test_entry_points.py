@@ -5,6 +5,7 @@ modules plus `echolm_pkg-0.1.dist-info/` with METADATA and entry_points.txt), no
 `python -m launcher.cli.main` subprocess with tmp_path on PYTHONPATH plans and dry-runs with
 it. Nothing under launcher/ names it.
 """
+
 from __future__ import annotations
 
 import json
@@ -123,14 +124,21 @@ def write_package(root: Path) -> None:
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: echolm-pkg\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text(
         "[areal_launch.backends]\necholm = echolm_backend\n\n"
-        "[areal_launch.runners]\nprintrunner = printrunner\n")
+        "[areal_launch.runners]\nprintrunner = printrunner\n"
+    )
 
 
 def cli(root: Path, *args: str) -> subprocess.CompletedProcess:
     path = os.pathsep.join(filter(None, [str(root), str(ROOT), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": path, "CUDA_VISIBLE_DEVICES": ""}
-    return subprocess.run([sys.executable, "-m", "launcher.cli.main", *args], cwd=root,
-                          capture_output=True, text=True, env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "launcher.cli.main", *args],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
 
 
 def test_an_entry_point_backend_plans_and_an_entry_point_runner_dry_runs_it(tmp_path):

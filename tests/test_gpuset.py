@@ -1,4 +1,5 @@
 """The GPU-set language of cluster.component_placement: parse and print."""
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -46,8 +47,9 @@ def test_gpu_outside_the_cluster_error_names_the_cluster_and_a_fix():
     assert "cluster.num_nodes" in str(err.value)
 
 
-@pytest.mark.parametrize("text", ["x", "", "  ", "1-", "-1", "1-2-3", "1.5", "\u00b2", "0,,2",
-                                  True, 2.0, None, [0, 1]])
+@pytest.mark.parametrize(
+    "text", ["x", "", "  ", "1-", "-1", "1-2-3", "1.5", "\u00b2", "0,,2", True, 2.0, None, [0, 1]]
+)
 def test_garbage_is_a_one_line_error(text):
     with pytest.raises(PlacementError) as err:
         parse_gpu_set(text, TWO_BY_EIGHT)

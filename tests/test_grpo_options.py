@@ -1,4 +1,5 @@
 """recipes/grpo/options.py: grpo.yaml defaults, then the plan's recipe dict, then key=value."""
+
 from __future__ import annotations
 
 import sys
@@ -21,7 +22,11 @@ def test_defaults_come_from_the_recipe_yaml():
 
     yaml = OmegaConf.load(Path(__file__).resolve().parents[1] / "launcher/conf/recipe/grpo.yaml")
     opts = load_options(rt(), [])[0]
-    assert (opts.steps, opts.lr, opts.samples_per_prompt) == (yaml.steps, yaml.lr, yaml.samples_per_prompt)
+    assert (opts.steps, opts.lr, opts.samples_per_prompt) == (
+        yaml.steps,
+        yaml.lr,
+        yaml.samples_per_prompt,
+    )
     assert opts.verify_reload is True and opts.weights_dir is None
 
 
@@ -43,7 +48,9 @@ def test_badly_typed_argument_is_an_error_naming_it():
 
 
 def test_engine_flags_after_the_entry_are_set_aside_not_errors():
-    opts, flags = load_options(rt(), ["steps=4", "--tensor-model-parallel-size", "2",
-                                      "--use-distributed-optimizer", "--x=1"])
+    opts, flags = load_options(
+        rt(),
+        ["steps=4", "--tensor-model-parallel-size", "2", "--use-distributed-optimizer", "--x=1"],
+    )
     assert opts.steps == 4
     assert flags == ["--tensor-model-parallel-size", "2", "--use-distributed-optimizer", "--x=1"]

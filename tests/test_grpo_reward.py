@@ -1,4 +1,5 @@
 """recipes/grpo/reward.py: the demo task's prompts, reward and GRPO advantages."""
+
 from __future__ import annotations
 
 import sys

@@ -1,4 +1,5 @@
 """cluster.device=auto: this machine's GPUs, found without importing torch."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,10 @@ def test_cuda_visible_devices_is_counted_first():
 def test_nvidia_smi_is_asked_when_cuda_visible_devices_is_unset(tmp_path, monkeypatch):
     # a STAND-IN nvidia-smi (no GPU driver here): it prints what `nvidia-smi -L` prints
     fake = tmp_path / "nvidia-smi"
-    fake.write_text("#!/bin/sh\n[ \"$1\" = -L ] || exit 2\n"
-                    "echo 'GPU 0: NVIDIA H200 (UUID: GPU-a)'\necho 'GPU 1: NVIDIA H200 (UUID: GPU-b)'\n")
+    fake.write_text(
+        '#!/bin/sh\n[ "$1" = -L ] || exit 2\n'
+        "echo 'GPU 0: NVIDIA H200 (UUID: GPU-a)'\necho 'GPU 1: NVIDIA H200 (UUID: GPU-b)'\n"
+    )
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     assert count_local_gpus({}) == 2
@@ -31,7 +34,16 @@ def test_no_gpu_anywhere_is_zero(monkeypatch, tmp_path):
 
 
 def test_auto_plans_for_the_gpus_this_machine_shows():
-    out = run("plan", "--json", "actor.backend=fsdp:d2", "rollout.backend=vllm:d2",
-              env={"CUDA_VISIBLE_DEVICES": "0,1,2,3"})
+    out = run(
+        "plan",
+        "--json",
+        "actor.backend=fsdp:d2",
+        "rollout.backend=vllm:d2",
+        env={"CUDA_VISIBLE_DEVICES": "0,1,2,3"},
+    )
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["cluster"] == {"num_nodes": 1, "gpus_per_node": 4, "device": "cuda"}
+    assert json.loads(out.stdout)["cluster"] == {
+        "num_nodes": 1,
+        "gpus_per_node": 4,
+        "device": "cuda",
+    }

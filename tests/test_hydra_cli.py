@@ -2,6 +2,7 @@
 Hydra's documented behaviour (https://hydra.cc/docs/advanced/hydra-command-line-flags/), and
 our promise on top: a mistake is one `error:` line, exit code 2, nothing started.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -86,8 +87,13 @@ def test_only_one_command_at_a_time_as_hydra_says():
 
 @pytest.mark.torch  # the preflight wants torch where the trainers run
 def test_run_flag_is_one_run_even_when_the_config_says_multirun(tmp_path):
-    out = run("--run", "hydra.mode=MULTIRUN", "rollout=none", "launcher.dry_run=true",
-              f"hydra.sweep.dir={tmp_path}/sweep")
+    out = run(
+        "--run",
+        "hydra.mode=MULTIRUN",
+        "rollout=none",
+        "launcher.dry_run=true",
+        f"hydra.sweep.dir={tmp_path}/sweep",
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("# actor-node0: trainer") == 1 and "sweep:" not in out.stderr
 
@@ -114,9 +120,16 @@ def test_config_dir_adds_a_users_preset_with_a_comma_key(tmp_path):
     (tmp_path / "experiment" / "shared.yaml").write_text(PRESET)
     plan = json.loads(ok("plan", "--json", "-cd", str(tmp_path), "experiment=shared"))
     comps = plan["components"]
-    assert plan["mode"] == "collocated" and comps["rollout"]["gpus"] == comps["actor"]["gpus"] == [0]
-    launched = run("--config-dir", str(tmp_path), "experiment=shared", "launcher.dry_run=true",
-                   f"hydra.run.dir={tmp_path}/run")
+    assert plan["mode"] == "collocated" and comps["rollout"]["gpus"] == comps["actor"]["gpus"] == [
+        0
+    ]
+    launched = run(
+        "--config-dir",
+        str(tmp_path),
+        "experiment=shared",
+        "launcher.dry_run=true",
+        f"hydra.run.dir={tmp_path}/run",
+    )
     assert launched.returncode == 0, launched.stderr
     assert "rollout-0: server" in launched.stdout and "actor-node0: trainer" in launched.stdout
     assert not (tmp_path / "run").exists()  # a dry run writes nothing
@@ -124,9 +137,12 @@ def test_config_dir_adds_a_users_preset_with_a_comma_key(tmp_path):
 
 def test_config_dir_adds_clusters_and_whole_configs(tmp_path):
     (tmp_path / "cluster").mkdir()
-    (tmp_path / "cluster" / "lab4.yaml").write_text("num_nodes: 2\ngpus_per_node: 4\ndevice: cuda\n")
-    (tmp_path / "mine.yaml").write_text("defaults:\n  - config\n  - _self_\n"
-                                        "experiment_name: mine\nrollout:\n  backend: sglang:d2\n")
+    (tmp_path / "cluster" / "lab4.yaml").write_text(
+        "num_nodes: 2\ngpus_per_node: 4\ndevice: cuda\n"
+    )
+    (tmp_path / "mine.yaml").write_text(
+        "defaults:\n  - config\n  - _self_\nexperiment_name: mine\nrollout:\n  backend: sglang:d2\n"
+    )
     plan = json.loads(ok("plan", "--json", "-cd", str(tmp_path), "cluster=lab4"))
     assert plan["cluster"] == {"num_nodes": 2, "gpus_per_node": 4, "device": "cuda"}
     job = yaml.safe_load(ok("-cd", str(tmp_path), "-cn", "mine", "--cfg", "job"))
@@ -136,29 +152,40 @@ def test_config_dir_adds_clusters_and_whole_configs(tmp_path):
 def test_config_path_replaces_the_primary_folder(tmp_path):
     conf = tmp_path / "conf"
     shutil.copytree(CONF, conf)
-    (conf / "config.yaml").write_text((CONF / "config.yaml").read_text().replace(
-        "model_path:", "experiment_name: from_cp\nmodel_path:"))
-    assert yaml.safe_load(ok("--config-path", str(conf), "--cfg", "job"))["experiment_name"] == "from_cp"
+    (conf / "config.yaml").write_text(
+        (CONF / "config.yaml")
+        .read_text()
+        .replace("model_path:", "experiment_name: from_cp\nmodel_path:")
+    )
+    assert (
+        yaml.safe_load(ok("--config-path", str(conf), "--cfg", "job"))["experiment_name"]
+        == "from_cp"
+    )
     assert "absolute path" in one_error_line(run("-cp", "conf", "--cfg", "job"))
 
 
-@pytest.mark.parametrize("args, needle", [
-    (("-cd", "/no/such/folder"), "--config-dir /no/such/folder: no such folder"),
-    (("-cn", "nope"), "no primary config 'nope'"),
-    (("plan", "-cd"), "-cd needs a DIR"),
-    (("--cfg", "jb"), "invalid choice: 'jb'"),
-    (("--nope",), "unrecognized arguments: --nope"),
-    (("plna",), "unknown command 'plna' (did you mean 'plan'?)"),
-    (("launcher=slurm", "launcher.partiton=x"), "did you mean 'launcher.partition'?"),
-    (("plan", "cluster=gpu8", "launcher=slurm", "launcher.partiton=x"),
-     "did you mean 'launcher.partition'?"),
-    (("rollot.backend=vllm",), "did you mean 'rollout.backend'?"),
-    (("rollout=vlm",), "choose one of none sglang vllm (did you mean 'vllm'?)"),
-    (("hydra.job.chdir=true",), "hydra.job.chdir=true"),
-    (("--experimental-rerun", "x.pickle"), "--experimental-rerun: not supported"),
-    (("-sc",), "--shell-completion takes one of install=SHELL"),
-    (("-sc", "install=tcsh"), "No completion plugin for 'tcsh'"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (("-cd", "/no/such/folder"), "--config-dir /no/such/folder: no such folder"),
+        (("-cn", "nope"), "no primary config 'nope'"),
+        (("plan", "-cd"), "-cd needs a DIR"),
+        (("--cfg", "jb"), "invalid choice: 'jb'"),
+        (("--nope",), "unrecognized arguments: --nope"),
+        (("plna",), "unknown command 'plna' (did you mean 'plan'?)"),
+        (("launcher=slurm", "launcher.partiton=x"), "did you mean 'launcher.partition'?"),
+        (
+            ("plan", "cluster=gpu8", "launcher=slurm", "launcher.partiton=x"),
+            "did you mean 'launcher.partition'?",
+        ),
+        (("rollot.backend=vllm",), "did you mean 'rollout.backend'?"),
+        (("rollout=vlm",), "choose one of none sglang vllm (did you mean 'vllm'?)"),
+        (("hydra.job.chdir=true",), "hydra.job.chdir=true"),
+        (("--experimental-rerun", "x.pickle"), "--experimental-rerun: not supported"),
+        (("-sc",), "--shell-completion takes one of install=SHELL"),
+        (("-sc", "install=tcsh"), "No completion plugin for 'tcsh'"),
+    ],
+)
 def test_mistakes_are_one_line_exit_2(args, needle, tmp_path):
     where = () if args[0] in ("plan", "-sc") else (f"hydra.run.dir={tmp_path}/run",)
     assert needle in one_error_line(run(*args, *where))
@@ -180,10 +207,13 @@ def test_hydra_run_dir_is_the_run_folder_and_holds_hydras_record(tmp_path):
     assert yaml.safe_load((record / "overrides.yaml").read_text())[:2] == list(common[:2])
     assert yaml.safe_load((record / "config.yaml").read_text())["actor"]["backend"] == "fsdp:d1"
     assert yaml.safe_load((record / "hydra.yaml").read_text())["hydra"]["runtime"][
-        "output_dir"] == str(run_dir)
+        "output_dir"
+    ] == str(run_dir)
     assert oct((record / "config.yaml").stat().st_mode & 0o777) == "0o600"  # may hold secrets
     ok(*common, f"hydra.run.dir={tmp_path}/bare", "hydra.output_subdir=null", timeout=300)
-    assert (tmp_path / "bare" / "plan.json").is_file() and not (tmp_path / "bare" / ".hydra").exists()
+    assert (tmp_path / "bare" / "plan.json").is_file() and not (
+        tmp_path / "bare" / ".hydra"
+    ).exists()
 
 
 WAITS_FOR_THE_SERVER = """\
@@ -207,8 +237,16 @@ def test_a_users_preset_from_a_folder_outside_the_repo_runs_for_real(tmp_path, t
     (tmp_path / "experiment" / "shared.yaml").write_text(PRESET)
     trainer = tmp_path / "trainer.py"
     trainer.write_text(WAITS_FOR_THE_SERVER)
-    ok("-cd", str(tmp_path), "experiment=shared", f"trainer.entry={trainer}",
-       f"model_path={tiny_model}", f"hydra.run.dir={tmp_path}/run", cwd=tmp_path, timeout=800)
+    ok(
+        "-cd",
+        str(tmp_path),
+        "experiment=shared",
+        f"trainer.entry={trainer}",
+        f"model_path={tiny_model}",
+        f"hydra.run.dir={tmp_path}/run",
+        cwd=tmp_path,
+        timeout=800,
+    )
     run_dir = tmp_path / "run"
     plan = json.loads((run_dir / "plan.json").read_text())
     assert plan["mode"] == "collocated"

@@ -1,4 +1,5 @@
 """The launch command's own promises, through `areal-launch` run as a real subprocess."""
+
 from __future__ import annotations
 
 import json
@@ -12,7 +13,8 @@ import os, torch.distributed as dist
 dist.init_process_group("gloo")
 t = __import__("torch").ones(1)
 dist.all_reduce(t)
-print(f"rank {dist.get_rank()} of {dist.get_world_size()} group {os.environ['GROUP_RANK']} sum {int(t.item())}", flush=True)
+print(f"rank {dist.get_rank()} of {dist.get_world_size()} group {os.environ['GROUP_RANK']} sum
+{int(t.item())}", flush=True)
 dist.destroy_process_group()
 """
 
@@ -21,9 +23,16 @@ dist.destroy_process_group()
 def test_a_cpu_plan_over_two_nodes_runs_both_nodes_here(tmp_path):
     script = tmp_path / "ranks.py"
     script.write_text(RANK_SCRIPT)
-    out = run("rollout=none", "actor.backend=fsdp:d2", "cluster.device=cpu", "cluster.num_nodes=2",
-              "cluster.gpus_per_node=1", f"trainer.entry={script}", f"hydra.run.dir={tmp_path}/run",
-              timeout=300)
+    out = run(
+        "rollout=none",
+        "actor.backend=fsdp:d2",
+        "cluster.device=cpu",
+        "cluster.num_nodes=2",
+        "cluster.gpus_per_node=1",
+        f"trainer.entry={script}",
+        f"hydra.run.dir={tmp_path}/run",
+        timeout=300,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     logs = {p.name: p.read_text() for p in (tmp_path / "run" / "logs").glob("*.log")}
     assert set(logs) == {"actor-node0.log", "actor-node1.log"}
@@ -32,8 +41,15 @@ def test_a_cpu_plan_over_two_nodes_runs_both_nodes_here(tmp_path):
 
 
 def test_a_gpu_plan_over_two_nodes_is_refused_locally_and_points_to_slurm(tmp_path):
-    line = one_error_line(run("cluster=gpu8", "cluster.num_nodes=2", "rollout=none",
-                              "actor.backend=fsdp:d16", f"hydra.run.dir={tmp_path}/run"))
+    line = one_error_line(
+        run(
+            "cluster=gpu8",
+            "cluster.num_nodes=2",
+            "rollout=none",
+            "actor.backend=fsdp:d16",
+            f"hydra.run.dir={tmp_path}/run",
+        )
+    )
     assert "launcher=slurm" in line
     assert not (tmp_path / "run").exists()
 
@@ -44,20 +60,28 @@ def test_a_missing_trainer_entry_is_refused_before_anything_starts(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("args, needle", [
-    (("plan", "launcher.base_port=70000"), "launcher.base_port=70000"),
-    (("plan", "--svg", "/no/such/dir/map.svg"), "--svg /no/such/dir/map.svg"),
-    (("plan", "hydra.run.dir=${nope}"), "hydra.run.dir"),
-    (("plan", "cluster.num_nodes=0"), "cluster.num_nodes"),
-    (("plan", "launcher.env.FOO=1"), "+launcher.env.FOO=1"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (("plan", "launcher.base_port=70000"), "launcher.base_port=70000"),
+        (("plan", "--svg", "/no/such/dir/map.svg"), "--svg /no/such/dir/map.svg"),
+        (("plan", "hydra.run.dir=${nope}"), "hydra.run.dir"),
+        (("plan", "cluster.num_nodes=0"), "cluster.num_nodes"),
+        (("plan", "launcher.env.FOO=1"), "+launcher.env.FOO=1"),
+    ],
+)
 def test_more_bad_input_is_one_error_line(args, needle):
     assert needle in one_error_line(run(*args))
 
 
 def test_exported_engine_defaults_and_launcher_env_reach_processes_but_not_the_contract():
-    out = run("plan", "--json", "+launcher.env.HF_TOKEN=secret", "+launcher.env.AREAL_COMPONENT=x",
-              env={"OMP_NUM_THREADS": "2"})
+    out = run(
+        "plan",
+        "--json",
+        "+launcher.env.HF_TOKEN=secret",
+        "+launcher.env.AREAL_COMPONENT=x",
+        env={"OMP_NUM_THREADS": "2"},
+    )
     assert out.returncode == 0, out.stderr
     trainer = next(p for p in json.loads(out.stdout)["processes"] if p["role"] == "trainer")
     assert trainer["env"]["OMP_NUM_THREADS"] == "2"  # the user's shell wins over the default 1

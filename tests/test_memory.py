@@ -1,4 +1,6 @@
-"""Per-GPU memory: one test per promise of launcher.memory.estimate (reference/memory.md, docs/architecture.md §10)."""
+"""Per-GPU memory: one test per promise of launcher.memory.estimate (reference/memory.md,
+docs/architecture.md §10)."""
+
 from __future__ import annotations
 
 import json
@@ -39,8 +41,10 @@ def fits_after(engines, fix, cluster=NODE, capacity=H100) -> bool:
 
 # ------------------------------------------------------------------ training
 def test_fsdp_shards_model_states_over_d_times_c_and_t_divides_again():
-    per_gpu = {spec: states(estimate_training(QWEN3_8B, parse_backend(spec), TrainOptions()))
-               for spec in ("fsdp:d8", "fsdp:d4c2", "fsdp:d2t4", "fsdp:d4")}
+    per_gpu = {
+        spec: states(estimate_training(QWEN3_8B, parse_backend(spec), TrainOptions()))
+        for spec in ("fsdp:d8", "fsdp:d4c2", "fsdp:d2t4", "fsdp:d4")
+    }
     assert per_gpu["fsdp:d8"] == pytest.approx(8 * QWEN3_8B.params.total / 8)
     assert per_gpu["fsdp:d4c2"] == pytest.approx(per_gpu["fsdp:d8"])
     assert per_gpu["fsdp:d2t4"] == pytest.approx(per_gpu["fsdp:d8"])
@@ -74,19 +78,26 @@ def test_megatron_optimizer_cpu_offload_leaves_six_bytes_per_parameter_on_the_gp
 
 def test_activations_grow_with_tokens_and_shrink_with_checkpointing_and_context_parallel():
     def acts(spec, **kw):
-        return estimate_training(QWEN3_8B, parse_backend(spec), TrainOptions(**kw)) \
-            .parts["activations"]
+        return estimate_training(QWEN3_8B, parse_backend(spec), TrainOptions(**kw)).parts[
+            "activations"
+        ]
 
     assert acts("fsdp:d8", max_tokens_per_mb=16384) == pytest.approx(
-        2 * acts("fsdp:d8", max_tokens_per_mb=8192))
+        2 * acts("fsdp:d8", max_tokens_per_mb=8192)
+    )
     assert acts("fsdp:d8", gradient_checkpointing=True) < acts("fsdp:d8") / 5
     assert acts("fsdp:d4c2", max_tokens_per_mb=16384) == pytest.approx(
-        acts("fsdp:d8", max_tokens_per_mb=8192))
+        acts("fsdp:d8", max_tokens_per_mb=8192)
+    )
 
 
 def test_logits_take_six_bytes_per_entry_split_by_tensor_parallel():
-    t1 = estimate_training(QWEN3_8B, parse_backend("fsdp:d8"), TrainOptions(max_tokens_per_mb=16384))
-    t2 = estimate_training(QWEN3_8B, parse_backend("fsdp:d4t2"), TrainOptions(max_tokens_per_mb=16384))
+    t1 = estimate_training(
+        QWEN3_8B, parse_backend("fsdp:d8"), TrainOptions(max_tokens_per_mb=16384)
+    )
+    t2 = estimate_training(
+        QWEN3_8B, parse_backend("fsdp:d4t2"), TrainOptions(max_tokens_per_mb=16384)
+    )
     assert t1.parts["logits"] == 16384 * 151936 * 6  # 13.9 GiB: reference/memory.md §6
     assert t2.parts["logits"] == t1.parts["logits"] / 2
 
@@ -108,8 +119,9 @@ def test_a_critic_swaps_lm_head_for_a_one_wide_value_head():
 
 # ------------------------------------------------------------------ inference
 def test_sglang_static_budget_is_its_fraction_of_the_card_less_its_context():
-    need = estimate_inference(QWEN3_8B, parse_backend("sglang:d1"),
-                              InferenceOptions(mem_fraction=0.8), H100)
+    need = estimate_inference(
+        QWEN3_8B, parse_backend("sglang:d1"), InferenceOptions(mem_fraction=0.8), H100
+    )
     static = need.parts["weights"] + need.parts["kv_cache"]
     assert static == pytest.approx(0.8 * (H100 - INFER_OVERHEAD_GIB) * GIB)
     per_token = 2 * 36 * 8 * 128 * 2  # 144 KiB: reference/memory.md §6
@@ -145,16 +157,19 @@ def test_mla_kv_cache_is_one_latent_per_token_on_every_tensor_parallel_rank():
 
 
 def test_a_kv_cache_smaller_than_one_context_fails_with_the_fix_that_fits():
-    engines = [engine("rollout", "sglang:d1", [0], QWEN3_8B,
-                      InferenceOptions(context_length=131072))]
+    engines = [
+        engine("rollout", "sglang:d1", [0], QWEN3_8B, InferenceOptions(context_length=131072))
+    ]
     one = ClusterSpec(1, 1)
     report = memory_report(engines, one, 39.39)  # A100 40GB
     assert report.fits is False
     problem = report.problems[0]
     assert problem.kind == "kv" and problem.engine == "rollout" and "131072" in problem.message
     assert problem.fix is not None and fits_after(engines, problem.fix, one, 39.39)
-    assert problem.fix.split("=")[0] in ("rollout.sglang.mem_fraction_static",
-                                         "rollout.sglang.context_length")
+    assert problem.fix.split("=")[0] in (
+        "rollout.sglang.mem_fraction_static",
+        "rollout.sglang.context_length",
+    )
 
 
 def test_weights_larger_than_the_static_budget_are_a_failure():
@@ -165,19 +180,39 @@ def test_weights_larger_than_the_static_budget_are_a_failure():
 
 # ------------------------------------------------------------------ shared GPUs and phases
 def collocated(release: bool, offload: bool, **train):
-    return [engine("rollout", "sglang:d8", range(8), QWEN3_8B,
-                   InferenceOptions(mem_fraction=0.8, release=release)),
-            engine("actor", "fsdp:d8", range(8), QWEN3_8B,
-                   TrainOptions(gradient_checkpointing=True, max_tokens_per_mb=16384,
-                                offload=Offload(offload, offload, offload), **train))]
+    return [
+        engine(
+            "rollout",
+            "sglang:d8",
+            range(8),
+            QWEN3_8B,
+            InferenceOptions(mem_fraction=0.8, release=release),
+        ),
+        engine(
+            "actor",
+            "fsdp:d8",
+            range(8),
+            QWEN3_8B,
+            TrainOptions(
+                gradient_checkpointing=True,
+                max_tokens_per_mb=16384,
+                offload=Offload(offload, offload, offload),
+                **train,
+            ),
+        ),
+    ]
 
 
 def test_a_collocated_gpu_needs_the_larger_phase_when_engines_release():
     report = memory_report(collocated(True, True), NODE, H100)
     rollout, actor = report.engines["rollout"], report.engines["actor"]
     group = report.groups[0]
-    assert group.phases["rollout"] == pytest.approx(rollout.per_gpu_gib + actor.released_gib, abs=0.02)
-    assert group.phases["train"] == pytest.approx(actor.per_gpu_gib + rollout.released_gib, abs=0.02)
+    assert group.phases["rollout"] == pytest.approx(
+        rollout.per_gpu_gib + actor.released_gib, abs=0.02
+    )
+    assert group.phases["train"] == pytest.approx(
+        actor.per_gpu_gib + rollout.released_gib, abs=0.02
+    )
     assert group.total_gib == max(group.phases.values())
     assert report.fits is True
 
@@ -186,18 +221,22 @@ def test_engines_that_share_a_gpu_without_release_are_summed():
     report = memory_report(collocated(False, False), NODE, H100)
     rollout, actor = report.engines["rollout"], report.engines["actor"]
     assert report.groups[0].phases["train"] == pytest.approx(
-        rollout.per_gpu_gib + actor.per_gpu_gib, abs=0.02)
+        rollout.per_gpu_gib + actor.per_gpu_gib, abs=0.02
+    )
 
 
 def test_actor_and_ref_on_the_same_gpus_take_turns():
     ref_opts = TrainOptions(trainable=False, max_tokens_per_mb=16384)
     act_opts = TrainOptions(gradient_checkpointing=True, max_tokens_per_mb=16384)
-    engines = [engine("actor", "fsdp:d8", range(8), QWEN3_8B, act_opts),
-               engine("ref", "fsdp:d8", range(8), QWEN3_8B, ref_opts)]
+    engines = [
+        engine("actor", "fsdp:d8", range(8), QWEN3_8B, act_opts),
+        engine("ref", "fsdp:d8", range(8), QWEN3_8B, ref_opts),
+    ]
     report = memory_report(engines, NODE, H100)
     actor, ref = report.engines["actor"], report.engines["ref"]
     assert report.groups[0].total_gib == pytest.approx(
-        max(actor.per_gpu_gib + ref.released_gib, ref.per_gpu_gib + actor.released_gib), abs=0.02)
+        max(actor.per_gpu_gib + ref.released_gib, ref.per_gpu_gib + actor.released_gib), abs=0.02
+    )
     assert report.groups[0].total_gib < actor.per_gpu_gib + ref.per_gpu_gib
 
 
@@ -211,8 +250,10 @@ def test_margin_is_five_percent_of_the_card_or_three_gib_and_five_percent_of_a_h
 # ------------------------------------------------------------------ the report
 def test_report_serialises_to_the_plans_memory_shape():
     cluster = ClusterSpec(2, 8)
-    engines = [engine("rollout", "sglang:d4t2", range(8), QWEN3_8B),
-               engine("actor", "fsdp:d8", range(8, 16), QWEN3_8B, CHECKPOINTED)]
+    engines = [
+        engine("rollout", "sglang:d4t2", range(8), QWEN3_8B),
+        engine("actor", "fsdp:d8", range(8, 16), QWEN3_8B, CHECKPOINTED),
+    ]
     data = json.loads(json.dumps(memory_report(engines, cluster, H100).to_dict()))
     assert {"gpu_capacity_gib", "fits", "gpus", "engines"} <= set(data)
     assert [g["gpu"] for g in data["gpus"]] == list(range(16))
@@ -226,8 +267,10 @@ def test_report_serialises_to_the_plans_memory_shape():
 
 
 def test_a_model_without_config_json_leaves_memory_unknown_with_a_warning():
-    engines = [engine("rollout", "sglang:d8", range(8), None),
-               engine("actor", "fsdp:d8", range(8), QWEN3_8B, CHECKPOINTED)]
+    engines = [
+        engine("rollout", "sglang:d8", range(8), None),
+        engine("actor", "fsdp:d8", range(8), QWEN3_8B, CHECKPOINTED),
+    ]
     report = memory_report(engines, NODE, H100)
     assert report.fits is None and report.error() is None
     assert any("rollout" in w and "config.json" in w for w in report.warnings)
@@ -255,8 +298,15 @@ def test_a_plan_that_does_not_fit_names_engine_gpu_need_have_and_the_smallest_fi
 
 
 def test_the_fix_for_a_trainer_is_the_largest_max_tokens_per_mb_that_fits():
-    engines = [engine("actor", "fsdp:d8", range(8), QWEN3_8B,
-                      TrainOptions(gradient_checkpointing=True, max_tokens_per_mb=131072))]
+    engines = [
+        engine(
+            "actor",
+            "fsdp:d8",
+            range(8),
+            QWEN3_8B,
+            TrainOptions(gradient_checkpointing=True, max_tokens_per_mb=131072),
+        )
+    ]
     fix = memory_report(engines, NODE, H100).problems[0].fix
     assert fix is not None and fix.startswith("actor.mb_spec.max_tokens_per_mb=")
     tokens = int(fix.split("=")[1])
@@ -265,18 +315,29 @@ def test_the_fix_for_a_trainer_is_the_largest_max_tokens_per_mb_that_fits():
 
 
 def test_the_fix_turns_on_gradient_checkpointing_before_shrinking_micro_batches():
-    engines = [engine("actor", "fsdp:d8", range(8), QWEN3_8B,
-                      TrainOptions(max_tokens_per_mb=32768))]
-    assert memory_report(engines, NODE, H100).problems[0].fix == \
-        "actor.gradient_checkpointing=true"
+    engines = [
+        engine("actor", "fsdp:d8", range(8), QWEN3_8B, TrainOptions(max_tokens_per_mb=32768))
+    ]
+    assert memory_report(engines, NODE, H100).problems[0].fix == "actor.gradient_checkpointing=true"
 
 
 def test_the_fix_for_a_crowded_rollout_phase_is_the_largest_fraction_that_fits():
-    engines = [engine("rollout", "sglang:d8", range(8), QWEN3_8B,
-                      InferenceOptions(mem_fraction=0.95, release=True)),
-               engine("actor", "fsdp:d8", range(8), QWEN3_8B,
-                      TrainOptions(gradient_checkpointing=True,
-                                   offload=Offload(True, True, True)))]
+    engines = [
+        engine(
+            "rollout",
+            "sglang:d8",
+            range(8),
+            QWEN3_8B,
+            InferenceOptions(mem_fraction=0.95, release=True),
+        ),
+        engine(
+            "actor",
+            "fsdp:d8",
+            range(8),
+            QWEN3_8B,
+            TrainOptions(gradient_checkpointing=True, offload=Offload(True, True, True)),
+        ),
+    ]
     problem = memory_report(engines, NODE, H100).problems[0]
     assert problem.kind == "rollout" and problem.fix is not None
     key, value = problem.fix.split("=")
@@ -285,12 +346,22 @@ def test_the_fix_for_a_crowded_rollout_phase_is_the_largest_fraction_that_fits()
 
 
 def test_the_cpu_run_is_checked_against_the_hosts_memory():
-    tiny = QWEN3_8B.__class__(hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=4,
-                              head_dim=32, intermediate_size=256, vocab_size=409,
-                              dtype="float32", max_position_embeddings=512)
+    tiny = QWEN3_8B.__class__(
+        hidden_size=128,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=4,
+        head_dim=32,
+        intermediate_size=256,
+        vocab_size=409,
+        dtype="float32",
+        max_position_embeddings=512,
+    )
     cpu = ClusterSpec(1, 3, "cpu")
-    engines = [engine("rollout", "vllm:d1", [0], tiny, InferenceOptions(dtype="float32")),
-               engine("actor", "fsdp:d2", [1, 2], tiny, TrainOptions(dtype="float32"))]
+    engines = [
+        engine("rollout", "vllm:d1", [0], tiny, InferenceOptions(dtype="float32")),
+        engine("actor", "fsdp:d2", [1, 2], tiny, TrainOptions(dtype="float32")),
+    ]
     roomy, tight = memory_report(engines, cpu, 21.8), memory_report(engines, cpu, 4.0)
     assert roomy.fits is True and 3.5 < roomy.host_need_gib < 5
     assert tight.fits is False and tight.problems[0].kind == "host"
@@ -323,10 +394,15 @@ def test_the_training_estimate_is_within_15_percent_of_measured_fsdp2_steps_on_c
 
     from benchmarks.measure_fsdp_memory import compare
 
-    saved = json.loads((Path(__file__).parents[1] / "benchmarks" / "fsdp_memory_cpu.json")
-                       .read_text())
+    saved = json.loads(
+        (Path(__file__).parents[1] / "benchmarks" / "fsdp_memory_cpu.json").read_text()
+    )
     assert {(r["model"], r["checkpointing"]) for r in saved} >= {
-        ("tiny", False), ("tiny", True), ("llama-170m", False), ("llama-170m", True)}
+        ("tiny", False),
+        ("tiny", True),
+        ("llama-170m", False),
+        ("llama-170m", True),
+    }
     for old in saved:
         row = compare(old["model"], old["config"], old["spec"], [old["raw"]])[0]
         measured, estimated = row["measured_mib"], row["estimated_mib"]

@@ -5,6 +5,7 @@ change. Two out-of-memory reports are not refused today (docs/benchmarks.md says
 Plan-level: each case is the plan `areal-launch plan` builds from its overrides (typed config,
 placement, engines, backends' options) and the memory report of it; no engine starts.
 """
+
 from __future__ import annotations
 
 import time

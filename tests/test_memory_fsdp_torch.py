@@ -1,4 +1,5 @@
 """The estimate of model states equals what torch really allocates in an FSDP2 step on gloo."""
+
 from __future__ import annotations
 
 import json
@@ -20,11 +21,28 @@ WORKER = Path(__file__).resolve().parent / "fsdp_state_bytes.py"
 
 def test_fsdp2_model_state_estimate_equals_the_bytes_torch_allocates_per_rank(tiny_model, tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-            "--master-addr", "127.0.0.1", "--master-port", str(free_port()), str(WORKER),
-            tiny_model, str(tmp_path)]
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    argv = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(free_port()),
+        str(WORKER),
+        tiny_model,
+        str(tmp_path),
+    ]
+    proc = subprocess.Popen(
+        argv,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, _ = proc.communicate(timeout=300)
     finally:

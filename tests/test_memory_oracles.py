@@ -12,6 +12,7 @@
   optimizer. Its count leaves out q/k/v biases, q/k norms and routers, and it ignores expert
   parallel, so MoE models are compared at e=1, t=1.
 """
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -26,25 +27,40 @@ DEEPSPEED_BYTES = (2, 4, 12)  # 16-bit weights, fp32 grads, fp32 master + Adam m
 
 
 # ------------------------------------------------------------------ DeepSpeed, transcribed
-def estimate_zero3_model_states_mem_needs(total_params, largest_layer_params, num_gpus_per_node=1,
-                                          num_nodes=1, cpu_offload=True, cpu_offload_params=True,
-                                          zero_init=True, additional_buffer_factor=1.5):
+def estimate_zero3_model_states_mem_needs(
+    total_params,
+    largest_layer_params,
+    num_gpus_per_node=1,
+    num_nodes=1,
+    cpu_offload=True,
+    cpu_offload_params=True,
+    zero_init=True,
+    additional_buffer_factor=1.5,
+):
     total_gpus = num_nodes * num_gpus_per_node
     gpus_factor = 1 / num_nodes
-    largest_layer_memory = (4 * largest_layer_params)
+    largest_layer_memory = 4 * largest_layer_params
     if cpu_offload:
         if cpu_offload_params:
             gpu_mem = largest_layer_memory
             if zero_init:
                 cpu_mem = total_params * 18 * gpus_factor * additional_buffer_factor
             else:
-                cpu_mem = total_params * max(4 * num_gpus_per_node, 18 * gpus_factor) * additional_buffer_factor
+                cpu_mem = (
+                    total_params
+                    * max(4 * num_gpus_per_node, 18 * gpus_factor)
+                    * additional_buffer_factor
+                )
         else:
             gpu_mem = largest_layer_memory + int(2 * total_params / total_gpus)
             if zero_init:
                 cpu_mem = total_params * 16 * gpus_factor * additional_buffer_factor
             else:
-                cpu_mem = total_params * max(4 * num_gpus_per_node, 16 * gpus_factor) * additional_buffer_factor
+                cpu_mem = (
+                    total_params
+                    * max(4 * num_gpus_per_node, 16 * gpus_factor)
+                    * additional_buffer_factor
+                )
     else:
         gpu_mem = largest_layer_memory + int(18 * total_params / total_gpus)
         if zero_init:
@@ -62,8 +78,11 @@ def compute_weight_and_optimizer_memory(args):
         args.num_query_groups = args.num_attention_heads
     num_experts = 1 if args.num_experts is None else args.num_experts
     gated_linear_multiplier = 3 / 2 if args.swiglu else 1
-    shared_expert_ffn_hidden_size = (0 if args.moe_shared_expert_intermediate_size is None
-                                     else args.moe_shared_expert_intermediate_size)
+    shared_expert_ffn_hidden_size = (
+        0
+        if args.moe_shared_expert_intermediate_size is None
+        else args.moe_shared_expert_intermediate_size
+    )
     if args.num_experts is not None:
         moe_layer_pattern = args.moe_layer_freq
         num_dense_layers = args.num_layers - sum(moe_layer_pattern)
@@ -74,37 +93,63 @@ def compute_weight_and_optimizer_memory(args):
     norm_size = 1 if args.normalization == "RMSNorm" else 2
     if args.multi_latent_attention:
         if args.q_lora_rank is None:
-            q_term = args.hidden_size * args.num_attention_heads * (
-                args.qk_head_dim + args.qk_pos_emb_head_dim)
+            q_term = (
+                args.hidden_size
+                * args.num_attention_heads
+                * (args.qk_head_dim + args.qk_pos_emb_head_dim)
+            )
         else:
             q_term = args.q_lora_rank * (
-                args.hidden_size + args.num_attention_heads * (args.qk_head_dim
-                                                               + args.qk_pos_emb_head_dim)
-                + norm_size)
+                args.hidden_size
+                + args.num_attention_heads * (args.qk_head_dim + args.qk_pos_emb_head_dim)
+                + norm_size
+            )
         self_attn_term = (
             q_term
-            + args.kv_lora_rank * (args.hidden_size + args.num_attention_heads
-                                   * (args.qk_head_dim + args.v_head_dim) + norm_size)
+            + args.kv_lora_rank
+            * (
+                args.hidden_size
+                + args.num_attention_heads * (args.qk_head_dim + args.v_head_dim)
+                + norm_size
+            )
             + args.hidden_size * args.qk_pos_emb_head_dim
-            + (args.num_attention_heads * args.v_head_dim) * args.hidden_size)
+            + (args.num_attention_heads * args.v_head_dim) * args.hidden_size
+        )
     else:
-        self_attn_term = 2 * args.hidden_size * args.hidden_size * (
-            (1 + (args.num_query_groups / args.num_attention_heads))
-            * query_projection_to_hidden_size_ratio)
-    dense_layer = 2 * args.hidden_size * (args.ffn_hidden_size * gated_linear_multiplier
-                                          + norm_size) + self_attn_term
-    moe_layer = 2 * args.hidden_size * (moe_ffn_hidden_size * num_experts * gated_linear_multiplier
-                                        + shared_expert_ffn_hidden_size * gated_linear_multiplier
-                                        + norm_size) + self_attn_term
+        self_attn_term = (
+            2
+            * args.hidden_size
+            * args.hidden_size
+            * (
+                (1 + (args.num_query_groups / args.num_attention_heads))
+                * query_projection_to_hidden_size_ratio
+            )
+        )
+    dense_layer = (
+        2 * args.hidden_size * (args.ffn_hidden_size * gated_linear_multiplier + norm_size)
+        + self_attn_term
+    )
+    moe_layer = (
+        2
+        * args.hidden_size
+        * (
+            moe_ffn_hidden_size * num_experts * gated_linear_multiplier
+            + shared_expert_ffn_hidden_size * gated_linear_multiplier
+            + norm_size
+        )
+        + self_attn_term
+    )
     embedding_size = args.hidden_size * args.padded_vocab_size
     final_layernorm = norm_size * args.hidden_size
     block = dense_layer * num_dense_layers + moe_layer * num_moe_layers + final_layernorm
-    most_loaded = (block / args.pipeline_model_parallel_size + embedding_size) \
-        / args.tensor_model_parallel_size
+    most_loaded = (
+        block / args.pipeline_model_parallel_size + embedding_size
+    ) / args.tensor_model_parallel_size
     if args.untie_embeddings_and_output_weights and args.pipeline_model_parallel_size == 1:
         most_loaded += embedding_size / args.tensor_model_parallel_size
-    bytes_per_parameter = (18 if not args.use_distributed_optimizer
-                           else 6 + (12 / args.data_parallel_size))
+    bytes_per_parameter = (
+        18 if not args.use_distributed_optimizer else 6 + (12 / args.data_parallel_size)
+    )
     return most_loaded * bytes_per_parameter
 
 
@@ -113,20 +158,35 @@ def megatron_args(s, tp: int, pp: int, dp: int, distributed: bool) -> SimpleName
     moe = s.is_moe
     first_dense = s.num_dense_layers  # every table model puts its dense layers first
     return SimpleNamespace(
-        hidden_size=s.hidden_size, num_layers=s.num_layers, num_attention_heads=s.num_heads,
-        kv_channels=s.head_dim, group_query_attention=s.num_kv_heads < s.num_heads,
-        num_query_groups=s.num_kv_heads, ffn_hidden_size=s.intermediate_size, swiglu=True,
+        hidden_size=s.hidden_size,
+        num_layers=s.num_layers,
+        num_attention_heads=s.num_heads,
+        kv_channels=s.head_dim,
+        group_query_attention=s.num_kv_heads < s.num_heads,
+        num_query_groups=s.num_kv_heads,
+        ffn_hidden_size=s.intermediate_size,
+        swiglu=True,
         num_experts=s.num_experts if moe else None,
         moe_layer_freq=[0] * first_dense + [1] * s.num_moe_layers,
         moe_ffn_hidden_size=s.moe_intermediate_size,
-        moe_shared_expert_intermediate_size=(s.num_shared_experts * s.moe_intermediate_size
-                                             + s.shared_expert_intermediate_size) or None,
-        normalization="RMSNorm", multi_latent_attention=s.is_mla, q_lora_rank=s.q_lora_rank,
-        kv_lora_rank=s.kv_lora_rank, qk_head_dim=s.qk_nope_head_dim,
-        qk_pos_emb_head_dim=s.qk_rope_head_dim, v_head_dim=s.v_head_dim,
-        padded_vocab_size=s.vocab_size, untie_embeddings_and_output_weights=not s.tie_embeddings,
-        pipeline_model_parallel_size=pp, tensor_model_parallel_size=tp,
-        use_distributed_optimizer=distributed, data_parallel_size=dp)
+        moe_shared_expert_intermediate_size=(
+            s.num_shared_experts * s.moe_intermediate_size + s.shared_expert_intermediate_size
+        )
+        or None,
+        normalization="RMSNorm",
+        multi_latent_attention=s.is_mla,
+        q_lora_rank=s.q_lora_rank,
+        kv_lora_rank=s.kv_lora_rank,
+        qk_head_dim=s.qk_nope_head_dim,
+        qk_pos_emb_head_dim=s.qk_rope_head_dim,
+        v_head_dim=s.v_head_dim,
+        padded_vocab_size=s.vocab_size,
+        untie_embeddings_and_output_weights=not s.tie_embeddings,
+        pipeline_model_parallel_size=pp,
+        tensor_model_parallel_size=tp,
+        use_distributed_optimizer=distributed,
+        data_parallel_size=dp,
+    )
 
 
 # ------------------------------------------------------------------ the tests
@@ -140,13 +200,19 @@ def test_fsdp_full_shard_model_states_equal_deepspeed_zero3_term_by_term(name, n
     n = nodes * per_node
     states = model_state_bytes(s, parse_backend(f"fsdp:d{n}"), TrainOptions(), DEEPSPEED_BYTES)
     largest = max(s.layer_params, s.params.embedding)
-    ds_args = dict(total_params=s.params.total, largest_layer_params=largest,
-                   num_gpus_per_node=per_node, num_nodes=nodes)
+    ds_args = dict(
+        total_params=s.params.total,
+        largest_layer_params=largest,
+        num_gpus_per_node=per_node,
+        num_nodes=nodes,
+    )
     _, no_offload, layer = estimate_zero3_model_states_mem_needs(cpu_offload=False, **ds_args)
-    _, optim_offload, _ = estimate_zero3_model_states_mem_needs(cpu_offload=True,
-                                                                cpu_offload_params=False, **ds_args)
-    _, all_offload, _ = estimate_zero3_model_states_mem_needs(cpu_offload=True,
-                                                              cpu_offload_params=True, **ds_args)
+    _, optim_offload, _ = estimate_zero3_model_states_mem_needs(
+        cpu_offload=True, cpu_offload_params=False, **ds_args
+    )
+    _, all_offload, _ = estimate_zero3_model_states_mem_needs(
+        cpu_offload=True, cpu_offload_params=True, **ds_args
+    )
     sharded = sum(states.values())
     assert sharded == pytest.approx(no_offload - layer, rel=0.02)
     assert states["weights"] == pytest.approx(optim_offload - layer, rel=0.02)
@@ -154,8 +220,14 @@ def test_fsdp_full_shard_model_states_equal_deepspeed_zero3_term_by_term(name, n
     assert sum(offloaded.values()) == all_offload - layer == 0
 
 
-MEGATRON_LAYOUTS = ["megatron:d8", "megatron:d4t2", "megatron:d2t8", "megatron:d2p4t2",
-                    "megatron:d8p2t4", "megatron:d1p4t8"]
+MEGATRON_LAYOUTS = [
+    "megatron:d8",
+    "megatron:d4t2",
+    "megatron:d2t8",
+    "megatron:d2p4t2",
+    "megatron:d8p2t4",
+    "megatron:d1p4t8",
+]
 
 
 @pytest.mark.parametrize("name", TABLE)
@@ -169,7 +241,8 @@ def test_megatron_model_states_match_megatrons_theoretical_formula(name, spec, d
     opts = TrainOptions(use_distributed_optimizer=distributed)
     ours = sum(model_state_bytes(s, alloc, opts).values())
     theirs = compute_weight_and_optimizer_memory(
-        megatron_args(s, alloc.tp, alloc.pp, alloc.dp, distributed))
+        megatron_args(s, alloc.tp, alloc.pp, alloc.dp, distributed)
+    )
     assert ours == pytest.approx(theirs, rel=0.02)
 
 
@@ -178,8 +251,10 @@ def test_megatron_bytes_per_parameter_are_eighteen_and_six_plus_twelve_over_d():
     for d in (1, 2, 8):
         alloc = parse_backend(f"megatron:d{d}")
         dense = sum(model_state_bytes(s, alloc, TrainOptions()).values()) / s.params.total
-        plain = sum(model_state_bytes(s, alloc, TrainOptions(use_distributed_optimizer=False))
-                    .values()) / s.params.total
+        plain = (
+            sum(model_state_bytes(s, alloc, TrainOptions(use_distributed_optimizer=False)).values())
+            / s.params.total
+        )
         assert (dense, plain) == (pytest.approx(6 + 12 / d), pytest.approx(18))
 
 

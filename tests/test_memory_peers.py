@@ -2,6 +2,7 @@
 8 x 80 GB, mfs 0.8, 16384 tokens with checkpointing): refused without offload, with the change
 that fits. Peers' published configurations live in tests/peer_corpus.py (test_memory_corpus.py).
 """
+
 from __future__ import annotations
 
 from launcher.memory.capacity import gpu_memory_from_name
@@ -14,11 +15,26 @@ from tests.model_configs import shape
 
 def worked_example(offload: bool):
     model = shape("Qwen3-8B")
-    return [engine("rollout", "sglang:d8", range(8), model,
-                   InferenceOptions(mem_fraction=0.8, release=offload)),
-            engine("actor", "fsdp:d8", range(8), model,
-                   TrainOptions(gradient_checkpointing=True, max_tokens_per_mb=16384,
-                                offload=Offload(offload, offload, offload)))]
+    return [
+        engine(
+            "rollout",
+            "sglang:d8",
+            range(8),
+            model,
+            InferenceOptions(mem_fraction=0.8, release=offload),
+        ),
+        engine(
+            "actor",
+            "fsdp:d8",
+            range(8),
+            model,
+            TrainOptions(
+                gradient_checkpointing=True,
+                max_tokens_per_mb=16384,
+                offload=Offload(offload, offload, offload),
+            ),
+        ),
+    ]
 
 
 def test_the_worked_example_fits_with_offload_and_is_refused_without_with_a_fix_that_fits():

@@ -1,6 +1,7 @@
 """Every plan says, for every GPU, what each engine on it needs and whether it fits; a plan that
 does not fit is refused before anything starts with the smallest change that fits; `plan
 --suggest` prints layouts that fit as commands that plan (and fit) as they are."""
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,15 @@ def on_h100(model: str, *args: str) -> list[str]:
 
 
 def test_the_plan_json_has_every_gpu_and_every_engines_parts(qwen8b):
-    out = run(*on_h100(qwen8b, "--json", "rollout.backend=sglang:d4", "actor.backend=fsdp:d4",
-                       "actor.gradient_checkpointing=true"))
+    out = run(
+        *on_h100(
+            qwen8b,
+            "--json",
+            "rollout.backend=sglang:d4",
+            "actor.backend=fsdp:d4",
+            "actor.gradient_checkpointing=true",
+        )
+    )
     assert out.returncode == 0, out.stderr
     memory = json.loads(out.stdout)["memory"]
     assert memory["gpu_capacity_gib"] == 79.11 and memory["fits"] is True
@@ -42,8 +50,16 @@ def test_the_plan_json_has_every_gpu_and_every_engines_parts(qwen8b):
 
 
 def test_the_table_and_the_map_show_gib_against_the_capacity(qwen8b, tmp_path):
-    out = run(*on_h100(qwen8b, "rollout.backend=sglang:d4", "actor.backend=fsdp:d4",
-                       "actor.gradient_checkpointing=true", "--svg", str(tmp_path / "m.svg")))
+    out = run(
+        *on_h100(
+            qwen8b,
+            "rollout.backend=sglang:d4",
+            "actor.backend=fsdp:d4",
+            "actor.gradient_checkpointing=true",
+            "--svg",
+            str(tmp_path / "m.svg"),
+        )
+    )
     assert out.returncode == 0, out.stderr
     assert "GiB/GPU" in out.stdout and "  GiB " in out.stdout
     assert "memory: fits: the fullest GPU needs" in out.stdout and "of 79.1 GiB" in out.stdout
@@ -71,14 +87,16 @@ def test_a_model_without_config_json_leaves_memory_unknown_with_one_warning(tmp_
     out = run("plan", f"model_path={tmp_path}", "cluster=gpu8", "cluster.gpu_type=h100")
     assert out.returncode == 0
     warnings = [ln for ln in out.stderr.splitlines() if ln.startswith("warning: memory unknown")]
-    assert warnings == [f"warning: memory unknown: no config.json at {tmp_path} here, so no GPU "
-                        "is checked"]
+    assert warnings == [
+        f"warning: memory unknown: no config.json at {tmp_path} here, so no GPU is checked"
+    ]
 
 
 @pytest.mark.parametrize("value", ["abc", "1e9", "-3"])
 def test_a_gpu_memory_that_is_not_one_is_one_line(qwen8b, value):
     assert "cluster.gpu_memory_gib" in one_error_line(
-        run(*on_h100(qwen8b, f"cluster.gpu_memory_gib={value}")))
+        run(*on_h100(qwen8b, f"cluster.gpu_memory_gib={value}"))
+    )
 
 
 def test_suggest_prints_commands_that_plan_and_fit_as_they_are(qwen8b):
@@ -97,4 +115,5 @@ def test_suggest_prints_commands_that_plan_and_fit_as_they_are(qwen8b):
 
 def test_suggest_needs_the_gpu_memory(qwen8b):
     assert "cluster.gpu_memory_gib" in one_error_line(
-        run("plan", "--suggest", f"model_path={qwen8b}", "cluster=gpu8"))
+        run("plan", "--suggest", f"model_path={qwen8b}", "cluster=gpu8")
+    )

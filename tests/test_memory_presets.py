@@ -4,6 +4,7 @@ Plans are composed and built as `areal-launch plan` builds them, and their memor
 way a launch checks it (launcher/memory/plan.py maps the config onto the estimator). The
 presets name 8 H100 (80 GB, 79.11 GiB) per node.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -19,7 +20,8 @@ PRESET_MODELS = {
     "/models/Qwen2.5-1.5B-Instruct": shape_from_config(MODELS["Qwen2.5-1.5B"]["config"]),
     # Qwen2.5-7B-Instruct's config.json is the base model's with a 32768 context
     "/models/Qwen2.5-7B-Instruct": shape_from_config(
-        {**MODELS["Qwen2.5-7B"]["config"], "max_position_embeddings": 32768}),
+        {**MODELS["Qwen2.5-7B"]["config"], "max_position_embeddings": 32768}
+    ),
 }
 H100 = gpu_memory_from_name("H100")
 
@@ -32,8 +34,9 @@ def preset(name: str, *overrides: str):
     return plan_memory(prep.plan, prep.planned.engines, shape, H100), prep.plan
 
 
-@pytest.mark.parametrize("name", ["gpu1x8_collocated_sglang_fsdp",
-                                  "gpu2x8_disaggregated_sglang_fsdp", "gpu2x8_megatron"])
+@pytest.mark.parametrize(
+    "name", ["gpu1x8_collocated_sglang_fsdp", "gpu2x8_disaggregated_sglang_fsdp", "gpu2x8_megatron"]
+)
 def test_each_gpu_preset_fits_on_the_h100_nodes_its_comment_names(name):
     report, plan = preset(name)
     assert report.fits is True, report.error()
@@ -45,8 +48,9 @@ def test_the_7b_preset_without_checkpointing_is_refused_with_a_fix_that_fits():
     assert report.fits is False
     fix = report.problems[0].fix
     assert fix == "actor.gradient_checkpointing=true"
-    fixed, _ = preset("gpu2x8_disaggregated_sglang_fsdp", "actor.gradient_checkpointing=false",
-                      fix)  # the fix is a real override: composed like any other
+    fixed, _ = preset(
+        "gpu2x8_disaggregated_sglang_fsdp", "actor.gradient_checkpointing=false", fix
+    )  # the fix is a real override: composed like any other
     assert fixed.fits is True
 
 

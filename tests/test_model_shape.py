@@ -1,4 +1,5 @@
 """Model shapes from config.json: published parameter counts, families, and the reader's edges."""
+
 from __future__ import annotations
 
 import json
@@ -26,20 +27,28 @@ def published_bounds(text: str) -> tuple[float, float]:
     return center - slack, center + slack
 
 
-COUNTS = [(name, key) for name in TABLE + ("Qwen2.5-1.5B", "Qwen3-14B")
-          for key in MODELS[name]["published"]]
+COUNTS = [
+    (name, key)
+    for name in TABLE + ("Qwen2.5-1.5B", "Qwen3-14B")
+    for key in MODELS[name]["published"]
+]
 
 
 @pytest.mark.parametrize("name,key", COUNTS, ids=[f"{n}-{k}" for n, k in COUNTS])
 def test_parameter_count_matches_the_published_count_within_one_percent(name, key):
     params = shape(name).params
-    ours = {"total": params.total, "active": params.active,
-            "non_embedding": params.non_embedding,
-            # DeepSeek's README_WEIGHTS counts the output head but not the input lookup
-            "active_without_input_embedding": params.active - params.embedding}[key]
+    ours = {
+        "total": params.total,
+        "active": params.active,
+        "non_embedding": params.non_embedding,
+        # DeepSeek's README_WEIGHTS counts the output head but not the input lookup
+        "active_without_input_embedding": params.active - params.embedding,
+    }[key]
     low, high = published_bounds(MODELS[name]["published"][key])
-    assert low <= ours <= high, f"{name} {key}: ours {ours / 1e9:.3f}B, published " \
-                                f"{MODELS[name]['published'][key]} ({MODELS[name]['card']})"
+    assert low <= ours <= high, (
+        f"{name} {key}: ours {ours / 1e9:.3f}B, published "
+        f"{MODELS[name]['published'][key]} ({MODELS[name]['card']})"
+    )
 
 
 def test_every_model_of_the_table_has_a_source_and_a_published_total():
@@ -64,8 +73,7 @@ def test_qwen3_moe_and_mixtral_make_every_layer_moe():
 
 
 def test_qwen_mlp_only_layers_and_sparse_step_make_dense_layers():
-    cfg = {**MODELS["Qwen3-30B-A3B"]["config"], "mlp_only_layers": [0, 1],
-           "decoder_sparse_step": 2}
+    cfg = {**MODELS["Qwen3-30B-A3B"]["config"], "mlp_only_layers": [0, 1], "decoder_sparse_step": 2}
     s = shape_from_config(cfg)
     # MoE where (i + 1) % 2 == 0 and i not in {0, 1}: i = 3, 5, ..., 47
     assert s.num_moe_layers == 23 and s.num_dense_layers == 25

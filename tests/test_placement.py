@@ -1,4 +1,5 @@
 """Placement: which GPUs each engine gets, the mode, and the errors and warnings users see."""
+
 import itertools
 
 import pytest
@@ -26,12 +27,16 @@ def test_comma_key_gives_every_named_engine_the_same_set():
 
 
 def test_unknown_engine_in_a_key_is_an_error_listing_the_engines():
-    with pytest.raises(PlacementError, match=r"unknown component 'actr' \(components: rollout, actor"):
+    with pytest.raises(
+        PlacementError, match=r"unknown component 'actr' \(components: rollout, actor"
+    ):
         parse_placement_keys({"actr,rollout": "all"}, ACTIVE)
 
 
 def test_engine_placed_twice_is_an_error_naming_both_keys():
-    with pytest.raises(PlacementError, match=r"rollout is placed twice, by 'actor,rollout' and 'rollout'"):
+    with pytest.raises(
+        PlacementError, match=r"rollout is placed twice, by 'actor,rollout' and 'rollout'"
+    ):
         parse_placement_keys({"actor,rollout": "0-7", "rollout": "8-15"}, ACTIVE)
 
 
@@ -52,47 +57,67 @@ def test_default_puts_rollout_first_then_actor():
 
 
 def test_default_ref_shares_actor_gpus_when_world_sizes_match():
-    p = place({"rollout": M("vllm", dp=4), "actor": M("fsdp", dp=4), "ref": M("fsdp", dp=4)},
-              ONE_BY_EIGHT, {})
+    p = place(
+        {"rollout": M("vllm", dp=4), "actor": M("fsdp", dp=4), "ref": M("fsdp", dp=4)},
+        ONE_BY_EIGHT,
+        {},
+    )
     assert p.gpus["ref"] == p.gpus["actor"] == (4, 5, 6, 7)
 
 
 def test_default_critic_of_another_size_takes_the_next_free_gpus():
-    p = place({"rollout": M("vllm", dp=2), "actor": M("fsdp", dp=4), "critic": M("fsdp", dp=2)},
-              ONE_BY_EIGHT, {})
+    p = place(
+        {"rollout": M("vllm", dp=2), "actor": M("fsdp", dp=4), "critic": M("fsdp", dp=2)},
+        ONE_BY_EIGHT,
+        {},
+    )
     assert ranges(p) == {"rollout": "0-1", "actor": "2-5", "critic": "6-7"}
 
 
 def test_default_engines_skip_gpus_placed_explicitly():
-    p = place({"rollout": M("vllm", dp=2), "actor": M("fsdp", dp=4)}, ONE_BY_EIGHT,
-              {"actor": "0-3"})
+    p = place(
+        {"rollout": M("vllm", dp=2), "actor": M("fsdp", dp=4)}, ONE_BY_EIGHT, {"actor": "0-3"}
+    )
     assert ranges(p) == {"rollout": "4-5", "actor": "0-3"}
 
 
 # ----------------------------------------------------------------------------- modes (seeds)
 def test_all_engines_on_all_gpus_is_collocated():
-    p = place({"rollout": M("sglang", dp=8, tp=2), "actor": M("fsdp", dp=16)}, TWO_BY_EIGHT,
-              {"actor,rollout": "all"}, {"rollout": True, "actor": True})
+    p = place(
+        {"rollout": M("sglang", dp=8, tp=2), "actor": M("fsdp", dp=16)},
+        TWO_BY_EIGHT,
+        {"actor,rollout": "all"},
+        {"rollout": True, "actor": True},
+    )
     assert p.mode == "collocated" and ranges(p) == {"rollout": "0-15", "actor": "0-15"}
     assert p.warnings == ()
 
 
 def test_pairwise_disjoint_sets_are_disaggregated():
-    p = place({"rollout": M("sglang", dp=5, tp=2), "actor": M("fsdp", dp=4), "ref": M("fsdp", dp=2)},
-              TWO_BY_EIGHT, {"rollout": "0-9", "ref": "10-11", "actor": "12-15"})
+    p = place(
+        {"rollout": M("sglang", dp=5, tp=2), "actor": M("fsdp", dp=4), "ref": M("fsdp", dp=2)},
+        TWO_BY_EIGHT,
+        {"rollout": "0-9", "ref": "10-11", "actor": "12-15"},
+    )
     assert p.mode == "disaggregated"
     assert ranges(p) == {"rollout": "0-9", "actor": "12-15", "ref": "10-11"}
 
 
 def test_partly_overlapping_sets_are_hybrid():
-    p = place({"rollout": M("sglang", dp=2, tp=2), "actor": M("fsdp", dp=8), "ref": M("fsdp", dp=4)},
-              ONE_BY_EIGHT, {"actor": "0-7", "rollout": "4-7", "ref": "0-3"})
+    p = place(
+        {"rollout": M("sglang", dp=2, tp=2), "actor": M("fsdp", dp=8), "ref": M("fsdp", dp=4)},
+        ONE_BY_EIGHT,
+        {"actor": "0-7", "rollout": "4-7", "ref": "0-3"},
+    )
     assert p.mode == "hybrid"
 
 
 def test_engines_placed_together_count_as_one_set_for_the_mode():
-    p = place({"rollout": M("vllm", dp=4), "actor": M("fsdp", dp=4), "ref": M("fsdp", dp=4)},
-              ONE_BY_EIGHT, {})
+    p = place(
+        {"rollout": M("vllm", dp=4), "actor": M("fsdp", dp=4), "ref": M("fsdp", dp=4)},
+        ONE_BY_EIGHT,
+        {},
+    )
     assert p.mode == "disaggregated"  # rollout 0-3 | actor+ref 4-7
 
 
@@ -106,24 +131,31 @@ def test_too_few_gpus_names_each_need_and_the_supply():
         place({"rollout": M("sglang", dp=4, tp=2), "actor": M("fsdp", dp=8)}, ONE_BY_EIGHT, {})
     assert str(err.value) == (
         "rollout sglang:d4t2 needs 8 GPUs and actor fsdp:d8 needs 8: 16 in all, but the "
-        "cluster has 8 (1 node x 8) (set cluster.num_nodes=2, or use smaller backends)")
+        "cluster has 8 (1 node x 8) (set cluster.num_nodes=2, or use smaller backends)"
+    )
 
 
 def test_too_few_gpus_counts_explicit_placements_and_not_shared_ones():
     with pytest.raises(PlacementError) as err:
-        place({"rollout": M("vllm", dp=6), "actor": M("fsdp", dp=4), "ref": M("fsdp", dp=4)},
-              ONE_BY_EIGHT, {"actor": "0-3"})
+        place(
+            {"rollout": M("vllm", dp=6), "actor": M("fsdp", dp=4), "ref": M("fsdp", dp=4)},
+            ONE_BY_EIGHT,
+            {"actor": "0-3"},
+        )
     assert str(err.value).startswith(
-        "rollout vllm:d6 needs 6 GPUs and cluster.component_placement takes 4 (0-3): 10 in all")
+        "rollout vllm:d6 needs 6 GPUs and cluster.component_placement takes 4 (0-3): 10 in all"
+    )
 
 
 def test_placed_set_of_the_wrong_size_names_engine_spec_world_and_set():
     with pytest.raises(PlacementError) as err:
-        place({"rollout": M("vllm", dp=4), "actor": M("fsdp", dp=8)}, TWO_BY_EIGHT,
-              {"actor": "8-11"})
+        place(
+            {"rollout": M("vllm", dp=4), "actor": M("fsdp", dp=8)}, TWO_BY_EIGHT, {"actor": "8-11"}
+        )
     assert str(err.value) == (
         "cluster.component_placement.actor='8-11' gives actor fsdp:d8 4 GPUs (8-11), but its "
-        "world size is 8 (place it on 8 GPUs or change actor.backend)")
+        "world size is 8 (place it on 8 GPUs or change actor.backend)"
+    )
 
 
 def test_placed_gpu_outside_the_cluster_is_an_error():
@@ -133,11 +165,14 @@ def test_placed_gpu_outside_the_cluster_is_an_error():
 
 def test_instance_across_a_node_boundary_is_an_error_showing_the_nodes():
     with pytest.raises(PlacementError) as err:
-        place({"rollout": M("sglang", dp=2, tp=4), "actor": M("fsdp", dp=2)}, TWO_BY_EIGHT,
-              {"rollout": "2-9"})
-    assert ("rollout sglang:d2t4 instance 0 gets GPUs 2-5" in str(err.value)
-            or "instance 1 gets GPUs 6-9, across node 0 = GPUs 0-7, node 1 = GPUs 8-15"
-            in str(err.value))
+        place(
+            {"rollout": M("sglang", dp=2, tp=4), "actor": M("fsdp", dp=2)},
+            TWO_BY_EIGHT,
+            {"rollout": "2-9"},
+        )
+    assert "rollout sglang:d2t4 instance 0 gets GPUs 2-5" in str(
+        err.value
+    ) or "instance 1 gets GPUs 6-9, across node 0 = GPUs 0-7, node 1 = GPUs 8-15" in str(err.value)
 
 
 def test_instance_filling_whole_nodes_from_a_node_boundary_is_fine():
@@ -146,31 +181,48 @@ def test_instance_filling_whole_nodes_from_a_node_boundary_is_fine():
 
 
 def test_instance_spanning_nodes_from_mid_node_is_an_error():
-    with pytest.raises(PlacementError, match=r"instance 0 gets GPUs 4-19.*starts at a node boundary"):
-        place({"rollout": M("sglang", tp=16), "actor": M("fsdp", dp=4)}, ClusterSpec(3, 8),
-              {"rollout": "4-19"})
+    with pytest.raises(
+        PlacementError, match=r"instance 0 gets GPUs 4-19.*starts at a node boundary"
+    ):
+        place(
+            {"rollout": M("sglang", tp=16), "actor": M("fsdp", dp=4)},
+            ClusterSpec(3, 8),
+            {"rollout": "4-19"},
+        )
 
 
 def test_tp_group_across_a_node_is_an_error():
-    with pytest.raises(PlacementError, match=r"actor megatron:d2t4 tp group 1 \(ranks 4-7\) gets GPUs 6-9"):
+    with pytest.raises(
+        PlacementError, match=r"actor megatron:d2t4 tp group 1 \(ranks 4-7\) gets GPUs 6-9"
+    ):
         place({"actor": M("megatron", dp=2, tp=4)}, TWO_BY_EIGHT, {"actor": "2-9"})
 
 
 # ----------------------------------------------------------------------------- warnings
 def test_sharing_without_offload_warns_with_the_options_to_set():
-    p = place({"rollout": M("sglang", dp=8, tp=2), "actor": M("fsdp", dp=16)}, TWO_BY_EIGHT,
-              {"actor,rollout": "all"}, {"actor": True})
-    assert p.warnings == ("rollout and actor share GPUs 0-15: without offload they compete for "
-                          "GPU memory (set rollout.offload=true)",)
+    p = place(
+        {"rollout": M("sglang", dp=8, tp=2), "actor": M("fsdp", dp=16)},
+        TWO_BY_EIGHT,
+        {"actor,rollout": "all"},
+        {"actor": True},
+    )
+    assert p.warnings == (
+        "rollout and actor share GPUs 0-15: without offload they compete for "
+        "GPU memory (set rollout.offload=true)",
+    )
 
 
 def test_sharing_warning_names_every_overlap_of_a_group():
-    p = place({"rollout": M("sglang", dp=2, tp=2), "actor": M("fsdp", dp=8), "ref": M("fsdp", dp=4)},
-              ONE_BY_EIGHT, {"actor": "0-7", "rollout": "4-7", "ref": "0-3"})
+    p = place(
+        {"rollout": M("sglang", dp=2, tp=2), "actor": M("fsdp", dp=8), "ref": M("fsdp", dp=4)},
+        ONE_BY_EIGHT,
+        {"actor": "0-7", "rollout": "4-7", "ref": "0-3"},
+    )
     assert p.warnings == (
         "rollout and actor share GPUs 4-7; actor and ref share GPUs 0-3: without offload they "
         "compete for GPU memory (set rollout.offload=true actor.offload.weight=true "
-        "ref.offload.weight=true)",)
+        "ref.offload.weight=true)",
+    )
 
 
 def test_engines_of_one_trainer_job_do_not_warn_about_sharing():
@@ -180,27 +232,37 @@ def test_engines_of_one_trainer_job_do_not_warn_about_sharing():
     one = place({"actor": M("fsdp", dp=8), "ref": M("fsdp", dp=8)}, ONE_BY_EIGHT, {})
     assert one.warnings == ()
     two = place({"actor": M("fsdp", dp=8), "ref": M("megatron", dp=8)}, ONE_BY_EIGHT, {})
-    assert two.warnings == ("actor and ref share GPUs 0-7: without offload they compete for GPU "
-                            "memory (set actor.offload.weight=true ref.offload.weight=true)",)
+    assert two.warnings == (
+        "actor and ref share GPUs 0-7: without offload they compete for GPU "
+        "memory (set actor.offload.weight=true ref.offload.weight=true)",
+    )
 
 
 def test_idle_gpus_are_a_warning_that_lists_them():
     p = place({"rollout": M("vllm", dp=2), "actor": M("fsdp", dp=4)}, TWO_BY_EIGHT, {})
-    assert p.warnings == ("10 of 16 GPUs are idle (6-15): no engine is placed on them (lower "
-                          "cluster.num_nodes, use larger backends or place an engine there)",)
+    assert p.warnings == (
+        "10 of 16 GPUs are idle (6-15): no engine is placed on them (lower "
+        "cluster.num_nodes, use larger backends or place an engine there)",
+    )
 
 
 def test_idle_gpus_on_one_node_do_not_ask_for_fewer_nodes():
     one_node = ClusterSpec(1, 8, "cuda")
     p = place({"rollout": M("vllm", dp=2), "actor": M("fsdp", dp=4)}, one_node, {})
-    assert p.warnings == ("2 of 8 GPUs are idle (6-7): no engine is placed on them (use larger "
-                          "backends or place an engine there)",)
+    assert p.warnings == (
+        "2 of 8 GPUs are idle (6-7): no engine is placed on them (use larger "
+        "backends or place an engine there)",
+    )
 
 
 # ----------------------------------------------------------------------------- cpu slots
 def test_slots_needed_is_the_default_need():
-    allocs = {"rollout": M("vllm", dp=2), "actor": M("fsdp", dp=2), "ref": M("fsdp", dp=2),
-              "critic": M("fsdp", dp=1)}
+    allocs = {
+        "rollout": M("vllm", dp=2),
+        "actor": M("fsdp", dp=2),
+        "ref": M("fsdp", dp=2),
+        "critic": M("fsdp", dp=1),
+    }
     assert slots_needed(allocs, {}) == 5
 
 
@@ -269,7 +331,7 @@ def test_mode_follows_the_distinct_gpu_sets(layout):
     p = place(layout.allocs, layout.cluster, layout.placement)
     distinct = {frozenset(s) for s in p.gpus.values()}
     disjoint = all(not (x & y) for x, y in itertools.combinations(distinct, 2))
-    expected = ("collocated" if len(distinct) == 1 else "disaggregated" if disjoint else "hybrid")
+    expected = "collocated" if len(distinct) == 1 else "disaggregated" if disjoint else "hybrid"
     assert p.mode == expected
     busy = set().union(*distinct)
     assert any("idle" in w for w in p.warnings) == (len(busy) < layout.cluster.total_gpus)
@@ -277,9 +339,16 @@ def test_mode_follows_the_distinct_gpu_sets(layout):
 
 def test_in_turn_wraps_around_onto_every_gpu_and_never_gives_one_engine_a_gpu_twice():
     """AReaL's local scheduler (scheduler.type=local): the free GPUs first, then round again."""
-    p = place({"rollout": M("vllm", dp=1), "actor": M("fsdp", dp=2)}, ClusterSpec(1, 2),
-              {"rollout": "0"}, in_turn=True)
+    p = place(
+        {"rollout": M("vllm", dp=1), "actor": M("fsdp", dp=2)},
+        ClusterSpec(1, 2),
+        {"rollout": "0"},
+        in_turn=True,
+    )
     assert p.gpus == {"rollout": (0,), "actor": (1, 0)}
     with pytest.raises(PlacementError, match="3 in all, but the cluster has 2"):
-        place({"rollout": M("vllm", dp=1), "actor": M("fsdp", dp=2)}, ClusterSpec(1, 2),
-              {"rollout": "0"})
+        place(
+            {"rollout": M("vllm", dp=1), "actor": M("fsdp", dp=2)},
+            ClusterSpec(1, 2),
+            {"rollout": "0"},
+        )

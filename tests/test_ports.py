@@ -1,4 +1,5 @@
 """PortReserver: ports free now, and never handed to two launches on one host at once."""
+
 import signal
 import socket
 import subprocess
@@ -25,8 +26,12 @@ def free_base() -> int:
 
 
 def hold(base: int, count: int) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", HOLDER, str(base), str(count)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(base), str(count)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_taken_port_can_be_bound_by_a_server():

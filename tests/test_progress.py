@@ -1,6 +1,7 @@
 """launcher/worker/progress.py and the runtime's side of it: every trainer rank keeps a progress
 record in the run folder (step, phase, pid, restart, and the signal that dumps its stacks), and
 the launcher reads them all. Stdlib only, like the launcher side that reads them."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,8 +29,13 @@ def test_a_heartbeat_is_read_back_as_the_ranks_progress(tmp_path):
     seen = progress.read_all(tmp_path)
     assert list(seen) == [1]
     record = seen[1]
-    assert (record.rank, record.pid, record.step, record.phase, record.restart) == \
-        (1, os.getpid(), 4, "train", 2)
+    assert (record.rank, record.pid, record.step, record.phase, record.restart) == (
+        1,
+        os.getpid(),
+        4,
+        "train",
+        2,
+    )
     assert record.stacks == "SIGUSR2" and record.stack_signal == signal.SIGUSR2
     assert 0 <= record.age_s() < 60
     raw = json.loads((tmp_path / "progress" / "1.json").read_text())
@@ -95,8 +101,12 @@ print("still alive", flush=True)
 
 
 def test_sigusr2_dumps_every_threads_stack_and_the_process_goes_on(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-c", STACKS, str(tmp_path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STACKS, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout.readline().strip() == "ready"
     record = progress.read_all(tmp_path)[0]
     assert record.pid == proc.pid and record.stack_signal == progress.STACK_SIGNAL
@@ -109,8 +119,7 @@ def test_sigusr2_dumps_every_threads_stack_and_the_process_goes_on(tmp_path):
     assert "worker_thread_waits" in err and "<module>" in err
 
 
-def test_each_trainer_job_has_its_own_ranks_and_one_jobs_beats_never_hide_anothers_hang(
-        tmp_path):
+def test_each_trainer_job_has_its_own_ranks_and_one_jobs_beats_never_hide_anothers_hang(tmp_path):
     """A run of several trainer jobs (actor, actor2, inference) has a rank 0 in each: their
     records are apart, `status` shows a line per job, and the watchdog finds the job that
     stopped while another still beats."""

@@ -1,4 +1,5 @@
 """Rank maps, inference instances and weight-sync pairs."""
+
 import itertools
 from collections import Counter
 
@@ -65,7 +66,11 @@ def test_groups_rejects_an_unknown_axis():
 def test_ranks_follow_the_gpu_list_with_node_and_local_gpu():
     ranks = training_ranks("actor", M("fsdp", dp=4), (6, 7, 8, 9), TWO_BY_EIGHT)
     assert [(r.rank, r.gpu, r.node, r.local_gpu, r.dp) for r in ranks] == [
-        (0, 6, 0, 6, 0), (1, 7, 0, 7, 1), (2, 8, 1, 0, 2), (3, 9, 1, 1, 3)]
+        (0, 6, 0, 6, 0),
+        (1, 7, 0, 7, 1),
+        (2, 8, 1, 0, 2),
+        (3, 9, 1, 1, 3),
+    ]
 
 
 def test_tp_group_across_nodes_is_an_error_with_the_nodes_and_a_fix():
@@ -74,7 +79,8 @@ def test_tp_group_across_nodes_is_an_error_with_the_nodes_and_a_fix():
     assert str(err.value) == (
         "actor megatron:t4 tp group 0 (ranks 0-3) gets GPUs 6-9, across node 0 = GPUs 0-7, "
         "node 1 = GPUs 8-15: a tp group must stay on one node (place actor so each block of 4 "
-        "GPUs lies within one node)")
+        "GPUs lies within one node)"
+    )
 
 
 def test_tp_larger_than_a_node_says_to_lower_t():
@@ -91,7 +97,9 @@ def test_wrong_number_of_gpus_is_an_error():
 def test_instance_i_is_the_ith_block_of_t_times_p_gpus():
     inst = inference_instances("rollout", M("sglang", dp=2, tp=2, pp=2), range(8, 16), TWO_BY_EIGHT)
     assert [(i.index, i.gpus, i.nodes) for i in inst] == [
-        (0, (8, 9, 10, 11), (1,)), (1, (12, 13, 14, 15), (1,))]
+        (0, (8, 9, 10, 11), (1,)),
+        (1, (12, 13, 14, 15), (1,)),
+    ]
 
 
 def test_instance_filling_two_whole_nodes_is_allowed():
@@ -111,8 +119,11 @@ def test_instance_bigger_than_a_node_but_not_whole_nodes_says_what_sizes_work():
 
 # ----------------------------------------------------------------------------- weight sync
 def test_collocated_rank_feeds_the_rollout_shard_on_its_own_gpu_when_rollout_tp_is_larger():
-    plan = build({"rollout": M("sglang", dp=2, tp=4), "actor": M("megatron", dp=4, tp=2)},
-                 ONE_BY_EIGHT, {"actor,rollout": "all"})
+    plan = build(
+        {"rollout": M("sglang", dp=2, tp=4), "actor": M("megatron", dp=4, tp=2)},
+        ONE_BY_EIGHT,
+        {"actor,rollout": "all"},
+    )
     rollout, actor = plan.components["rollout"], plan.components["actor"]
     gpu_of_shard = {(i.index, k): g for i in rollout.instances for k, g in enumerate(i.gpus)}
     pairs = plan.weight_sync[0].pairs
@@ -122,15 +133,22 @@ def test_collocated_rank_feeds_the_rollout_shard_on_its_own_gpu_when_rollout_tp_
 
 
 def test_collocated_with_actor_tp_larger_than_rollout_tp_still_pairs_by_gpu():
-    plan = build({"rollout": M("vllm", dp=8), "actor": M("megatron", tp=8)}, ONE_BY_EIGHT,
-                 {"actor,rollout": "all"})
+    plan = build(
+        {"rollout": M("vllm", dp=8), "actor": M("megatron", tp=8)},
+        ONE_BY_EIGHT,
+        {"actor,rollout": "all"},
+    )
     assert [(p.rank, p.instance, p.tp) for p in plan.weight_sync[0].pairs] == [
-        (r, r, 0) for r in range(8)]
+        (r, r, 0) for r in range(8)
+    ]
 
 
 def test_disaggregated_feeds_every_shard_when_rollout_world_is_not_a_multiple_of_actor_world():
-    plan = build({"rollout": M("sglang", dp=5, tp=2), "actor": M("fsdp", dp=4)}, TWO_BY_EIGHT,
-                 {"rollout": "0-9", "actor": "12-15"})
+    plan = build(
+        {"rollout": M("sglang", dp=5, tp=2), "actor": M("fsdp", dp=4)},
+        TWO_BY_EIGHT,
+        {"rollout": "0-9", "actor": "12-15"},
+    )
     sync = plan.weight_sync[0]
     assert fed(sync) == shards(plan.components["rollout"])
     assert sorted(loads(sync, 4)) == [2, 2, 3, 3]
@@ -138,19 +156,26 @@ def test_disaggregated_feeds_every_shard_when_rollout_world_is_not_a_multiple_of
 
 def test_disaggregated_prefers_actor_ranks_on_the_shards_node():
     # instance 0 and actor rank 0 on node 0; instances 1-2 and ranks 1-2 on node 1
-    plan = build({"rollout": M("sglang", dp=3, tp=2), "actor": M("fsdp", dp=3)}, TWO_BY_EIGHT,
-                 {"rollout": "0-1,8-11", "actor": "6,14-15"})
+    plan = build(
+        {"rollout": M("sglang", dp=3, tp=2), "actor": M("fsdp", dp=3)},
+        TWO_BY_EIGHT,
+        {"rollout": "0-1,8-11", "actor": "6,14-15"},
+    )
     sync, actor = plan.weight_sync[0], plan.components["actor"]
-    gpu_of = {(i.index, k): g for i in plan.components["rollout"].instances
-              for k, g in enumerate(i.gpus)}
+    gpu_of = {
+        (i.index, k): g for i in plan.components["rollout"].instances for k, g in enumerate(i.gpus)
+    }
     for p in sync.pairs:
         assert actor.ranks[p.rank].node == gpu_of[(p.instance, p.tp)] // 8, p
     assert loads(sync, 3) == [2, 2, 2]
 
 
 def test_hybrid_feeds_overlapping_shards_locally_and_the_rest_evenly():
-    plan = build({"rollout": M("sglang", dp=4, tp=2), "actor": M("fsdp", dp=4)}, ONE_BY_EIGHT,
-                 {"rollout": "0-7", "actor": "2-5"})
+    plan = build(
+        {"rollout": M("sglang", dp=4, tp=2), "actor": M("fsdp", dp=4)},
+        ONE_BY_EIGHT,
+        {"rollout": "0-7", "actor": "2-5"},
+    )
     sync = plan.weight_sync[0]
     local = {(p.instance, p.tp): p.rank for p in sync.pairs if p.instance in (1, 2)}
     assert local == {(1, 0): 0, (1, 1): 1, (2, 0): 2, (2, 1): 3}  # rank r sits on GPU 2 + r
@@ -158,8 +183,9 @@ def test_hybrid_feeds_overlapping_shards_locally_and_the_rest_evenly():
 
 
 def test_pipeline_parallel_instances_are_fed_shard_by_shard():
-    plan = build({"rollout": M("sglang", dp=1, tp=2, pp=2), "actor": M("fsdp", dp=2)},
-                 ONE_BY_EIGHT, {})
+    plan = build(
+        {"rollout": M("sglang", dp=1, tp=2, pp=2), "actor": M("fsdp", dp=2)}, ONE_BY_EIGHT, {}
+    )
     assert fed(plan.weight_sync[0]) == [(0, 0), (0, 1), (0, 2), (0, 3)]
 
 
@@ -176,11 +202,14 @@ def test_every_rank_has_its_own_gpu_and_the_grid_is_covered_once(layout):
         assert len({r.gpu for r in comp.ranks}) == comp.world_size
         cells = Counter((r.tp, r.cp, r.dp, r.pp) for r in comp.ranks)
         a = comp.alloc
-        assert set(cells) == set(itertools.product(range(a.tp), range(a.cp), range(a.dp),
-                                                   range(a.pp)))
+        assert set(cells) == set(
+            itertools.product(range(a.tp), range(a.cp), range(a.dp), range(a.pp))
+        )
         assert set(cells.values()) == {1}
         for axis in AXES:
-            assert sorted(r for g in groups(comp.ranks, axis) for r in g) == list(range(a.world_size))
+            assert sorted(r for g in groups(comp.ranks, axis) for r in g) == list(
+                range(a.world_size)
+            )
 
 
 @settings(max_examples=250, deadline=None)

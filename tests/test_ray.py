@@ -8,6 +8,7 @@ is counted from outside, on every node (they are all this machine): the run's pr
 (TEST_RUN_TAG in their environment, or a file open in the test's folder), its node supervisors
 and keepers (their command line names the run folder), and its placement group.
 """
+
 from __future__ import annotations
 
 import getpass
@@ -75,24 +76,29 @@ def left(tag: str, folder: Path) -> list[int]:
 
 def ask_ray(env: dict, code: str) -> object:
     """What `code` prints as JSON, run in a process of its own, as a user's script runs."""
-    out = subprocess.run([PY, "-c", code], capture_output=True, text=True, env=env, timeout=60,
-                         cwd="/")
+    out = subprocess.run(
+        [PY, "-c", code], capture_output=True, text=True, env=env, timeout=60, cwd="/"
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 
 
 def placement_groups(env: dict, name: str, detail: bool = False) -> list:
     """Placement groups named `name` as Ray's state API has them (as `ray list` shows them)."""
-    return ask_ray(env, f"""
+    return ask_ray(
+        env,
+        f"""
 import json, os
 from ray.util.state import list_placement_groups
 print(json.dumps([{{"state": pg.state, "bundles": pg.bundles}} for pg in list_placement_groups(
-    address=os.environ["RAY_ADDRESS"], filters=[("name", "=", {name!r})], detail={detail})]))""")
+    address=os.environ["RAY_ADDRESS"], filters=[("name", "=", {name!r})], detail={detail})]))""",
+    )
 
 
 def nothing_left(tag: str, folder: Path, env: dict, run_id: str, within_s: float = 15) -> None:
-    assert wait_until(lambda: not left(tag, folder), within_s), \
-        [Path(f"/proc/{p}/cmdline").read_bytes()[:200] for p in left(tag, folder)]
+    assert wait_until(lambda: not left(tag, folder), within_s), [
+        Path(f"/proc/{p}/cmdline").read_bytes()[:200] for p in left(tag, folder)
+    ]
     assert {pg["state"] for pg in placement_groups(env, f"areal-{run_id}")} <= {"REMOVED"}
 
 
@@ -107,19 +113,43 @@ def ray_node_of(pid: int) -> str:
     raise AssertionError("not under a raylet")
 
 
-def shell(name: str, role: str, node: int, script: str, tag: str, gpus: tuple[int, ...] = (),
-          **env: str) -> ProcessSpec:
-    return ProcessSpec(name, "rollout" if role == "server" else "actor", role, node,
-                       ("bash", "-c", script), env={"TEST_RUN_TAG": tag, **env}, gpus=gpus)
+def shell(
+    name: str, role: str, node: int, script: str, tag: str, gpus: tuple[int, ...] = (), **env: str
+) -> ProcessSpec:
+    return ProcessSpec(
+        name,
+        "rollout" if role == "server" else "actor",
+        role,
+        node,
+        ("bash", "-c", script),
+        env={"TEST_RUN_TAG": tag, **env},
+        gpus=gpus,
+    )
 
 
 def start(specs: list[ProcessSpec], run_dir: Path, env: dict, *args: str) -> subprocess.Popen:
     """The driver, attached, on its own process: `launch_driver.py --runner ray`."""
     spec_file = run_dir.parent / f"{run_dir.name}-specs.json"
     spec_file.write_text(json.dumps([s.to_dict() for s in specs]))
-    return subprocess.Popen([PY, DRIVER, str(spec_file), str(run_dir), "--runner", "ray",
-                             "--num-nodes", "2", "--grace", "3", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    return subprocess.Popen(
+        [
+            PY,
+            DRIVER,
+            str(spec_file),
+            str(run_dir),
+            "--runner",
+            "ray",
+            "--num-nodes",
+            "2",
+            "--grace",
+            "3",
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
 
 
 def finish(driver: subprocess.Popen, timeout: float = 180) -> tuple[int, str]:
@@ -137,8 +167,9 @@ def run_id_of(run_dir: Path) -> str:
 
 
 def cli(*args: str, env: dict, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([EXE, *args], capture_output=True, text=True, env=env, cwd=ROOT,
-                          timeout=timeout)
+    return subprocess.run(
+        [EXE, *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout
+    )
 
 
 def env_words(log: Path) -> dict:
@@ -146,8 +177,10 @@ def env_words(log: Path) -> dict:
     return dict(w.split("=", 1) for w in log.read_text().splitlines()[0].split())
 
 
-REPORT = ("echo CVD=$CUDA_VISIBLE_DEVICES NOSET=${RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES-unset}"
-          " OMP=${OMP_NUM_THREADS-unset} PID=$$ CWD=$PWD")
+REPORT = (
+    "echo CVD=$CUDA_VISIBLE_DEVICES NOSET=${RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES-unset}"
+    " OMP=${OMP_NUM_THREADS-unset} PID=$$ CWD=$PWD"
+)
 
 BLOCKER = """
 import sys, time, ray
@@ -173,11 +206,17 @@ def blocker(env):
     procs = []
 
     def hold(gpus: int) -> dict[str, list[int]]:
-        p = subprocess.Popen([PY, "-c", BLOCKER, str(gpus)], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True, env=env)
+        p = subprocess.Popen(
+            [PY, "-c", BLOCKER, str(gpus)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         procs.append(p)
         assert p.stdout is not None
         return {ip: ids for ip, ids in json.loads(p.stdout.readline())}
+
     yield hold
     for p in procs:
         p.kill()
@@ -186,8 +225,11 @@ def blocker(env):
 
 # ----------------------------------------------------------------------------- placement
 def node_processes(folder: Path, node: int) -> list[int]:
-    return [p for p in node_supervisors(folder)
-            if f"--node\0{node}\0".encode() in Path(f"/proc/{p}/cmdline").read_bytes()]
+    return [
+        p
+        for p in node_supervisors(folder)
+        if f"--node\0{node}\0".encode() in Path(f"/proc/{p}/cmdline").read_bytes()
+    ]
 
 
 def parent(pid: int) -> int:
@@ -196,8 +238,11 @@ def parent(pid: int) -> int:
 
 def node_actor(folder: Path, node: int) -> int:
     """The Ray worker process of plan node `node`'s actor: its supervisor's holder's parent."""
-    (actor,) = {parent(p) for p in node_processes(folder, node)
-                if b"ray::" in Path(f"/proc/{parent(p)}/cmdline").read_bytes()}
+    (actor,) = {
+        parent(p)
+        for p in node_processes(folder, node)
+        if b"ray::" in Path(f"/proc/{parent(p)}/cmdline").read_bytes()
+    }
     return actor
 
 
@@ -212,7 +257,8 @@ def node_gpus(folder: Path, node: int) -> list[str]:
 
 @pytest.mark.parametrize("detach", [False, True], ids=["attached", "detached"])
 def test_each_plan_node_runs_on_its_own_ray_node_on_the_gpus_ray_gave_its_actor(
-        tmp_path, env, tag, blocker, detach):
+    tmp_path, env, tag, blocker, detach
+):
     """Another driver holds 4 GPUs of each node, so the plan's positions must map through the
     other 4 (the ones Ray gave the node's actor), not be taken as physical GPU ids. Attached,
     the run is of an entry that is not ours: AReaL's name_resolve records of an earlier run are
@@ -222,20 +268,40 @@ def test_each_plan_node_runs_on_its_own_ray_node_on_the_gpus_ray_gave_its_actor(
     records = tmp_path / "areal" / "names" / getpass.getuser() / "exp" / "trial"
     records.mkdir(parents=True)
     (records / "old-server").write_text("an earlier run's address\n")
-    hold = (f"mkdir -p {records}; touch {records}/$AREAL_LAUNCH_PROCESS; {REPORT}; "
-            f"while [ ! -e {run_dir}/go ]; do sleep 0.2; done")
+    hold = (
+        f"mkdir -p {records}; touch {records}/$AREAL_LAUNCH_PROCESS; {REPORT}; "
+        f"while [ ! -e {run_dir}/go ]; do sleep 0.2; done"
+    )
     addrs = f"{host_placeholder(0)}:1,{bind_placeholder(1)}:2"
-    specs = [shell("rollout-0", "server", 0, f"{REPORT}; exec sleep 300", tag, (0, 1)),
-             shell("actor-0", "trainer", 0, hold, tag, (1, 2, 3)),
-             shell("actor-1", "trainer", 1, hold.replace("; while", " ADDRS=$AREAL_LLM_SERVER_ADDRS"
-                                                         "; while", 1),
-                   tag, (0, 1, 2, 3), AREAL_LLM_SERVER_ADDRS=addrs)]
+    specs = [
+        shell("rollout-0", "server", 0, f"{REPORT}; exec sleep 300", tag, (0, 1)),
+        shell("actor-0", "trainer", 0, hold, tag, (1, 2, 3)),
+        shell(
+            "actor-1",
+            "trainer",
+            1,
+            hold.replace("; while", " ADDRS=$AREAL_LLM_SERVER_ADDRS; while", 1),
+            tag,
+            (0, 1, 2, 3),
+            AREAL_LLM_SERVER_ADDRS=addrs,
+        ),
+    ]
     names = [s.name for s in specs]
-    driver = start(specs, run_dir, env, "--device", "cuda",
-                   *(("--detach",) if detach else ("--areal-root", str(tmp_path / "areal"))))
+    driver = start(
+        specs,
+        run_dir,
+        env,
+        "--device",
+        "cuda",
+        *(("--detach",) if detach else ("--areal-root", str(tmp_path / "areal"))),
+    )
     logs = run_dir / "logs"
-    assert wait_until(lambda: all((logs / f"{n}.log").exists() and (logs / f"{n}.log").read_text()
-                                  for n in names), 90), driver_output(driver)
+    assert wait_until(
+        lambda: all(
+            (logs / f"{n}.log").exists() and (logs / f"{n}.log").read_text() for n in names
+        ),
+        90,
+    ), driver_output(driver)
     seen = {n: env_words(logs / f"{n}.log") for n in names}
     where = {n: ray_node_of(int(w["PID"])) for n, w in seen.items()}
     assert where["rollout-0"] == where["actor-0"] != where["actor-1"]  # one Ray node per plan node
@@ -248,8 +314,9 @@ def test_each_plan_node_runs_on_its_own_ray_node_on_the_gpus_ray_gave_its_actor(
     assert all(w["NOSET"] == "unset" and w["OMP"] == "unset" for w in seen.values())
     assert {w["CWD"] for w in seen.values()} == {os.getcwd()}  # where the launch was made
     if not detach:  # both trainers registered; the earlier run's record is gone
-        assert wait_until(lambda: sorted(os.listdir(records)) == ["actor-0", "actor-1"], 10), \
+        assert wait_until(lambda: sorted(os.listdir(records)) == ["actor-0", "actor-1"], 10), (
             os.listdir(records)
+        )
     (run_dir / "go").touch()
     code, out = finish(driver)
     assert code == 0, out
@@ -272,37 +339,73 @@ def refused(out: subprocess.CompletedProcess) -> str:
 
 
 def test_a_plan_too_big_for_the_cluster_is_refused_before_anything_starts(tmp_path, env):
-    cpu = ["launcher=ray", "cluster.device=cpu", "rollout=none", "cluster.gpus_per_node=1",
-           f"hydra.run.dir={tmp_path}/r"]
+    cpu = [
+        "launcher=ray",
+        "cluster.device=cpu",
+        "rollout=none",
+        "cluster.gpus_per_node=1",
+        f"hydra.run.dir={tmp_path}/r",
+    ]
     # the test cluster has 3 nodes (2 with GPUs, 1 CPU-only)
-    assert "needs 4 Ray nodes" in refused(cli(*cpu, "cluster.num_nodes=4",
-                                              "actor.backend=fsdp:d4", env=env))
-    assert "needs 4 Ray nodes" in refused(cli(*cpu, "cluster.num_nodes=4", "launcher.dry_run=true",
-                                              "actor.backend=fsdp:d4", env=env))
-    fits = cli(*cpu, "cluster.num_nodes=2", "actor.backend=fsdp:d2", "launcher.dry_run=true",
-               env=env)
+    assert "needs 4 Ray nodes" in refused(
+        cli(*cpu, "cluster.num_nodes=4", "actor.backend=fsdp:d4", env=env)
+    )
+    assert "needs 4 Ray nodes" in refused(
+        cli(*cpu, "cluster.num_nodes=4", "launcher.dry_run=true", "actor.backend=fsdp:d4", env=env)
+    )
+    fits = cli(
+        *cpu, "cluster.num_nodes=2", "actor.backend=fsdp:d2", "launcher.dry_run=true", env=env
+    )
     assert fits.returncode == 0 and "did not check" not in fits.stderr, fits.stderr
-    gpu = ["launcher=ray", "cluster.device=cuda", "cluster.num_nodes=1", "rollout=none",
-           "cluster.gpus_per_node=16", "actor.backend=fsdp:d16", f"hydra.run.dir={tmp_path}/r"]
+    gpu = [
+        "launcher=ray",
+        "cluster.device=cuda",
+        "cluster.num_nodes=1",
+        "rollout=none",
+        "cluster.gpus_per_node=16",
+        "actor.backend=fsdp:d16",
+        f"hydra.run.dir={tmp_path}/r",
+    ]
     line = refused(cli(*gpu, env=env))
     assert "plan node 0 needs 16 GPU" in line and "cluster.gpus_per_node" in line
     assert not (tmp_path / "r").exists()  # no run folder: nothing started
     # cluster.device=auto plans for the Ray cluster's nodes (8 fake GPUs each), not this machine
-    auto = cli("plan", "--json", "launcher=ray", "cluster.device=auto", "rollout=none",
-               "cluster.num_nodes=2", "actor.backend=fsdp:d16", env=env)
+    auto = cli(
+        "plan",
+        "--json",
+        "launcher=ray",
+        "cluster.device=auto",
+        "rollout=none",
+        "cluster.num_nodes=2",
+        "actor.backend=fsdp:d16",
+        env=env,
+    )
     assert auto.returncode == 0, auto.stderr
-    assert json.loads(auto.stdout)["cluster"] == {"num_nodes": 2, "gpus_per_node": 8,
-                                                  "device": "cuda"}
+    assert json.loads(auto.stdout)["cluster"] == {
+        "num_nodes": 2,
+        "gpus_per_node": 8,
+        "device": "cuda",
+    }
     assert "the Ray cluster at" in auto.stderr and "with 8 GPU(s)" in auto.stderr, auto.stderr
 
 
-def test_a_placement_that_cannot_happen_now_times_out_naming_what_is_pending(tmp_path, env,
-                                                                             blocker, tag):
+def test_a_placement_that_cannot_happen_now_times_out_naming_what_is_pending(
+    tmp_path, env, blocker, tag
+):
     blocker(8)  # every GPU of both nodes is taken: the plan fits the cluster, not this moment
     begun = time.monotonic()
-    driver = start([shell("actor-0", "trainer", 0, "true", tag, (0,)),
-                    shell("actor-1", "trainer", 1, "true", tag, (0,))],
-                   tmp_path / "run", env, "--device", "cuda", "--placement-timeout", "3")
+    driver = start(
+        [
+            shell("actor-0", "trainer", 0, "true", tag, (0,)),
+            shell("actor-1", "trainer", 1, "true", tag, (0,)),
+        ],
+        tmp_path / "run",
+        env,
+        "--device",
+        "cuda",
+        "--placement-timeout",
+        "3",
+    )
     code, out = finish(driver)
     assert code != 0 and "did not place the run within 3 s" in out, out
     assert 'plan node 1: {"CPU": 1.0, "GPU": 1.0}' in out and "launcher.placement_timeout_s" in out
@@ -314,19 +417,40 @@ def test_a_placement_that_cannot_happen_now_times_out_naming_what_is_pending(tmp
 
 # ----------------------------------------------------------------------------- faults
 def http_server(tag: str, port: int) -> ProcessSpec:
-    return ProcessSpec("rollout-0", "rollout", "server", 0,
-                       (PY, "-m", "http.server", str(port), "--bind", bind_placeholder(0)),
-                       env={"TEST_RUN_TAG": tag},
-                       health_url=f"http://{host_placeholder(0)}:{port}/")
+    return ProcessSpec(
+        "rollout-0",
+        "rollout",
+        "server",
+        0,
+        (PY, "-m", "http.server", str(port), "--bind", bind_placeholder(0)),
+        env={"TEST_RUN_TAG": tag},
+        health_url=f"http://{host_placeholder(0)}:{port}/",
+    )
 
 
 def torchrun_on_node1(tag: str, run_dir: Path, port: int, **env: str) -> ProcessSpec:
-    return ProcessSpec("actor", "actor", "trainer", 1,
-                       (PY, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                        "--master-addr", host_placeholder(1), "--master-port", str(port),
-                        "--log-dir", str(run_dir / "torchrun" / "actor"), TRAINER),
-                       env={"TEST_RUN_TAG": tag, "OMP_NUM_THREADS": "1",
-                            "AREAL_COMPONENT": "actor", **env}, gpus=(0, 1))
+    return ProcessSpec(
+        "actor",
+        "actor",
+        "trainer",
+        1,
+        (
+            PY,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-addr",
+            host_placeholder(1),
+            "--master-port",
+            str(port),
+            "--log-dir",
+            str(run_dir / "torchrun" / "actor"),
+            TRAINER,
+        ),
+        env={"TEST_RUN_TAG": tag, "OMP_NUM_THREADS": "1", "AREAL_COMPONENT": "actor", **env},
+        gpus=(0, 1),
+    )
 
 
 def free_ports(n: int) -> list[int]:
@@ -340,33 +464,44 @@ def free_ports(n: int) -> list[int]:
 def test_a_rank_raising_on_one_node_stops_every_node_and_is_named(tmp_path, env, tag):
     run_dir = tmp_path / "run"
     web, master = free_ports(2)
-    driver = start([http_server(tag, web), torchrun_on_node1(tag, run_dir, master, FAIL_RANK="1")],
-                   run_dir, env)
+    driver = start(
+        [http_server(tag, web), torchrun_on_node1(tag, run_dir, master, FAIL_RANK="1")],
+        run_dir,
+        env,
+    )
     code, out = finish(driver)
     assert code == 1, out
-    assert re.search(r"run failed: plan node 1 \(127\.0\.0\.\d\): actor exited with code 1: "
-                     r"rank 1 raised RuntimeError: rank 1 fails on purpose", out), out
+    assert re.search(
+        r"run failed: plan node 1 \(127\.0\.0\.\d\): actor exited with code 1: "
+        r"rank 1 raised RuntimeError: rank 1 fails on purpose",
+        out,
+    ), out
     assert "raise RuntimeError" in out  # the rank's own traceback, in the verdict
     nothing_left(tag, tmp_path, env, run_id_of(run_dir))
 
 
 def test_a_server_dying_stops_the_trainers_node_and_is_named(tmp_path, env, tag):
-    specs = [shell("rollout-0", "server", 0, "sleep 2; echo out of memory; exit 3", tag),
-             shell("actor-1", "trainer", 1, "exec sleep 300", tag)]
+    specs = [
+        shell("rollout-0", "server", 0, "sleep 2; echo out of memory; exit 3", tag),
+        shell("actor-1", "trainer", 1, "exec sleep 300", tag),
+    ]
     driver = start(specs, tmp_path / "run", env)
     assert wait_until(lambda: len(survivors(tag, tmp_path)) >= 2, 60)
     code, out = finish(driver)
     assert code == 1, out
-    assert re.search(r"run failed: plan node 0 \(127\.0\.0\.\d\): rollout-0 exited with code 3",
-                     out), out
+    assert re.search(
+        r"run failed: plan node 0 \(127\.0\.0\.\d\): rollout-0 exited with code 3", out
+    ), out
     assert "out of memory" in out
     nothing_left(tag, tmp_path, env, run_id_of(tmp_path / "run"))
 
 
 def running(tmp_path: Path, env: dict, tag: str, *args: str) -> subprocess.Popen:
     """A run on both nodes that goes on until stopped (a server and a trainer that sleep)."""
-    specs = [shell("rollout-0", "server", 0, "echo serving; exec sleep 300", tag),
-             shell("actor-1", "trainer", 1, "echo training; exec sleep 300", tag)]
+    specs = [
+        shell("rollout-0", "server", 0, "echo serving; exec sleep 300", tag),
+        shell("actor-1", "trainer", 1, "echo training; exec sleep 300", tag),
+    ]
     driver = start(specs, tmp_path / "run", env, *args)
     assert wait_until(lambda: len(survivors(tag, tmp_path)) >= 2, 60), driver_output(driver)
     return driver
@@ -396,8 +531,11 @@ def test_a_lost_node_actor_stops_the_other_nodes(tmp_path, env, tag):
     driver = running(tmp_path, env, tag)
     os.kill(node_actor(tmp_path / "run", 1), signal.SIGKILL)
     code, out = finish(driver, 60)
-    assert code == 1 and re.search(r"run failed: plan node 1 \(127\.0\.0\.\d\) was lost "
-                                   r"\(\w+Error\)", out), out
+    assert code == 1 and re.search(
+        r"run failed: plan node 1 \(127\.0\.0\.\d\) was lost "
+        r"\(\w+Error\)",
+        out,
+    ), out
     nothing_left(tag, tmp_path, env, run_id_of(tmp_path / "run"))
 
 
@@ -432,31 +570,44 @@ def job_id(out: str) -> str:
 def test_status_logs_and_cancel_of_a_detached_run_ask_rays_job_api(tmp_path, env, tag):
     job = detached_job(tmp_path, env, tag)
     status = cli("status", job, env=env)
-    assert status.returncode == 0 and status.stdout.startswith(f"job {job}: RUNNING (Ray job at http")
+    assert status.returncode == 0 and status.stdout.startswith(
+        f"job {job}: RUNNING (Ray job at http"
+    )
     assert f"run folder: {tmp_path / 'run'}" in status.stdout
     assert wait_until(lambda: "training" in cli("logs", job, env=env).stdout, 30)
     engine = cli("logs", job, "--engine", "rollout", env=env).stdout.splitlines()
     assert engine and all(re.match(r"\(node0 pid=\d+.*\) rollout-0 \| ", ln) for ln in engine)
     assert "serving" in engine[0]
     stopped = cli("cancel", job, env=env)
-    assert stopped.stdout.strip() == f"job {job}: STOPPED (was RUNNING)", stopped.stdout + stopped.stderr
+    assert stopped.stdout.strip() == f"job {job}: STOPPED (was RUNNING)", (
+        stopped.stdout + stopped.stderr
+    )
     nothing_left(tag, tmp_path, env, job.removeprefix("areal-"))
-    assert cli("cancel", job, env=env).stdout.strip() == f"job {job}: already STOPPED; nothing to cancel"
+    assert (
+        cli("cancel", job, env=env).stdout.strip()
+        == f"job {job}: already STOPPED; nothing to cancel"
+    )
     follow = cli("logs", job, "--follow", env=env)  # returns: the job has ended
     assert follow.returncode == 0 and "serving" in follow.stdout
 
 
 def test_logs_follow_streams_a_detached_run_until_it_ends(tmp_path, env, tag):
     count = "for i in 1 2 3; do echo line $i; sleep 0.5; done"
-    driver = start([shell("actor-0", "trainer", 0, count, tag), shell("actor-1", "trainer", 1,
-                                                                     "true", tag)],
-                   tmp_path / "run", env, "--detach")
+    driver = start(
+        [shell("actor-0", "trainer", 0, count, tag), shell("actor-1", "trainer", 1, "true", tag)],
+        tmp_path / "run",
+        env,
+        "--detach",
+    )
     code, out = finish(driver, 60)
     assert code == 0, out
     job = job_id(out)
     follow = cli("logs", job, "--follow", "--engine", "actor", env=env)
-    lines = [re.sub(r"^\(node0 pid=\d+[^)]*\) ", "", ln) for ln in follow.stdout.splitlines()
-             if "line" in ln]
+    lines = [
+        re.sub(r"^\(node0 pid=\d+[^)]*\) ", "", ln)
+        for ln in follow.stdout.splitlines()
+        if "line" in ln
+    ]
     assert lines == ["actor-0 | line 1", "actor-0 | line 2", "actor-0 | line 3"], follow.stdout
     assert "SUCCEEDED" in cli("status", job, env=env).stdout  # --follow returned at the end
 
@@ -464,20 +615,33 @@ def test_logs_follow_streams_a_detached_run_until_it_ends(tmp_path, env, tag):
 def test_a_job_ray_does_not_know_is_said_so(tmp_path, env):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    subprocess.run([PY, "-c", "import sys; from launcher.node.runs import RunRecord, write_record; "
-                    "write_record(RunRecord('ray', 'r', sys.argv[1], job_id='areal-gone', "
-                    "address=sys.argv[2]))", str(run_dir), env["RAY_API_SERVER_ADDRESS"]],
-                   env=env, check=True)
+    subprocess.run(
+        [
+            PY,
+            "-c",
+            "import sys; from launcher.node.runs import RunRecord, write_record; "
+            "write_record(RunRecord('ray', 'r', sys.argv[1], job_id='areal-gone', "
+            "address=sys.argv[2]))",
+            str(run_dir),
+            env["RAY_API_SERVER_ADDRESS"],
+        ],
+        env=env,
+        check=True,
+    )
     out = cli("status", "areal-gone", env=env)
-    assert out.returncode == 1 and out.stdout.startswith("job areal-gone: not known to the Ray "
-                                                         "cluster at http"), out.stdout + out.stderr
+    assert out.returncode == 1 and out.stdout.startswith(
+        "job areal-gone: not known to the Ray cluster at http"
+    ), out.stdout + out.stderr
     assert "not known" in refused(cli("cancel", "areal-gone", env=env))
 
 
 def test_a_detached_driver_that_dies_leaves_nothing_on_any_node(tmp_path, env, tag):
     job = detached_job(tmp_path, env, tag)
-    pid = ask_ray(env, "import os; from ray.job_submission import JobSubmissionClient; "
-                       f"print(JobSubmissionClient().get_job_info({job!r}).driver_info.pid)")
+    pid = ask_ray(
+        env,
+        "import os; from ray.job_submission import JobSubmissionClient; "
+        f"print(JobSubmissionClient().get_job_info({job!r}).driver_info.pid)",
+    )
     os.kill(int(pid), signal.SIGKILL)
     nothing_left(tag, tmp_path, env, job.removeprefix("areal-"), within_s=30)
     assert wait_until(lambda: "FAILED" in cli("status", job, env=env).stdout.splitlines()[0], 30)
@@ -497,14 +661,28 @@ def test_the_dry_run_prints_what_the_ray_runner_executes(tmp_path, env, tag):
     Ray reports, the command lines of the node supervisors in /proc."""
     trainer = tmp_path / "hold.py"
     trainer.write_text("import time; time.sleep(300)\n")
-    overrides = ["launcher=ray", "cluster.device=cpu", "cluster.num_nodes=2",
-                 "cluster.gpus_per_node=1", "rollout=none", "actor.backend=fsdp:d2",
-                 f"trainer.entry={trainer}", f"hydra.run.dir={tmp_path / 'run'}",
-                 f"launcher.base_port={free_ports(1)[0]}", f"+launcher.env.TEST_RUN_TAG={tag}"]
+    overrides = [
+        "launcher=ray",
+        "cluster.device=cpu",
+        "cluster.num_nodes=2",
+        "cluster.gpus_per_node=1",
+        "rollout=none",
+        "actor.backend=fsdp:d2",
+        f"trainer.entry={trainer}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        f"launcher.base_port={free_ports(1)[0]}",
+        f"+launcher.env.TEST_RUN_TAG={tag}",
+    ]
     dry = cli(*overrides, "launcher.dry_run=true", env=env)
     assert dry.returncode == 0, dry.stderr
-    launched = subprocess.Popen([EXE, *overrides], stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
+    launched = subprocess.Popen(
+        [EXE, *overrides],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     try:
         run_dir = tmp_path / "run"
         assert wait_until(lambda: len(node_supervisors(run_dir)) >= 6, 60)
@@ -513,8 +691,10 @@ def test_the_dry_run_prints_what_the_ray_runner_executes(tmp_path, env, tag):
         dry_id, run_id = shown.pop("run_id"), request.pop("run_id")
         assert shown == request
         (pg,) = placement_groups(env, f"areal-{run_id}", detail=True)
-        ran_bundles = [f"bundle {k}: {json.dumps(b['unit_resources'], sort_keys=True)}"
-                       for k, b in enumerate(pg["bundles"])]
+        ran_bundles = [
+            f"bundle {k}: {json.dumps(b['unit_resources'], sort_keys=True)}"
+            for k, b in enumerate(pg["bundles"])
+        ]
         assert ran_bundles == [ln for ln in dry.stdout.splitlines() if ln.startswith("bundle ")]
         argv = {}
         for pid in node_supervisors(run_dir):
@@ -523,8 +703,9 @@ def test_the_dry_run_prints_what_the_ray_runner_executes(tmp_path, env, tag):
         hosts = argv["0"][-1].split(",")
         ran = [f"node {k}: " + " ".join(argv[str(k)]) for k in range(2)]
         printed = [ln for ln in dry.stdout.splitlines() if ln.startswith("node ")]
-        assert [normalized(ln, run_id, hosts) for ln in ran] == \
-            [normalized(ln, dry_id) for ln in printed]
+        assert [normalized(ln, run_id, hosts) for ln in ran] == [
+            normalized(ln, dry_id) for ln in printed
+        ]
     finally:
         launched.send_signal(signal.SIGINT)
         out = launched.communicate(timeout=60)[0]
@@ -542,31 +723,48 @@ import sys
 from launcher.cli.launch import prepare, start
 code = start(prepare(["launcher=ray", "cluster.device=cpu", "rollout=none", "actor.backend=fsdp:d1",
                       "cluster.num_nodes=1", "cluster.gpus_per_node=1", "trainer.entry={trainer}",
-                      "hydra.run.dir={tmp_path / 'run'}"]))
+                      "hydra.run.dir={tmp_path / "run"}"]))
 print("exit", code, "ray" in sys.modules, sorted(m for m in ("torch", "vllm", "sglang")
                                                if m in sys.modules), file=sys.stderr)
 """
-    out = subprocess.run([PY, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT,
-                         timeout=200)
+    out = subprocess.run(
+        [PY, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=200
+    )
     assert "exit 0 True []" in out.stderr, out.stdout[-2000:] + out.stderr[-2000:]
     assert "actor-node0 | hello from the trainer" in out.stdout
 
 
 def test_a_sweep_on_ray_runs_its_points_in_turn(tmp_path, env):
     trainer = tmp_path / "rank.py"
-    trainer.write_text("import json, os, time\nstart = time.time(); time.sleep(1)\n"
-                       "json.dump([start, time.time()], open(os.path.join(os.environ["
-                       "'AREAL_RUN_DIR'], 'rank-' + os.environ['RANK'] + '.json'), 'w'))\n")
-    out = cli("-m", "launcher=ray", "cluster.device=cpu", "cluster.num_nodes=2",
-              "cluster.gpus_per_node=1", "rollout=none", "actor.backend=fsdp:d1,fsdp:d2",
-              f"trainer.entry={trainer}", f"hydra.sweep.dir={tmp_path / 'sweep'}",
-              f"launcher.base_port={free_ports(1)[0]}", env=env, timeout=280)
+    trainer.write_text(
+        "import json, os, time\nstart = time.time(); time.sleep(1)\n"
+        "json.dump([start, time.time()], open(os.path.join(os.environ["
+        "'AREAL_RUN_DIR'], 'rank-' + os.environ['RANK'] + '.json'), 'w'))\n"
+    )
+    out = cli(
+        "-m",
+        "launcher=ray",
+        "cluster.device=cpu",
+        "cluster.num_nodes=2",
+        "cluster.gpus_per_node=1",
+        "rollout=none",
+        "actor.backend=fsdp:d1,fsdp:d2",
+        f"trainer.entry={trainer}",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        f"launcher.base_port={free_ports(1)[0]}",
+        env=env,
+        timeout=280,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [ln.split() for ln in out.stderr.splitlines() if re.match(r"^[01]\s+actor", ln)]
-    assert [r[:4] for r in rows] == [["0", "actor.backend=fsdp:d1", "exit", "0"],
-                                    ["1", "actor.backend=fsdp:d2", "exit", "0"]], out.stderr[-2000:]
-    spans = {i: [json.loads(p.read_text()) for p in (tmp_path / "sweep" / str(i)).glob("rank-*")]
-             for i in (0, 1)}
+    assert [r[:4] for r in rows] == [
+        ["0", "actor.backend=fsdp:d1", "exit", "0"],
+        ["1", "actor.backend=fsdp:d2", "exit", "0"],
+    ], out.stderr[-2000:]
+    spans = {
+        i: [json.loads(p.read_text()) for p in (tmp_path / "sweep" / str(i)).glob("rank-*")]
+        for i in (0, 1)
+    }
     assert len(spans[0]) == 1 and len(spans[1]) == 2  # point 1 spanned both Ray nodes
     assert max(end for _, end in spans[0]) < min(start for start, _ in spans[1])  # in turn
 
@@ -575,7 +773,8 @@ def test_a_sweep_on_ray_runs_its_points_in_turn(tmp_path, env):
 @pytest.mark.torch
 @pytest.mark.timeout(900)
 def test_the_default_run_spans_two_ray_nodes_and_rewards_run_on_the_cpu_only_one(
-        tmp_path, env, tag, tiny_model, stand_in):
+    tmp_path, env, tag, tiny_model, stand_in
+):
     """The real thing: `areal-launch launcher=ray`, a vLLM CPU server on one Ray node and two
     FSDP2 ranks (torchrun, gloo) on the other, to exit 0 with every weight push confirmed, the
     ranks under an interpreter of their own (trainer.python: the AReaL stand-in's venv,
@@ -584,29 +783,55 @@ def test_the_default_run_spans_two_ray_nodes_and_rewards_run_on_the_cpu_only_one
     cpu_node), with the group's environment and interpreter. The actor's AReaL scheduling_spec
     asks 1 GiB per GPU: its node's bundle and actor reserve Ray memory for both ranks."""
     groups, python = group_overrides(tmp_path, "+launcher.group_resources.cpu={cpu_node: 1}")
-    out = cli("launcher=ray", "rollout.backend=vllm:d1", "actor.backend=fsdp:d2",
-              "cluster.device=cpu", "cluster.gpus_per_node=2", *groups,
-              "cluster.component_placement.rollout=0", "cluster.component_placement.actor=2-3",
-              f"hydra.run.dir={tmp_path / 'run'}", "recipe.steps=2", f"model_path={tiny_model}",
-              f"launcher.base_port={free_ports(1)[0]}", f"+launcher.env.TEST_RUN_TAG={tag}",
-              f"trainer.python={stand_in.python}", "actor.scheduling_spec=[{mem: 1}]",
-              env=env, timeout=800)
+    out = cli(
+        "launcher=ray",
+        "rollout.backend=vllm:d1",
+        "actor.backend=fsdp:d2",
+        "cluster.device=cpu",
+        "cluster.gpus_per_node=2",
+        *groups,
+        "cluster.component_placement.rollout=0",
+        "cluster.component_placement.actor=2-3",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        "recipe.steps=2",
+        f"model_path={tiny_model}",
+        f"launcher.base_port={free_ports(1)[0]}",
+        f"+launcher.env.TEST_RUN_TAG={tag}",
+        f"trainer.python={stand_in.python}",
+        "actor.scheduling_spec=[{mem: 1}]",
+        env=env,
+        timeout=800,
+    )
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
-    assert re.search(r"\(node1 pid=\d+, ip=127\.0\.0\.\d\) actor-node1 \| grpo done: steps 2 "
-                     r".* reloads confirmed 2/2", out.stdout) or \
-        re.search(r"\(node1 pid=\d+\) actor-node1 \| grpo done: .* reloads confirmed 2/2",
-                  out.stdout), out.stdout[-4000:]
-    assert out.stdout.strip().splitlines()[-1].startswith(
-        "areal-launch: run finished: every node with trainers exited 0")
-    placed = re.search(r"placed: plan node 0 on (\S+), plan node 1 on (\S+), plan node 2 on "
-                       r"(\S+)", out.stdout)
+    assert re.search(
+        r"\(node1 pid=\d+, ip=127\.0\.0\.\d\) actor-node1 \| grpo done: steps 2 "
+        r".* reloads confirmed 2/2",
+        out.stdout,
+    ) or re.search(
+        r"\(node1 pid=\d+\) actor-node1 \| grpo done: .* reloads confirmed 2/2", out.stdout
+    ), out.stdout[-4000:]
+    assert (
+        out.stdout.strip()
+        .splitlines()[-1]
+        .startswith("areal-launch: run finished: every node with trainers exited 0")
+    )
+    placed = re.search(
+        r"placed: plan node 0 on (\S+), plan node 1 on (\S+), plan node 2 on "
+        r"(\S+)",
+        out.stdout,
+    )
     assert placed and placed.group(3) == CPU_NODE_IP, out.stdout[-4000:]
     assert CPU_NODE_IP not in placed.group(1, 2)
     run_dir = tmp_path / "run"
-    ran = {p.stem: [q["name"] for q in json.loads(p.read_text())["processes"]]
-           for p in (run_dir / "status").glob("node*.json")}
-    assert ran == {"node0": ["rollout-0"], "node1": ["actor-node1"],
-                   "node2": ["reward-0", "reward-1"]}
+    ran = {
+        p.stem: [q["name"] for q in json.loads(p.read_text())["processes"]]
+        for p in (run_dir / "status").glob("node*.json")
+    }
+    assert ran == {
+        "node0": ["rollout-0"],
+        "node1": ["actor-node1"],
+        "node2": ["reward-0", "reward-1"],
+    }
     assert "reloads confirmed 2/2" in (run_dir / "logs" / "actor-node1.log").read_text()
     reports = node_reports(run_dir)
     assert sorted(reports) == ["reward-0", "reward-1"]

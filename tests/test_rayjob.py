@@ -1,6 +1,7 @@
 """What the Ray runner executes, as data (rayjob.py, pure), and what it refuses before it ever
 talks to a cluster. The runs themselves, on a real Ray cluster, are tests/test_ray.py.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,8 +35,15 @@ PY = "/venv/bin/python"
 
 
 def proc(name: str, role: str, node: int, gpus: tuple[int, ...] = ()) -> ProcessSpec:
-    return ProcessSpec(name, "rollout" if role == "server" else "actor", role, node,
-                       ("sleep", "1"), env={"HF_TOKEN": "hf_secret"}, gpus=gpus)
+    return ProcessSpec(
+        name,
+        "rollout" if role == "server" else "actor",
+        role,
+        node,
+        ("sleep", "1"),
+        env={"HF_TOKEN": "hf_secret"},
+        gpus=gpus,
+    )
 
 
 def job_of(procs, device="cuda", cpus=1.0, num_nodes=2) -> RayJob:
@@ -44,29 +52,44 @@ def job_of(procs, device="cuda", cpus=1.0, num_nodes=2) -> RayJob:
 
 
 def test_bundle_k_asks_for_the_gpus_plan_node_k_uses_and_the_actors_cpus():
-    job = job_of([proc("rollout-0", "server", 0, (0, 1)), proc("actor-0", "trainer", 0, (1, 2)),
-                  proc("actor-1", "trainer", 1, (0, 1, 2, 3, 4))], cpus=2)
+    job = job_of(
+        [
+            proc("rollout-0", "server", 0, (0, 1)),
+            proc("actor-0", "trainer", 0, (1, 2)),
+            proc("actor-1", "trainer", 1, (0, 1, 2, 3, 4)),
+        ],
+        cpus=2,
+    )
     assert job.bundles == ({"CPU": 2.0, "GPU": 3.0}, {"CPU": 2.0, "GPU": 5.0})
     assert (job.gpus(0), job.gpus(1), job.cpus(1)) == (3, 5, 2.0)
 
 
 def test_a_cpu_plan_asks_ray_for_cpus_only():
-    job = job_of([proc("rollout-0", "server", 0, (0,)), proc("actor-0", "trainer", 1, (0, 1))],
-                 device="cpu")
+    job = job_of(
+        [proc("rollout-0", "server", 0, (0,)), proc("actor-0", "trainer", 1, (0, 1))], device="cpu"
+    )
     assert job.bundles == ({"CPU": 1.0}, {"CPU": 1.0})
 
 
 def test_a_plan_node_without_processes_still_gets_its_own_ray_node():
-    job = job_of([proc("rollout-0", "server", 0, (0,)), proc("actor-0", "trainer", 2, (0,))],
-                 num_nodes=3)
+    job = job_of(
+        [proc("rollout-0", "server", 0, (0,)), proc("actor-0", "trainer", 2, (0,))], num_nodes=3
+    )
     assert len(job.bundles) == 3 and job.bundles[1] == {"CPU": 1.0}
 
 
 def test_each_node_runs_its_supervisor_on_the_request_with_every_nodes_address():
     job = job_of([proc("actor-0", "trainer", 0, (0,)), proc("actor-1", "trainer", 1, (0,))])
     assert job.node_argv(1, ["10.0.0.7", "10.0.0.9"]) == [
-        PY, "-m", "launcher.node.agent", f"{RUN}/request.json", "--node", "1",
-        "--hosts", "10.0.0.7,10.0.0.9"]
+        PY,
+        "-m",
+        "launcher.node.agent",
+        f"{RUN}/request.json",
+        "--node",
+        "1",
+        "--hosts",
+        "10.0.0.7,10.0.0.9",
+    ]
     assert job.name == f"areal-{job.run_id}"
     assert RayJob.from_dict(json.loads(json.dumps(job.to_dict()))) == job
     assert entrypoint(job) == [PY, "-m", "launcher.runners.ray", "request.json", "ray-job.json"]
@@ -77,9 +100,13 @@ def test_dry_run_text_shows_bundles_node_commands_and_the_request_with_secrets_m
     request = request_for(RUN, procs)
     job = ray_job(request, PY, 1.0, "/work", 60.0)
     text = dry_run_text(job, request, "auto", None)
-    assert 'bundle 0: {"CPU": 1.0, "GPU": 2.0}' in text and 'bundle 1: {"CPU": 1.0, "GPU": 1.0}' in text
-    assert (f"node 1: {PY} -m launcher.node.agent {RUN}/request.json --node 1 "
-            "--hosts HOST0,HOST1") in text
+    assert (
+        'bundle 0: {"CPU": 1.0, "GPU": 2.0}' in text
+        and 'bundle 1: {"CPU": 1.0, "GPU": 1.0}' in text
+    )
+    assert (
+        f"node 1: {PY} -m launcher.node.agent {RUN}/request.json --node 1 --hosts HOST0,HOST1"
+    ) in text
     shown = json.loads(text.split("(secrets masked):\n", 1)[1])
     assert shown["processes"][0]["env"]["HF_TOKEN"] != "hf_secret"
     assert "hf_secret" not in text
@@ -93,9 +120,14 @@ NODES = [RayNode("127.0.0.2", 8, 2), RayNode("127.0.0.3", 4, 2)]
 
 
 def test_a_plan_that_fits_distinct_nodes_is_accepted_whatever_the_node_order():
-    assert fit_problem(job_of([proc("a", "trainer", 0, (0,)), proc("b", "trainer", 1,
-                                                                   tuple(range(8)))]),
-                       NODES, "auto") is None
+    assert (
+        fit_problem(
+            job_of([proc("a", "trainer", 0, (0,)), proc("b", "trainer", 1, tuple(range(8)))]),
+            NODES,
+            "auto",
+        )
+        is None
+    )
 
 
 def test_more_plan_nodes_than_ray_nodes_is_refused_naming_both_counts_and_a_fix():
@@ -114,8 +146,9 @@ def test_a_plan_node_bigger_than_any_ray_node_is_refused():
 
 
 def test_two_big_plan_nodes_cannot_share_the_one_big_ray_node():
-    job = job_of([proc("a", "trainer", 0, tuple(range(8))), proc("b", "trainer", 1,
-                                                                 tuple(range(8)))])
+    job = job_of(
+        [proc("a", "trainer", 0, tuple(range(8))), proc("b", "trainer", 1, tuple(range(8)))]
+    )
     problem = fit_problem(job, NODES, "auto")
     assert problem is not None and "do not fit on distinct nodes" in problem
 
@@ -132,14 +165,18 @@ def test_cpus_count_too():
 def test_the_engines_cpu_and_memory_asks_count_in_the_fit():
     """scheduling_spec's cpu and mem are per GPU of the engine's processes, on their node."""
     request = dataclasses.replace(
-        request_for(RUN, [proc("rollout-0", "server", 0, (0,)),
-                          proc("actor-0", "trainer", 1, (0, 1))]),
-        asks={"actor": EngineAsk(cpu=1, mem_gib=40)})
+        request_for(
+            RUN, [proc("rollout-0", "server", 0, (0,)), proc("actor-0", "trainer", 1, (0, 1))]
+        ),
+        asks={"actor": EngineAsk(cpu=1, mem_gib=40)},
+    )
     assert LaunchRequest.from_dict(json.loads(request.to_json())) == request  # the nodes read it
     job = ray_job(request, PY, 1.0, "/work", 60.0)
     assert job.bundles == ({"CPU": 1.0, "GPU": 1.0}, {"CPU": 3.0, "GPU": 2.0, "memory": 80 * GIB})
-    roomy = [RayNode("10.0.0.1", 8, 4, {"memory": 100 * GIB}),
-             RayNode("10.0.0.2", 8, 4, {"memory": 10 * GIB})]
+    roomy = [
+        RayNode("10.0.0.1", 8, 4, {"memory": 100 * GIB}),
+        RayNode("10.0.0.2", 8, 4, {"memory": 10 * GIB}),
+    ]
     assert fit_problem(job, roomy, "auto") is None
     small = [RayNode(n.ip, 8, 4, {"memory": 60 * GIB}) for n in roomy]
     problem = fit_problem(job, small, "auto")
@@ -148,8 +185,9 @@ def test_the_engines_cpu_and_memory_asks_count_in_the_fit():
 
 
 def test_the_fit_check_is_quick_for_a_thousand_nodes():
-    job = job_of([proc(f"a{k}", "trainer", k, tuple(range(8))) for k in range(1024)],
-                 num_nodes=1024)
+    job = job_of(
+        [proc(f"a{k}", "trainer", k, tuple(range(8))) for k in range(1024)], num_nodes=1024
+    )
     nodes = [RayNode(f"10.0.{k // 256}.{k % 256}", 8, 4) for k in range(1024)]
     begun = time.monotonic()
     assert fit_problem(job, nodes, "auto") is None
@@ -160,18 +198,32 @@ def test_the_fit_check_is_quick_for_a_thousand_nodes():
 # ----------------------------------------------------------------------------- node env
 def node_env_of(initial: dict[str, str], set_later: dict[str, str], gpus: list[str]) -> dict:
     """node_env in a process started with `initial` whose Ray-like code then set `set_later`."""
-    code = ("import json, os, sys; os.environ.update(json.loads(sys.argv[1])); "
-            "from launcher.runners.raydriver import node_env; "
-            "print(json.dumps(node_env(os.environ, json.loads(sys.argv[2]))))")
+    code = (
+        "import json, os, sys; os.environ.update(json.loads(sys.argv[1])); "
+        "from launcher.runners.raydriver import node_env; "
+        "print(json.dumps(node_env(os.environ, json.loads(sys.argv[2]))))"
+    )
     base = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS",)}
-    out = subprocess.run([sys.executable, "-c", code, json.dumps(set_later), json.dumps(gpus)],
-                         env={**base, **initial}, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(set_later), json.dumps(gpus)],
+        env={**base, **initial},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(out.stdout)
 
 
 def test_the_node_supervisor_gets_the_actors_gpus_and_not_rays_own_switches():
-    env = node_env_of({}, {"OMP_NUM_THREADS": "1", "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES":
-                           "1", "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}, ["4", "5"])
+    env = node_env_of(
+        {},
+        {
+            "OMP_NUM_THREADS": "1",
+            "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1",
+            "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7",
+        },
+        ["4", "5"],
+    )
     assert env["CUDA_VISIBLE_DEVICES"] == "4,5"
     assert "OMP_NUM_THREADS" not in env  # Ray set it for its worker, after it started
     assert "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES" not in env
@@ -183,21 +235,33 @@ def test_an_omp_setting_the_node_started_with_is_kept():
 
 
 # ----------------------------------------------------------------------------- refusals
-CPU_RUN = ["launcher=ray", "cluster.device=cpu", "rollout=none", "actor.backend=fsdp:d2",
-           "cluster.num_nodes=2", "cluster.gpus_per_node=1"]
+CPU_RUN = [
+    "launcher=ray",
+    "cluster.device=cpu",
+    "rollout=none",
+    "actor.backend=fsdp:d2",
+    "cluster.num_nodes=2",
+    "cluster.gpus_per_node=1",
+]
 
 
 def test_a_cluster_address_that_does_not_answer_is_one_error_line_within_seconds(tmp_path):
     begun = time.monotonic()
-    line = one_error_line(run(*CPU_RUN, "launcher.address=127.0.0.2:9", f"hydra.run.dir={tmp_path}/r"))
+    line = one_error_line(
+        run(*CPU_RUN, "launcher.address=127.0.0.2:9", f"hydra.run.dir={tmp_path}/r")
+    )
     assert "no Ray cluster answers at 127.0.0.2:9" in line and "launcher.address" in line
     assert time.monotonic() - begun < 30
     assert not (tmp_path / "r").exists()
 
 
 def test_a_dry_run_without_a_cluster_prints_and_says_the_fit_was_not_checked(tmp_path):
-    out = run(*CPU_RUN, "launcher.address=127.0.0.2:9", "launcher.dry_run=true",
-              f"hydra.run.dir={tmp_path}/r")
+    out = run(
+        *CPU_RUN,
+        "launcher.address=127.0.0.2:9",
+        "launcher.dry_run=true",
+        f"hydra.run.dir={tmp_path}/r",
+    )
     assert out.returncode == 0, out.stderr
     assert "did not check that the plan fits a Ray cluster" in out.stderr
     assert "node 1: " in out.stdout and "launcher.node.agent" in out.stdout
@@ -207,8 +271,10 @@ def test_a_dry_run_without_a_cluster_prints_and_says_the_fit_was_not_checked(tmp
 def test_device_auto_with_no_ray_cluster_plans_for_this_machine_and_says_so():
     out = run("plan", "launcher=ray", "cluster.device=auto", "launcher.address=127.0.0.2:9")
     assert out.returncode == 0, out.stderr
-    assert "note: cluster.device=auto: the Ray cluster at 127.0.0.2:9 did not say its nodes " \
-           "(no Ray cluster answers at 127.0.0.2:9" in out.stderr
+    assert (
+        "note: cluster.device=auto: the Ray cluster at 127.0.0.2:9 did not say its nodes "
+        "(no Ray cluster answers at 127.0.0.2:9" in out.stderr
+    )
     assert "so the plan is for this machine's GPUs, not the cluster's" in out.stderr
 
 
@@ -223,10 +289,14 @@ def test_without_ray_installed_launcher_ray_is_one_error_line(tmp_path):
     assert "launcher=ray needs Ray here" in line and "pip install -e '.[ray]'" in line
 
 
-@pytest.mark.parametrize("override, says", [
-    ("launcher.placement_timeout_s=0", "launcher.placement_timeout_s=0"),
-    ("launcher.cpus_per_node=0", "launcher.cpus_per_node=0"),
-    ("launcher.address=", "launcher.address is empty")])
+@pytest.mark.parametrize(
+    "override, says",
+    [
+        ("launcher.placement_timeout_s=0", "launcher.placement_timeout_s=0"),
+        ("launcher.cpus_per_node=0", "launcher.cpus_per_node=0"),
+        ("launcher.address=", "launcher.address is empty"),
+    ],
+)
 def test_bad_ray_options_are_one_error_line(override, says):
     assert says in one_error_line(run(*CPU_RUN, override, "launcher.dry_run=true"))
 
@@ -240,11 +310,17 @@ from launcher.cli.launch import prepare, start
 for runner in sys.argv[1:]:
     prep = prepare([f"launcher={runner}", "launcher.dry_run=true", "cluster.device=cpu"])
     start(prep)
-    print(runner, "ray" in sys.modules, [m for m in ("torch", "vllm", "sglang") if m in sys.modules],
+    print(runner, "ray" in sys.modules, [m for m in ("torch", "vllm", "sglang") if m in
+    sys.modules],
           file=sys.stderr)
 """
-    out = subprocess.run([sys.executable, "-c", code, "local", "slurm"], capture_output=True,
-                         text=True, cwd=tmp_path, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    out = subprocess.run(
+        [sys.executable, "-c", code, "local", "slurm"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+    )
     assert out.returncode == 0, out.stderr
     assert "local False []" in out.stderr and "slurm False []" in out.stderr
 
@@ -252,9 +328,11 @@ for runner in sys.argv[1:]:
 def test_cluster_device_auto_on_ray_plans_for_the_clusters_gpus_and_their_type():
     """Ray's nodes (GPU counts, accelerator_type resource) become the offer that
     cluster.device=auto plans for: cuda, the GPUs per node, the type for the memory table."""
-    nodes = [RayNode("10.0.0.1", 8.0, 64.0, {"accelerator_type:H100": 1.0, "memory": 1e12}),
-             RayNode("10.0.0.2", 8.0, 64.0, {"accelerator_type:H100": 1.0}),
-             RayNode("10.0.0.3", 0.0, 32.0, {"cpu_node": 1.0})]
+    nodes = [
+        RayNode("10.0.0.1", 8.0, 64.0, {"accelerator_type:H100": 1.0, "memory": 1e12}),
+        RayNode("10.0.0.2", 8.0, 64.0, {"accelerator_type:H100": 1.0}),
+        RayNode("10.0.0.3", 0.0, 32.0, {"cpu_node": 1.0}),
+    ]
     offer = ray_offer(nodes, "the Ray cluster at auto")
     assert [(n.gpus, n.gpu_type) for n in offer.nodes] == [(8, "H100"), (8, "H100"), (0, None)]
     cluster, notes = with_offer(ClusterConfig(device="auto", num_nodes=2), offer)

@@ -4,6 +4,7 @@ against the plan, the tiny Llama built on each rank's tp slice and pipeline stag
 weights exported to the HF layout a real vLLM CPU server loads and serves (greedy tokens and
 log-probs equal). A model step needs CUDA on megatron-core 0.16.1: the run says so and stops.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,17 +43,18 @@ def planned(*overrides: str):
 
 
 @pytest.mark.vllm
-def test_megatron_d1t2p2_checks_its_groups_and_the_server_serves_its_export(tmp_path,
-                                                                           tiny_model):
+def test_megatron_d1t2p2_checks_its_groups_and_the_server_serves_its_export(tmp_path, tiny_model):
     text, run_dir = launch(tmp_path, DENSE)
     assert "every group checked against the plan" in text
     assert "Megatron's model step needs CUDA" in text
-    assert re.search(r"weights v0 pushed in the HF layout, reload confirmed 1/1", text), \
-        text[-3000:]
+    assert re.search(r"weights v0 pushed in the HF layout, reload confirmed 1/1", text), text[
+        -3000:
+    ]
     rt = planned(DENSE)
     seen = records(run_dir)
-    assert {r: (x["dp"], x["tp"], x["pp"], x["cp"]) for r, x in seen.items()} == \
-        {e["rank"]: (e["dp"], e["tp"], e["pp"], e["cp"]) for e in rt.ranks()}
+    assert {r: (x["dp"], x["tp"], x["pp"], x["cp"]) for r, x in seen.items()} == {
+        e["rank"]: (e["dp"], e["tp"], e["pp"], e["cp"]) for e in rt.ranks()
+    }
     # two stages, one layer each; the tp ranks of a stage hold the two halves of its qkv
     assert {r: x["layers"] for r, x in seen.items()} == {0: [0], 1: [0], 2: [1], 3: [1]}
     for stage in ((0, 1), (2, 3)):
@@ -62,26 +64,35 @@ def test_megatron_d1t2p2_checks_its_groups_and_the_server_serves_its_export(tmp_
 
 
 def test_moe_hybrid_forms_the_plans_expert_groups(tmp_path, tiny_model):
-    text, run_dir = launch(tmp_path, HYBRID, "rollout=none",
-                           "actor.megatron.recompute_granularity=selective")
+    text, run_dir = launch(
+        tmp_path, HYBRID, "rollout=none", "actor.megatron.recompute_granularity=selective"
+    )
     assert "ep 2 etp 2 edp 1" in text
     rt = planned(HYBRID, "rollout=none")
     for rank, seen in records(run_dir).items():
         assert (seen["dp"], seen["tp"], seen["pp"], seen["cp"]) == tuple(
-            rt.coords(rank)[a] for a in ("dp", "tp", "pp", "cp"))
+            rt.coords(rank)[a] for a in ("dp", "tp", "pp", "cp")
+        )
         for axis in ("tp", "pp", "dp", "cp"):
             assert seen["groups"][axis] == rt.group(axis, rank), (rank, axis)
         for axis in ("ep", "etp", "edp"):
             assert seen["groups"][axis] == rt.expert_group(axis, rank), (rank, axis)
     assert records(run_dir)[1]["groups"]["ep"] == [1, 3]
     # actor.megatron.* as the built model's TransformerConfig has them
-    assert {json.dumps(r["megatron"]) for r in records(run_dir).values()} == {json.dumps(
-        {"sequence_parallel": False, "recompute_granularity": "selective"})}
+    assert {json.dumps(r["megatron"]) for r in records(run_dir).values()} == {
+        json.dumps({"sequence_parallel": False, "recompute_granularity": "selective"})
+    }
 
 
 def test_sequence_parallel_the_local_layers_refuse_is_one_line_before_anything_starts(tmp_path):
-    out = run(ENTRY, DENSE, "rollout=none", "actor.megatron.sequence_parallel=true",
-              f"hydra.run.dir={tmp_path}/run", timeout=600)
+    out = run(
+        ENTRY,
+        DENSE,
+        "rollout=none",
+        "actor.megatron.sequence_parallel=true",
+        f"hydra.run.dir={tmp_path}/run",
+        timeout=600,
+    )
     said = [ln for ln in (out.stdout + out.stderr).splitlines() if "| grpo:" in ln]
     assert out.returncode != 0 and len(said) == 1, out.stdout + out.stderr
     assert said[0].endswith("refuse sequence parallel; set it false")

@@ -3,6 +3,7 @@
 through the recipe's phases with increasing steps, and a request written mid-run is honoured by
 every rank at the next step boundary (the checkpoint folder, then the .done file), after which
 every rank holds for the stop the request announced, and goes on when none comes."""
+
 from __future__ import annotations
 
 import os
@@ -25,11 +26,25 @@ def watched_run(tmp_path_factory, tiny_model):
     """The run, its progress records as sampled while it ran, and a checkpoint request made
     once rank 0 was at step 3: (run folder, samples, request id, output)."""
     run_dir = tmp_path_factory.mktemp("progress") / "run"
-    argv = [EXE, "rollout=none", "actor.backend=fsdp:d2", f"recipe.steps={STEPS}",
-            "recipe.save_every=0", "recipe.prompts_per_step=2", "recipe.samples_per_prompt=4",
-            "recipe.max_new_tokens=8", f"hydra.run.dir={run_dir}"]
-    proc = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    argv = [
+        EXE,
+        "rollout=none",
+        "actor.backend=fsdp:d2",
+        f"recipe.steps={STEPS}",
+        "recipe.save_every=0",
+        "recipe.prompts_per_step=2",
+        "recipe.samples_per_prompt=4",
+        "recipe.max_new_tokens=8",
+        f"hydra.run.dir={run_dir}",
+    ]
+    proc = subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     samples: list[progress.Progress] = []
     request = None
     deadline = time.monotonic() + 300
@@ -37,8 +52,7 @@ def watched_run(tmp_path_factory, tiny_model):
         now = progress.read_all(run_dir)
         samples += [p for p in now.values() if not samples or p not in samples[-4:]]
         if request is None and 0 in now and now[0].step >= 3:
-            request = (checkpoints.request_checkpoint(run_dir, stop_within_s=HOLD_S),
-                       now[0].step)
+            request = (checkpoints.request_checkpoint(run_dir, stop_within_s=HOLD_S), now[0].step)
         time.sleep(0.02)
     out = proc.communicate(timeout=60)[0]
     assert proc.returncode == 0, out[-4000:]
@@ -60,23 +74,34 @@ def test_every_rank_heartbeats_each_phase_with_increasing_steps(watched_run):
 
 
 def test_a_checkpoint_request_mid_run_is_honoured_by_all_ranks_at_the_next_step_boundary(
-        watched_run):
+    watched_run,
+):
     run_dir, samples, (request_id, asked_at), out = watched_run
     assert checkpoints.checkpoint_done(run_dir, request_id)
-    saved = [c for c in checkpoints.complete(run_dir / "checkpoints")
-             if checkpoints.read_meta(c.path).get("reason") == "asked by the launcher"]
+    saved = [
+        c
+        for c in checkpoints.complete(run_dir / "checkpoints")
+        if checkpoints.read_meta(c.path).get("reason") == "asked by the launcher"
+    ]
     assert len(saved) == 1, out[-4000:]
     step, folder = saved[0]
     assert asked_at <= step <= asked_at + 1  # the step it was in when asked, or the next
     assert f"grpo: checkpoint checkpoints/step_{step} saved (asked by the launcher, " in out
     # every rank wrote its shards and RNG states into it: none skipped the save
-    assert {p.name for p in folder.iterdir()} >= {"__0_0.distcp", "__1_0.distcp", "rng_0.pt",
-                                                  "rng_1.pt", ".metadata", "meta.json"}
+    assert {p.name for p in folder.iterdir()} >= {
+        "__0_0.distcp",
+        "__1_0.distcp",
+        "rng_0.pt",
+        "rng_1.pt",
+        ".metadata",
+        "meta.json",
+    }
     assert [c.step for c in checkpoints.complete(run_dir / "checkpoints")] == [step, STEPS]
     assert any(p.phase == "checkpoint" and p.step == step for p in samples if p.rank == 1)
     # the request announced a stop: every rank held after the checkpoint, then went on
     for rank in (0, 1):
-        assert any(p.phase == "held for the stop" and p.step == step
-                   for p in samples if p.rank == rank), rank
+        assert any(
+            p.phase == "held for the stop" and p.step == step for p in samples if p.rank == rank
+        ), rank
     assert out.count(f"step {step}: the launcher stops this job within {HOLD_S} s") == 1
     assert out.count(f"step {step}: no stop came within {HOLD_S} s: going on") == 1  # rank 0

@@ -13,6 +13,7 @@ losses and final weights equal the uninterrupted run's, bit for bit (tolerance 0
 world size on restart would still load (torch.distributed.checkpoint reshards), but sums over
 ranks in another order would differ in the last bits.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,9 +33,15 @@ from tests.test_recipe_e2e import free_port, stop
 
 pytestmark = pytest.mark.torch
 
-SMALL = ("rollout=none", "actor.backend=fsdp:d2", "recipe.prompts_per_step=2",
-         "recipe.samples_per_prompt=4", "recipe.max_new_tokens=8", "recipe.save_every=1",
-         "recipe.keep_checkpoints=2")
+SMALL = (
+    "rollout=none",
+    "actor.backend=fsdp:d2",
+    "recipe.prompts_per_step=2",
+    "recipe.samples_per_prompt=4",
+    "recipe.max_new_tokens=8",
+    "recipe.save_every=1",
+    "recipe.keep_checkpoints=2",
+)
 FAIL_AFTER_3 = "+launcher.env.GRPO_TEST_FAIL_AFTER_STEP=3"
 STEP = re.compile(r"^(?:actor-node0 \| )?step (\d)/6 reward (\S+) loss (\S+) ", re.MULTILINE)
 
@@ -79,11 +86,21 @@ def test_a_checkpoint_lands_every_save_every_steps_and_old_ones_are_pruned(unint
     kept = checkpoints.complete(run_dir / "checkpoints")
     assert [c.step for c in kept] == [5, 6]  # keep_checkpoints=2
     meta = checkpoints.read_meta(kept[-1].path)
-    assert (meta["step"], meta["restart"], meta["world_size"], meta["weight_version"]) == \
-        (6, 0, 2, "v6")
+    assert (meta["step"], meta["restart"], meta["world_size"], meta["weight_version"]) == (
+        6,
+        0,
+        2,
+        "v6",
+    )
     files = sorted(p.name for p in kept[-1].path.iterdir())
-    assert files == [".metadata", "__0_0.distcp", "__1_0.distcp", "meta.json", "rng_0.pt",
-                     "rng_1.pt"]
+    assert files == [
+        ".metadata",
+        "__0_0.distcp",
+        "__1_0.distcp",
+        "meta.json",
+        "rng_0.pt",
+        "rng_1.pt",
+    ]
     assert not [p for p in (run_dir / "checkpoints").iterdir() if p.name.startswith(".")]
 
 
@@ -97,8 +114,7 @@ def test_a_restarted_trainer_resumes_from_the_newest_checkpoint_and_says_so(inte
     assert checkpoints.read_meta(run_dir / "checkpoints" / "step_6")["restart"] == 1
 
 
-def test_a_resumed_run_ends_with_the_uninterrupted_runs_weights_exactly(uninterrupted,
-                                                                        interrupted):
+def test_a_resumed_run_ends_with_the_uninterrupted_runs_weights_exactly(uninterrupted, interrupted):
     whole_dir, whole = uninterrupted
     broken_dir, first, again, _ = interrupted
     # the same samples, rewards and losses, step for step (printed to 4 decimals) ...
@@ -109,8 +125,9 @@ def test_a_resumed_run_ends_with_the_uninterrupted_runs_weights_exactly(uninterr
     assert a.keys() == b.keys()
     different = [k for k in a if not (a[k] == b[k]).all()]
     assert different == []
-    start = safetensors(Path(json.loads((whole_dir / "plan.json").read_text())["model_path"])
-                        / "model.safetensors")
+    start = safetensors(
+        Path(json.loads((whole_dir / "plan.json").read_text())["model_path"]) / "model.safetensors"
+    )
     assert any(not (a[k] == start[k]).all() for k in start)  # and they did train
 
 
@@ -121,14 +138,37 @@ def test_the_state_loaded_is_the_state_saved_tensor_for_tensor(tmp_path, tiny_mo
     run_dir.mkdir()
     plan = plans.plan_dict(**{"actor.backend": "fsdp:d2", "model_path": tiny_model})
     (run_dir / "plan.json").write_text(json.dumps(plan))
-    env = {**os.environ, "AREAL_LAUNCH_PLAN": str(run_dir / "plan.json"),
-           "AREAL_RUN_DIR": str(run_dir), "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "AREAL_LAUNCH_PLAN": str(run_dir / "plan.json"),
+        "AREAL_RUN_DIR": str(run_dir),
+        "CUDA_VISIBLE_DEVICES": "",
+        "OMP_NUM_THREADS": "1",
+    }
     for mode in ("save", "load"):
-        argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
-                "tests/checkpoint_roundtrip.py", mode, str(tmp_path)]
-        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        argv = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            str(free_port()),
+            "tests/checkpoint_roundtrip.py",
+            mode,
+            str(tmp_path),
+        ]
+        proc = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         try:
             out, _ = proc.communicate(timeout=300)
         finally:
@@ -145,5 +185,7 @@ def test_the_state_loaded_is_the_state_saved_tensor_for_tensor(tmp_path, tiny_mo
         assert loaded["held"] == saved["held"]  # every shard, moment and counter
         assert loaded["before"] != saved["held"]  # (a fresh trainer holds something else)
         assert loaded["draws"] == saved["draws"]  # torch, python and numpy RNGs, per rank
-    assert json.loads((tmp_path / "save-0.json").read_text())["draws"] != \
-        json.loads((tmp_path / "save-1.json").read_text())["draws"]  # per rank, not shared
+    assert (
+        json.loads((tmp_path / "save-0.json").read_text())["draws"]
+        != json.loads((tmp_path / "save-1.json").read_text())["draws"]
+    )  # per rank, not shared

@@ -1,4 +1,5 @@
-"""Servers never serve stale weights after a restart (docs/architecture.md §11), against a real vLLM CPU server.
+"""Servers never serve stale weights after a restart (docs/architecture.md §11), against a real
+vLLM CPU server.
 
 - Before each rollout, rank 0 asks every server which weights it serves. A server restarted
   alone comes back serving the start model ("default"): it is waited for while down, given the
@@ -8,6 +9,7 @@
   resumes from step 2 and pushes v2 to the server before its first rollout, so the server never
   samples for step 3 with the failed attempt's v3.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,15 +48,32 @@ class Server:
         self.starts = 0
 
     def start(self) -> None:
-        env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1",
-                   VLLM_SERVER_DEV_MODE="1")
-        argv = [PYTHON, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model,
-                "--host", "127.0.0.1", "--port", str(self.port), "--dtype", "float32",
-                "--max-model-len", "256", "--enforce-eager", "--served-model-name", "policy"]
+        env = dict(
+            os.environ, HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1", VLLM_SERVER_DEV_MODE="1"
+        )
+        argv = [
+            PYTHON,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            self.model,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--dtype",
+            "float32",
+            "--max-model-len",
+            "256",
+            "--enforce-eager",
+            "--served-model-name",
+            "policy",
+        ]
         self.starts += 1
         with open(self.log_dir / f"server-{self.starts}.log", "w") as out:
-            self.proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -78,11 +97,13 @@ def server(tiny_model, tmp_path_factory):
 
 def trained_folder(tiny_model: str, folder: Path) -> Path:
     """The tiny model with every weight nudged (seeded): weights no server started from."""
-    code = ("import sys, shutil, torch; from safetensors.torch import load_file, save_file; "
-            "src, dst = sys.argv[1:]; shutil.copytree(src, dst); g = torch.Generator()."
-            "manual_seed(3); w = load_file(dst + '/model.safetensors'); save_file({k: v + 0.05 "
-            "* torch.randn(v.shape, generator=g) for k, v in w.items()}, dst + "
-            "'/model.safetensors', metadata={'format': 'pt'})")
+    code = (
+        "import sys, shutil, torch; from safetensors.torch import load_file, save_file; "
+        "src, dst = sys.argv[1:]; shutil.copytree(src, dst); g = torch.Generator()."
+        "manual_seed(3); w = load_file(dst + '/model.safetensors'); save_file({k: v + 0.05 "
+        "* torch.randn(v.shape, generator=g) for k, v in w.items()}, dst + "
+        "'/model.safetensors', metadata={'format': 'pt'})"
+    )
     subprocess.run([PYTHON, "-c", code, tiny_model, str(folder)], check=True, timeout=120)
     return folder
 
@@ -96,20 +117,37 @@ def session(server: Server, tiny_model: str, policy_dir: Path, version: str, run
     from recipes.grpo.options import load_options
     from recipes.grpo.rollout_client import RolloutServer
 
-    rt = plan_from_dict({"components": {}, "health_timeout_s": SERVER_START_TIMEOUT_S},
-                        env={"AREAL_RUN_DIR": str(run_dir), "RANK": "0"})
+    rt = plan_from_dict(
+        {"components": {}, "health_timeout_s": SERVER_START_TIMEOUT_S},
+        env={"AREAL_RUN_DIR": str(run_dir), "RANK": "0"},
+    )
     opts, _ = load_options(rt, [])
-    return Session(opts=opts, rank=0, data_rank=0, data_world=1, data_group=None,
-                   device=torch.device("cpu"), dtype=torch.float32,
-                   tokenizer=AutoTokenizer.from_pretrained(tiny_model), model_config=None,
-                   generation_config=None, hf_shapes={},
-                   servers=[RolloutServer(server.addr, "vllm", "policy")], my_instances=[],
-                   weights_root=policy_dir.parent, policy_dir=str(policy_dir), phases=None,
-                   max_tokens_per_mb=0, rt=rt, version=version)
+    return Session(
+        opts=opts,
+        rank=0,
+        data_rank=0,
+        data_world=1,
+        data_group=None,
+        device=torch.device("cpu"),
+        dtype=torch.float32,
+        tokenizer=AutoTokenizer.from_pretrained(tiny_model),
+        model_config=None,
+        generation_config=None,
+        hf_shapes={},
+        servers=[RolloutServer(server.addr, "vllm", "policy")],
+        my_instances=[],
+        weights_root=policy_dir.parent,
+        policy_dir=str(policy_dir),
+        phases=None,
+        max_tokens_per_mb=0,
+        rt=rt,
+        version=version,
+    )
 
 
 def test_a_server_restarted_alone_is_waited_for_and_given_the_current_weights(
-        server, tiny_model, tmp_path):
+    server, tiny_model, tmp_path
+):
     from recipes.grpo import serving
 
     folder = trained_folder(tiny_model, tmp_path / "weights" / "v7")
@@ -117,8 +155,10 @@ def test_a_server_restarted_alone_is_waited_for_and_given_the_current_weights(
     said: list[str] = []
     before = server.weight_version()  # the start model's "default", or an earlier test's
     assert serving.refresh(s, 7, said.append) == [server.addr]
-    assert said == [f"grpo: rollout server {server.addr} serves weight version {before!r}, "
-                    f"not v7: pushing {folder} to it again"]
+    assert said == [
+        f"grpo: rollout server {server.addr} serves weight version {before!r}, "
+        f"not v7: pushing {folder} to it again"
+    ]
     assert server.weight_version() == "v7"
     said.clear()
     assert serving.refresh(s, 7, said.append) == [] and said == []  # current: left alone
@@ -143,18 +183,28 @@ def test_a_server_restarted_alone_is_waited_for_and_given_the_current_weights(
         done.set()
         watcher.join()
     assert fixed == [server.addr]
-    assert said[0] == (f"grpo: rollout server {server.addr} is down: waiting up to "
-                       f"{SERVER_START_TIMEOUT_S}s for its /health")
-    assert said[1] == (f"grpo: rollout server {server.addr} serves weight version 'default', "
-                       f"not v7: pushing {folder} to it again")
+    assert said[0] == (
+        f"grpo: rollout server {server.addr} is down: waiting up to "
+        f"{SERVER_START_TIMEOUT_S}s for its /health"
+    )
+    assert said[1] == (
+        f"grpo: rollout server {server.addr} serves weight version 'default', "
+        f"not v7: pushing {folder} to it again"
+    )
     assert len(said) == 2 and server.weight_version() == "v7"
     assert "wait_server" in phases  # the watchdog sees why rank 0 is not sampling
 
 
 def test_a_restarted_trainer_pushes_its_checkpoints_weights_before_the_first_rollout(
-        server, tiny_model, tmp_path):
-    recipe = {"steps": 4, "save_every": 2, "prompts_per_step": 2, "samples_per_prompt": 4,
-              "max_new_tokens": 8}
+    server, tiny_model, tmp_path
+):
+    recipe = {
+        "steps": 4,
+        "save_every": 2,
+        "prompts_per_step": 2,
+        "samples_per_prompt": 4,
+        "max_new_tokens": 8,
+    }
     plan = write_plan(tmp_path / "run", Path(tiny_model), server.addr, recipe)
     env = trainer_env(plan, [server.addr])
     first, _ = run_trainers({**env, "GRPO_TEST_FAIL_AFTER_STEP": "3"})

@@ -1,4 +1,5 @@
 """Pictures of a plan: the engine table, the terminal GPU map and the SVG map."""
+
 import io
 import re
 import xml.etree.ElementTree as ET
@@ -23,17 +24,27 @@ def text_of(renderable, width=200) -> str:
 
 
 def hybrid_two_by_eight() -> Plan:
-    return build({"rollout": M("sglang", dp=4, tp=2), "actor": M("megatron", dp=8, tp=2),
-                  "ref": M("fsdp", dp=8)}, ClusterSpec(2, 8),
-                 {"actor": "all", "rollout": "8-15", "ref": "0-7"})
+    return build(
+        {
+            "rollout": M("sglang", dp=4, tp=2),
+            "actor": M("megatron", dp=8, tp=2),
+            "ref": M("fsdp", dp=8),
+        },
+        ClusterSpec(2, 8),
+        {"actor": "all", "rollout": "8-15", "ref": "0-7"},
+    )
 
 
 def test_table_lists_engine_backend_spec_world_inheritance_and_gpus():
     plan = build({"rollout": M("vllm", dp=4), "actor": M("fsdp", dp=4)}, ClusterSpec(1, 8))
-    plan.components["ref"] = component_plan("ref", M("fsdp", dp=4), (4, 5, 6, 7), plan.cluster,
-                                            inherited_from="actor")
-    rows = [line.split("│")[1:-1] for line in text_of(render_table(plan)).splitlines()
-            if line.count("│") > 2]
+    plan.components["ref"] = component_plan(
+        "ref", M("fsdp", dp=4), (4, 5, 6, 7), plan.cluster, inherited_from="actor"
+    )
+    rows = [
+        line.split("│")[1:-1]
+        for line in text_of(render_table(plan)).splitlines()
+        if line.count("│") > 2
+    ]
     cells = [[c.strip() for c in row] for row in rows]
     assert cells[0] == ["rollout", "vllm", "vllm:d4", "4", "", "0-3", "4 x 1 GPU"]
     assert cells[2] == ["ref", "fsdp", "fsdp:d4", "4", "actor", "4-7", "dp4"]
@@ -70,8 +81,9 @@ def test_map_has_a_legend_with_letters_and_specs():
 
 
 def test_big_cluster_collapses_identical_nodes_and_caps_rows():
-    plan = build({"rollout": M("sglang", dp=2048, tp=2), "actor": M("fsdp", dp=4096)},
-                 ClusterSpec(1024, 8))
+    plan = build(
+        {"rollout": M("sglang", dp=2048, tp=2), "actor": M("fsdp", dp=4096)}, ClusterSpec(1024, 8)
+    )
     out = text_of(render_gpu_map(plan))
     assert re.search(r"^nodes 0-511 +R", out, re.M) and re.search(r"^nodes 512-1023 +A", out, re.M)
     assert len(out.splitlines()) < 20
@@ -80,10 +92,16 @@ def test_big_cluster_collapses_identical_nodes_and_caps_rows():
 def test_many_distinct_nodes_show_the_first_and_last_and_count_the_rest():
     even = ",".join(f"{4 * k}-{4 * k + 1}" for k in range(20))  # rollout on nodes 0, 2, 4...
     odd = ",".join(f"{4 * k + 2}-{4 * k + 3}" for k in range(20))  # actor on nodes 1, 3, 5...
-    plan = build({"rollout": M("vllm", dp=40), "actor": M("fsdp", dp=40)}, ClusterSpec(40, 2),
-                 {"rollout": even, "actor": odd})
-    rows = [line.strip() for line in text_of(render_gpu_map(plan)).splitlines()
-            if line.startswith(("node", "..."))]
+    plan = build(
+        {"rollout": M("vllm", dp=40), "actor": M("fsdp", dp=40)},
+        ClusterSpec(40, 2),
+        {"rollout": even, "actor": odd},
+    )
+    rows = [
+        line.strip()
+        for line in text_of(render_gpu_map(plan)).splitlines()
+        if line.startswith(("node", "..."))
+    ]
     assert len(rows) == MAX_ROWS
     assert rows[0].startswith("node 0 ") and rows[-1].startswith("node 39 ")
     assert "... 9 more nodes ..." in rows
@@ -124,31 +142,48 @@ def test_svg_labels_cells_and_marks_shared_gpus():
 
 
 def test_svg_of_a_thousand_nodes_stays_small():
-    plan = build({"rollout": M("sglang", dp=2048, tp=2), "actor": M("fsdp", dp=4096)},
-                 ClusterSpec(1024, 8))
+    plan = build(
+        {"rollout": M("sglang", dp=2048, tp=2), "actor": M("fsdp", dp=4096)}, ClusterSpec(1024, 8)
+    )
     assert len(render_svg(plan)) < 30_000
-
 
 
 def test_map_says_how_each_rollout_shard_gets_its_weights():
     collocated = text_of(render_gpu_map(hybrid_two_by_eight()))
-    assert "weight sync actor -> rollout: 8 shards fed (8 same GPU); at most 1 per actor rank" in collocated
-    apart = build({"rollout": M("sglang", dp=5, tp=2), "actor": M("fsdp", dp=4)}, ClusterSpec(2, 8),
-                  {"rollout": "0-9", "actor": "12-15"})
+    assert (
+        "weight sync actor -> rollout: 8 shards fed (8 same GPU); at most 1 per actor rank"
+        in collocated
+    )
+    apart = build(
+        {"rollout": M("sglang", dp=5, tp=2), "actor": M("fsdp", dp=4)},
+        ClusterSpec(2, 8),
+        {"rollout": "0-9", "actor": "12-15"},
+    )
     assert "10 shards fed (2 same node, 8 across nodes); at most 3 per actor rank" in text_of(
-        render_gpu_map(apart))
+        render_gpu_map(apart)
+    )
 
 
 def test_the_moe_table_shows_the_expert_layout_beside_the_attention_one():
     from launcher.spec.alloc import parse_backend
 
     hybrid = parse_backend("megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)")
-    plan = Plan(ClusterSpec(4, 8), "disaggregated",
-                {"actor": component_plan("actor", hybrid, range(32), ClusterSpec(4, 8))})
+    plan = Plan(
+        ClusterSpec(4, 8),
+        "disaggregated",
+        {"actor": component_plan("actor", hybrid, range(32), ClusterSpec(4, 8))},
+    )
     text = " ".join(text_of(render_table(plan)).replace("│", " ").split())
     assert "attn dp4 tp2 pp2 cp2 | experts ep2 etp4 edp2" in text
-    plain = Plan(ClusterSpec(4, 8), "disaggregated",
-                 {"actor": component_plan("actor", parse_backend("megatron:d8p2t2e4"),
-                                          range(32), ClusterSpec(4, 8))})
+    plain = Plan(
+        ClusterSpec(4, 8),
+        "disaggregated",
+        {
+            "actor": component_plan(
+                "actor", parse_backend("megatron:d8p2t2e4"), range(32), ClusterSpec(4, 8)
+            )
+        },
+    )
     assert "dp8 tp2 pp2 | experts ep4 etp1 edp4" in " ".join(
-        text_of(render_table(plain)).replace("│", " ").split())
+        text_of(render_table(plain)).replace("│", " ").split()
+    )

@@ -1,9 +1,11 @@
-"""Runs that survive (docs/architecture.md §11), with real torchrun workers on gloo through the real CLI:
+"""Runs that survive (docs/architecture.md §11), with real torchrun workers on gloo through the
+real CLI:
 a failed trainer job restarts and resumes from its newest checkpoint, restarts are bounded and
 a failure that repeats at once backs off, what a failed start left behind is stopped before the
 next start, a hung rank is named with its stack, and `status` tells it all. The record files
 two node supervisors share are tested on their own too (real files, real processes).
 """
+
 from __future__ import annotations
 
 import json
@@ -25,8 +27,7 @@ CPU_RUN = ("rollout=none", "cluster.device=cpu")
 
 
 def records(run_dir: Path) -> list[dict]:
-    return [json.loads(p.read_text())
-            for p in sorted((run_dir / "restarts").glob("[0-9]*.json"))]
+    return [json.loads(p.read_text()) for p in sorted((run_dir / "restarts").glob("[0-9]*.json"))]
 
 
 @pytest.fixture(scope="module")
@@ -35,10 +36,17 @@ def restarted(tmp_path_factory):
     the job restarts once, resumes from step 2 and does step 3 again; every tracker on (W&B
     offline, MLflow on its default SQLite store beside the run folder)."""
     run_dir = tmp_path_factory.mktemp("restarted") / "run"
-    out = run(*CPU_RUN, "recipe.steps=4", "recipe.save_every=2", "launcher.max_restarts=1",
-              "+launcher.env.GRPO_TEST_FAIL_AFTER_STEP=3",
-              "launcher.tracking=[tensorboard,wandb,mlflow]", "+launcher.env.WANDB_MODE=offline",
-              f"hydra.run.dir={run_dir}", timeout=280)
+    out = run(
+        *CPU_RUN,
+        "recipe.steps=4",
+        "recipe.save_every=2",
+        "launcher.max_restarts=1",
+        "+launcher.env.GRPO_TEST_FAIL_AFTER_STEP=3",
+        "launcher.tracking=[tensorboard,wandb,mlflow]",
+        "+launcher.env.WANDB_MODE=offline",
+        f"hydra.run.dir={run_dir}",
+        timeout=280,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return run_dir, out.stdout + out.stderr
 
@@ -47,14 +55,20 @@ def restarted(tmp_path_factory):
 @pytest.mark.timeout(300)
 def test_a_failed_trainer_restarts_and_resumes_from_its_newest_checkpoint(restarted):
     run_dir, said = restarted
-    assert "restart 1 of 1: actor-node0 exited with code 1: rank 1 raised RuntimeError: " \
+    assert (
+        "restart 1 of 1: actor-node0 exited with code 1: rank 1 raised RuntimeError: "
         "GRPO_TEST_FAIL_AFTER_STEP=3" in said
+    )
     assert "grpo: resumed from step 2 (checkpoints/step_2), restart 1" in said
     after = said.split("trainers started again (restart 1)")[1]
     assert "step 3/4" in after and "step 4/4" in after and "step 2/4" not in after
     [record] = records(run_dir)
-    assert (record["n"], record["kind"], record["name"], record["epoch"]) == \
-        (1, "trainers", "actor-node0", 1)
+    assert (record["n"], record["kind"], record["name"], record["epoch"]) == (
+        1,
+        "trainers",
+        "actor-node0",
+        1,
+    )
     status = run("status", str(run_dir))
     assert status.returncode == 0, status.stderr
     assert "actor-node0 (trainer, pid" in status.stdout and "restart 1): exit 0" in status.stdout
@@ -77,8 +91,15 @@ def test_a_restarted_run_is_one_run_in_every_tracker_with_each_step_once(restart
     [mlflow] = mlflow_runs(run_dir)
     assert mlflow.data.tags["areal_launch.run_id"] == run_id and mlflow.info.status == "FINISHED"
     assert mlflow_steps(run_dir, mlflow.info.run_id) == [1, 2, 3, 4]
-    assert set(mlflow.data.metrics) >= {"reward", "loss", "step_time_s", "rollout_time_s",
-                                        "train_time_s", "weight_push_time_s", "tokens_per_s"}
+    assert set(mlflow.data.metrics) >= {
+        "reward",
+        "loss",
+        "step_time_s",
+        "rollout_time_s",
+        "train_time_s",
+        "weight_push_time_s",
+        "tokens_per_s",
+    }
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [(r["step"], r["restart"]) for r in records] == [(1, 0), (2, 0), (3, 0), (4, 1)]
     assert (run_dir / "metrics.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the run's end
@@ -88,10 +109,13 @@ def test_a_restarted_run_is_one_run_in_every_tracker_with_each_step_once(restart
     lines = status.stdout
     assert re.search(r"  metrics: steps 1-4, reward [▁-█]{4} ", lines), lines
     assert f"  tensorboard: tensorboard --logdir {run_dir / 'tensorboard'}" in lines
-    assert f"  wandb: run areal/{run_id} (offline: wandb sync {run_dir}/wandb/offline-run-*)" \
-        in lines
-    assert f"  mlflow: run {mlflow.info.run_id} of experiment {mlflow.info.experiment_id} " \
+    assert (
+        f"  wandb: run areal/{run_id} (offline: wandb sync {run_dir}/wandb/offline-run-*)" in lines
+    )
+    assert (
+        f"  mlflow: run {mlflow.info.run_id} of experiment {mlflow.info.experiment_id} "
         f"(mlflow ui --backend-store-uri sqlite:///{run_dir.parent / 'mlflow.db'})" in lines
+    )
     assert f"picture: {run_dir / 'metrics.png'}" in lines
     assert (run_dir / "metrics.png").stat().st_size > 10_000
 
@@ -100,16 +124,25 @@ def test_a_restarted_run_is_one_run_in_every_tracker_with_each_step_once(restart
 @pytest.mark.timeout(300)
 def test_restarts_are_bounded_and_a_failure_that_repeats_at_once_backs_off(tmp_path):
     run_dir = tmp_path / "run"
-    out = run(*CPU_RUN, "trainer.entry=tests/gloo_trainer.py", "launcher.max_restarts=2",
-              "+launcher.env.FAIL_RANK=1", f"hydra.run.dir={run_dir}", timeout=280)
+    out = run(
+        *CPU_RUN,
+        "trainer.entry=tests/gloo_trainer.py",
+        "launcher.max_restarts=2",
+        "+launcher.env.FAIL_RANK=1",
+        f"hydra.run.dir={run_dir}",
+        timeout=280,
+    )
     assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
     said = out.stdout + out.stderr
     assert said.count("restart 1 of 2:") == 1 and said.count("restart 2 of 2:") == 1
     assert "waiting 5 s before restarting" in said  # the 2nd identical quick failure
     root = [ln for ln in said.splitlines() if ln.startswith("root cause:")]
     assert len(root) == 1 and "rank 1 raised" in root[0]
-    assert "(after 2 restart(s) of launcher.max_restarts=2; earlier: 1: actor-node0 exited " \
-        "with code 1" in root[0] and "; 2: actor-node0 exited with code 1" in root[0]
+    assert (
+        "(after 2 restart(s) of launcher.max_restarts=2; earlier: 1: actor-node0 exited with code 1"
+        in root[0]
+        and "; 2: actor-node0 exited with code 1" in root[0]
+    )
     assert [r["epoch"] for r in records(run_dir)] == [1, 2]
 
 
@@ -119,8 +152,14 @@ def test_a_restart_first_stops_what_the_failed_start_left_behind(tmp_path):
     """A grandchild of the failed start that double-forked and called setsid (it left the
     trainer's tree, not its environment) is gone before the trainers start again."""
     run_dir = tmp_path / "run"
-    out = run(*CPU_RUN, "actor.backend=fsdp:d1", "trainer.entry=tests/escaping_trainer.py",
-              "launcher.max_restarts=1", f"hydra.run.dir={run_dir}", timeout=220)
+    out = run(
+        *CPU_RUN,
+        "actor.backend=fsdp:d1",
+        "trainer.entry=tests/escaping_trainer.py",
+        "launcher.max_restarts=1",
+        f"hydra.run.dir={run_dir}",
+        timeout=220,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert (run_dir / "escapee.state").read_text() == "gone"
 
@@ -129,15 +168,21 @@ def test_a_restart_first_stops_what_the_failed_start_left_behind(tmp_path):
 @pytest.mark.timeout(240)
 def test_a_hung_rank_is_named_and_its_stack_is_in_the_log(tmp_path):
     run_dir = tmp_path / "run"
-    out = run(*CPU_RUN, "trainer.entry=tests/hang_trainer.py", "launcher.hang_timeout_s=5",
-              "+launcher.env.HANG_AT_STEP=3", f"hydra.run.dir={run_dir}", timeout=220)
+    out = run(
+        *CPU_RUN,
+        "trainer.entry=tests/hang_trainer.py",
+        "launcher.hang_timeout_s=5",
+        "+launcher.env.HANG_AT_STEP=3",
+        f"hydra.run.dir={run_dir}",
+        timeout=220,
+    )
     assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
-    root = [ln for ln in (out.stdout + out.stderr).splitlines()
-            if ln.startswith("root cause:")]
+    root = [ln for ln in (out.stdout + out.stderr).splitlines() if ln.startswith("root cause:")]
     assert len(root) == 1, out.stdout[-3000:]
     assert "root cause: hung: no trainer progress for" in root[0]
-    assert "last: step 3 train): rank 1 stopped in hang_inside_step (tests/hang_trainer.py:" \
-        in root[0]
+    assert (
+        "last: step 3 train): rank 1 stopped in hang_inside_step (tests/hang_trainer.py:" in root[0]
+    )
     assert "rank 0 waits in all_reduce" in root[0]
     log = (run_dir / "logs" / "actor-node0.log").read_text()
     assert "in hang_inside_step" in log and "in all_reduce" in log  # faulthandler's dumps
@@ -146,7 +191,8 @@ def test_a_hung_rank_is_named_and_its_stack_is_in_the_log(tmp_path):
 def _claim(run_dir: str, barrier, out) -> None:
     barrier.wait()
     record, mine = restarts.claim_trainer_restart(
-        run_dir, 1, Failure("actor-node0", restarts.TRAINERS, "rank 1 died", 30.0))
+        run_dir, 1, Failure("actor-node0", restarts.TRAINERS, "rank 1 died", 30.0)
+    )
     out.put((record.n, mine))
 
 
@@ -178,13 +224,16 @@ def test_backoff_grows_for_the_same_quick_failure_and_gives_up(tmp_path):
 
 
 def test_the_main_threads_frames_come_from_a_real_faulthandler_dump():
-    code = ("import faulthandler, sys, threading, time\n"
-            "def worker():\n    time.sleep(30)\n"
-            "threading.Thread(target=worker, daemon=True).start()\n"
-            "def stuck_here():\n    faulthandler.dump_traceback(sys.stdout, all_threads=True)\n"
-            "stuck_here()\n")
-    text = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60).stdout
+    code = (
+        "import faulthandler, sys, threading, time\n"
+        "def worker():\n    time.sleep(30)\n"
+        "threading.Thread(target=worker, daemon=True).start()\n"
+        "def stuck_here():\n    faulthandler.dump_traceback(sys.stdout, all_threads=True)\n"
+        "stuck_here()\n"
+    )
+    text = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    ).stdout
     frames = main_thread_frames(text)
     assert [f.func for f in frames] == ["stuck_here", "<module>"], text
     assert frames[0].line == 6
@@ -192,10 +241,12 @@ def test_the_main_threads_frames_come_from_a_real_faulthandler_dump():
 
 def test_the_main_threads_frames_come_from_py_spys_format():
     # py-spy dump's layout (py-spy is not installed here; the launcher uses it where it is)
-    text = ('Process 4242: python train.py\nPython v3.11.7 (/usr/bin/python3.11)\n\n'
-            'Thread 4243 (idle): "pt_autograd_0"\n    wait (threading.py:327)\n'
-            'Thread 4242 (idle): "MainThread"\n'
-            '    all_reduce (torch/distributed/distributed_c10d.py:3252)\n'
-            '    step (train.py:88)\n')
+    text = (
+        "Process 4242: python train.py\nPython v3.11.7 (/usr/bin/python3.11)\n\n"
+        'Thread 4243 (idle): "pt_autograd_0"\n    wait (threading.py:327)\n'
+        'Thread 4242 (idle): "MainThread"\n'
+        "    all_reduce (torch/distributed/distributed_c10d.py:3252)\n"
+        "    step (train.py:88)\n"
+    )
     frames = main_thread_frames(text)
     assert [(f.func, f.line) for f in frames] == [("all_reduce", 3252), ("step", 88)]

@@ -1,4 +1,5 @@
-"""Runs that survive, end to end (docs/architecture.md §11): the default run (a real vLLM CPU server, two
+"""Runs that survive, end to end (docs/architecture.md §11): the default run (a real vLLM CPU
+server, two
 FSDP2 ranks on gloo) through the real CLI, with launcher.max_restarts=2, in one run (one vLLM
 start-up less):
 
@@ -7,6 +8,7 @@ start-up less):
 - Then the vLLM server SIGKILLed: a new server on the same slot, the trainers (not restarted)
   give it their current weights (reload confirmed) before they sample from it; all 8 steps done.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,8 +30,14 @@ START_S = 600  # the server's start on two busy cores, then the steps
 
 def launch(run_dir: Path, *overrides: str) -> subprocess.Popen:
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-    return subprocess.Popen([EXE, f"hydra.run.dir={run_dir}", *overrides], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [EXE, f"hydra.run.dir={run_dir}", *overrides],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def wait_until(check: Callable[[], object], proc: subprocess.Popen, within_s: float) -> object:
@@ -39,8 +47,10 @@ def wait_until(check: Callable[[], object], proc: subprocess.Popen, within_s: fl
         if got:
             return got
         if proc.poll() is not None:
-            raise AssertionError(f"the run ended ({proc.returncode}) first:\n"
-                                 + (proc.stdout.read() if proc.stdout else "")[-4000:])
+            raise AssertionError(
+                f"the run ended ({proc.returncode}) first:\n"
+                + (proc.stdout.read() if proc.stdout else "")[-4000:]
+            )
         time.sleep(0.05)
     proc.kill()
     raise AssertionError("timed out:\n" + (proc.stdout.read() if proc.stdout else "")[-4000:])
@@ -63,8 +73,7 @@ def finish(proc: subprocess.Popen) -> str:
 
 
 def restart_records(run_dir: Path) -> list[dict]:
-    return [json.loads(p.read_text())
-            for p in sorted((run_dir / "restarts").glob("[0-9]*.json"))]
+    return [json.loads(p.read_text()) for p in sorted((run_dir / "restarts").glob("[0-9]*.json"))]
 
 
 def saved(run_dir: Path, step: int) -> bool:
@@ -83,16 +92,23 @@ def test_a_killed_trainer_restarts_the_trainers_and_a_killed_server_restarts_alo
     resumed_from = checkpoints.latest(checkpoints.root(run_dir)).step
     os.kill(progress.read_all(run_dir)[1].pid, signal.SIGKILL)
     # the trainers restart and resume; the server keeps serving (same pid)
-    wait_until(lambda: processes(run_dir)["actor-node0"]["restart"] == 1 and
-               saved(run_dir, resumed_from + 2), proc, START_S)
+    wait_until(
+        lambda: (
+            processes(run_dir)["actor-node0"]["restart"] == 1 and saved(run_dir, resumed_from + 2)
+        ),
+        proc,
+        START_S,
+    )
     assert processes(run_dir)["rollout-0"]["pid"] == server_pid
     trainer_pid = processes(run_dir)["actor-node0"]["pid"]
     os.kill(server_pid, signal.SIGKILL)
     out = finish(proc)
     assert "restart 1 of 2: actor-node0" in out, out[-4000:]
     after = out.split("trainers started again (restart 1)")[1]
-    assert f"grpo: resumed from step {resumed_from} (checkpoints/step_{resumed_from}), " \
+    assert (
+        f"grpo: resumed from step {resumed_from} (checkpoints/step_{resumed_from}), "
         "restart 1" in after
+    )
     assert f"step {resumed_from + 1}/8" in after and "step 8/8" in after
     assert f"step {resumed_from}/8 " not in after
     assert f"grpo done: steps 8 ({resumed_from + 1}-8 after resuming)" in after
@@ -100,12 +116,17 @@ def test_a_killed_trainer_restarts_the_trainers_and_a_killed_server_restarts_alo
     # the server restarts alone; the trainers give the fresh server their current weights
     assert "restart 2 of 2: rollout-0 killed by SIGKILL" in out, out[-4000:]
     assert "rollout-0 started again (pid" in out
-    refreshed = [ln for ln in out.splitlines() if "serves weight version 'default', not v" in ln
-                 and "pushing" in ln]
+    refreshed = [
+        ln
+        for ln in out.splitlines()
+        if "serves weight version 'default', not v" in ln and "pushing" in ln
+    ]
     assert refreshed, out[-4000:]  # re-pushed to the fresh server (then confirmed, or it fails)
     final = processes(run_dir)
     assert final["actor-node0"]["pid"] == trainer_pid and final["actor-node0"]["restart"] == 1
     assert final["actor-node0"]["exit"] == 0
     assert final["rollout-0"]["restart"] == 1 and final["rollout-0"]["pid"] != server_pid
-    assert [(r["kind"], r["name"]) for r in restart_records(run_dir)] == \
-        [("trainers", "actor-node0"), ("rollout-0", "rollout-0")]
+    assert [(r["kind"], r["name"]) for r in restart_records(run_dir)] == [
+        ("trainers", "actor-node0"),
+        ("rollout-0", "rollout-0"),
+    ]

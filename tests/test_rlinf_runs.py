@@ -9,6 +9,7 @@ reward workers. Two runs share every assertion:
   log-probs in the loss, and a second policy (rollout2 fed by actor2) in the same run.
 The plan-level cases are in tests/test_rlinf_worlds.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,23 +23,32 @@ from tests.areal_launch import run
 
 pytestmark = [pytest.mark.vllm, pytest.mark.torch]
 
-RECIPE = ("recipe: {steps: 2, prompts_per_step: 2, samples_per_prompt: 2, max_new_tokens: 8, "
-          "save_every: 0}\n")
-HYBRID = ("cluster: {num_nodes: 1, device: cpu, component_placement: "
-          "{actor: 0-1, env: 0, rollout: 1}}\n"
-          "env: {enable_offload: true}\n"
-          "rollout: {enable_offload: true, pipeline_stage_num: 2}\n"
-          "actor: {enable_offload: true}\n"
-          "reward: {processes: 2}\n" + RECIPE)
-DISAGGREGATED = ("cluster: {num_nodes: 1, device: cpu, component_placement: "
-                 "{rollout: 0, inference: 1, actor: 2, rollout2: 3, actor2: 4}}\n"
-                 "components:\n"
-                 "  rollout2: {kind: serve, backend: vllm}\n"
-                 "  actor2: {kind: train, backend: fsdp, feeds: rollout2}\n" + RECIPE)
+RECIPE = (
+    "recipe: {steps: 2, prompts_per_step: 2, samples_per_prompt: 2, max_new_tokens: 8, "
+    "save_every: 0}\n"
+)
+HYBRID = (
+    "cluster: {num_nodes: 1, device: cpu, component_placement: "
+    "{actor: 0-1, env: 0, rollout: 1}}\n"
+    "env: {enable_offload: true}\n"
+    "rollout: {enable_offload: true, pipeline_stage_num: 2}\n"
+    "actor: {enable_offload: true}\n"
+    "reward: {processes: 2}\n" + RECIPE
+)
+DISAGGREGATED = (
+    "cluster: {num_nodes: 1, device: cpu, component_placement: "
+    "{rollout: 0, inference: 1, actor: 2, rollout2: 3, actor2: 4}}\n"
+    "components:\n"
+    "  rollout2: {kind: serve, backend: vllm}\n"
+    "  actor2: {kind: train, backend: fsdp, feeds: rollout2}\n" + RECIPE
+)
 SPAN = re.compile(r"\[(\d+\.\d+), (\d+\.\d+)\]")
 ISSUED = re.compile(r"stage 1 issued (\d+\.\d+)")
-STEP = re.compile(r"^step (\d)/2 reward \S+ loss \S+ kl \S+ logp_gap (\S+) weight_version v\d "
-                  r"reload confirmed 1/1", re.MULTILINE)
+STEP = re.compile(
+    r"^step (\d)/2 reward \S+ loss \S+ kl \S+ logp_gap (\S+) weight_version v\d "
+    r"reload confirmed 1/1",
+    re.MULTILINE,
+)
 
 
 def launch(tmp_path_factory, name: str, body: str) -> tuple[Path, str, float]:
@@ -80,10 +90,16 @@ def test_hybrid_trains_with_env_and_rollout_overlapping_every_reload_confirmed(h
     for step in (1, 2):  # stage 1's reset is issued before stage 0 generates, done before
         # stage 1 generates (whether the two overlap on the clock is the OS scheduler's call on
         # two busy cores; tests/test_workers.py shows the overlap with a generation that lasts)
-        (rollout0,) = [ln for ln in actor.splitlines()
-                       if f"grpo: step {step} stage 0: rollout of 1 prompt(s)" in ln]
-        (rollout1,) = [ln for ln in actor.splitlines()
-                       if f"grpo: step {step} stage 1: rollout of 1 prompt(s)" in ln]
+        (rollout0,) = [
+            ln
+            for ln in actor.splitlines()
+            if f"grpo: step {step} stage 0: rollout of 1 prompt(s)" in ln
+        ]
+        (rollout1,) = [
+            ln
+            for ln in actor.splitlines()
+            if f"grpo: step {step} stage 1: rollout of 1 prompt(s)" in ln
+        ]
         (reset1,) = [ln for ln in env.splitlines() if f"reset step {step} stage 1:" in ln]
         issued = float(ISSUED.search(rollout0).group(1))  # type: ignore[union-attr]
         (r0, _), (s1, _), (_, e1) = span(rollout0), span(rollout1), span(reset1)
@@ -115,25 +131,38 @@ def test_disaggregated_loss_uses_the_inference_engines_logprobs(disaggregated):
     assert "inference rank 0 done: 2 step(s)" in inference
     gaps = [float(g) for g in re.findall(r"largest \|actor - inference\| log-prob (\S+)", actor)]
     assert len(gaps) == 2 and max(gaps) < 1e-4, actor[-3000:]  # the same weights: ~0
-    served = [float(g) for g in re.findall(r"from inference on .*? gap to the servers' "
-                                           r"sampling log-probs (\S+)", actor)]
+    served = [
+        float(g)
+        for g in re.findall(
+            r"from inference on .*? gap to the servers' "
+            r"sampling log-probs (\S+)",
+            actor,
+        )
+    ]
     assert len(served) == 2 and max(served) < 1e-3
     plan = json.loads((run_dir / "plan.json").read_text())
     assert plan["mode"] == "disaggregated"
-    assert {c: plan["components"][c]["gpus"] for c in ("rollout", "inference", "actor")} == \
-        {"rollout": [0], "inference": [1], "actor": [2]}
+    assert {c: plan["components"][c]["gpus"] for c in ("rollout", "inference", "actor")} == {
+        "rollout": [0],
+        "inference": [1],
+        "actor": [2],
+    }
 
 
 def test_two_policies_train_each_pushing_to_its_own_servers(disaggregated):
     run_dir, _, _ = disaggregated
     plan = json.loads((run_dir / "plan.json").read_text())
     port = {p["component"]: p["ports"][0] for p in plan["processes"] if p["role"] == "server"}
-    for actor, rollout, weights in (("actor", "rollout", run_dir / "weights"),
-                                    ("actor2", "rollout2", run_dir / "actor2" / "weights")):
+    for actor, rollout, weights in (
+        ("actor", "rollout", run_dir / "weights"),
+        ("actor2", "rollout2", run_dir / "actor2" / "weights"),
+    ):
         text = log(run_dir, f"{actor}-node0")
         assert [s[0] for s in STEP.findall(text)] == ["1", "2"], text[-3000:]
         assert "reloads confirmed 2/2" in text
         assert re.search(rf"1 rollout server\(s\) [\d.]+:{port[rollout]},", text), text[:3000]
         assert (weights / "v2" / "model.safetensors").is_file()
-    assert sorted(w["from"] + ">" + w["to"] for w in plan["weight_sync"]) == \
-        ["actor2>rollout2", "actor>rollout"]
+    assert sorted(w["from"] + ">" + w["to"] for w in plan["weight_sync"]) == [
+        "actor2>rollout2",
+        "actor>rollout",
+    ]

@@ -3,6 +3,7 @@ execution-modes document as YAML in a user folder, its components (inference, en
 agent), placement forms (process maps, node groups, the dict form) and world sizes taken from
 the placement. All at the plan level: each case costs milliseconds; the real runs are in
 tests/test_rlinf_runs.py."""
+
 from __future__ import annotations
 
 import json
@@ -21,11 +22,13 @@ GPU2x8 = "cluster: {num_nodes: 2, gpus_per_node: 8, device: cuda, component_plac
 EXAMPLES = {  # the document's three configs, as a user writes them over our defaults
     "collocated": GPU2x8 + '{"actor,rollout": all}}\n',
     "disaggregated": GPU2x8 + "{rollout: 0-9, inference: 10-11, actor: 12-15}}\n",
-    "hybrid": ("cluster: {num_nodes: 1, gpus_per_node: 8, device: cuda, component_placement: "
-               "{actor: 0-7, env: 0-3, rollout: 4-7}}\n"
-               "env: {enable_offload: true}\n"
-               "rollout: {enable_offload: true, pipeline_stage_num: 2}\n"
-               "actor: {enable_offload: true}\n"),
+    "hybrid": (
+        "cluster: {num_nodes: 1, gpus_per_node: 8, device: cuda, component_placement: "
+        "{actor: 0-7, env: 0-3, rollout: 4-7}}\n"
+        "env: {enable_offload: true}\n"
+        "rollout: {enable_offload: true, pipeline_stage_num: 2}\n"
+        "actor: {enable_offload: true}\n"
+    ),
 }
 
 
@@ -56,17 +59,25 @@ def test_the_documents_example_configs_plan_from_a_user_folder(user_folder, name
     plan = json.loads(out.stdout)
     got = {n: (c["spec"], c["gpus"]) for n, c in plan["components"].items()}
     if name == "collocated":
-        assert got == {"rollout": ("vllm:d16", list(range(16))),
-                       "actor": ("fsdp:d16", list(range(16)))} and plan["mode"] == "collocated"
+        assert (
+            got
+            == {"rollout": ("vllm:d16", list(range(16))), "actor": ("fsdp:d16", list(range(16)))}
+            and plan["mode"] == "collocated"
+        )
     elif name == "disaggregated":
-        assert got == {"rollout": ("vllm:d10", list(range(10))),
-                       "actor": ("fsdp:d4", list(range(12, 16))),
-                       "inference": ("fsdp:d2", [10, 11])}
+        assert got == {
+            "rollout": ("vllm:d10", list(range(10))),
+            "actor": ("fsdp:d4", list(range(12, 16))),
+            "inference": ("fsdp:d2", [10, 11]),
+        }
         assert plan["components"]["inference"]["inherited_from"] == "actor"
         assert plan["mode"] == "disaggregated"
     else:
-        assert got == {"rollout": ("vllm:d4", [4, 5, 6, 7]), "actor": ("fsdp:d8", list(range(8))),
-                       "env": ("process:d4", [0, 1, 2, 3])}
+        assert got == {
+            "rollout": ("vllm:d4", [4, 5, 6, 7]),
+            "actor": ("fsdp:d8", list(range(8))),
+            "env": ("process:d4", [0, 1, 2, 3]),
+        }
         assert plan["mode"] == "hybrid"
         options = plan["engine_options"]
         assert options["actor"]["offload"]["weight"] and options["actor"]["offload"]["optimizer"]
@@ -75,40 +86,67 @@ def test_the_documents_example_configs_plan_from_a_user_folder(user_folder, name
 
 
 def test_inference_is_a_forward_only_training_engine():
-    plan = plan_of(["cluster.device=cuda", "cluster.gpus_per_node=8",
-                    "cluster.component_placement.rollout=0-3",
-                    "cluster.component_placement.inference=4-5",
-                    "cluster.component_placement.actor=6-7"])
+    plan = plan_of(
+        [
+            "cluster.device=cuda",
+            "cluster.gpus_per_node=8",
+            "cluster.component_placement.rollout=0-3",
+            "cluster.component_placement.inference=4-5",
+            "cluster.component_placement.actor=6-7",
+        ]
+    )
     inference = plan.components["inference"]
-    assert (inference.kind, inference.inherited_from, str(inference.alloc)) == \
-        ("train", "actor", "fsdp:d2")
+    assert (inference.kind, inference.inherited_from, str(inference.alloc)) == (
+        "train",
+        "actor",
+        "fsdp:d2",
+    )
 
 
 def test_rlinf_tp_keys_size_a_bare_placed_backend():
-    plan = plan_of(["cluster.device=cuda", "cluster.gpus_per_node=8", "actor.backend=megatron",
-                    "cluster.component_placement.rollout=0-3",
-                    "cluster.component_placement.actor=4-7", "rollout.tensor_parallel_size=2",
-                    "actor.model.tensor_model_parallel_size=2",
-                    "actor.model.pipeline_model_parallel_size=2"])
+    plan = plan_of(
+        [
+            "cluster.device=cuda",
+            "cluster.gpus_per_node=8",
+            "actor.backend=megatron",
+            "cluster.component_placement.rollout=0-3",
+            "cluster.component_placement.actor=4-7",
+            "rollout.tensor_parallel_size=2",
+            "actor.model.tensor_model_parallel_size=2",
+            "actor.model.pipeline_model_parallel_size=2",
+        ]
+    )
     assert str(plan.components["rollout"].alloc) == "vllm:d2t2"
     assert str(plan.components["actor"].alloc) == "megatron:p2t2"
 
 
 def test_a_serving_process_map_gives_each_instance_its_gpus():
-    plan = plan_of(["cluster.device=cuda", "cluster.gpus_per_node=8",
-                    "cluster.component_placement.rollout='0-3:0-1'",
-                    "cluster.component_placement.actor=4-7"])
+    plan = plan_of(
+        [
+            "cluster.device=cuda",
+            "cluster.gpus_per_node=8",
+            "cluster.component_placement.rollout='0-3:0-1'",
+            "cluster.component_placement.actor=4-7",
+        ]
+    )
     assert layout(plan)["rollout"] == ("vllm:d2t2", (0, 1, 2, 3))
 
 
-@pytest.mark.parametrize("overrides, needle", [
-    (["rollout.tensor_parallel_size=3"], "3 GPUs per copy do not divide the 4 GPU(s)"),
-    (["rollout.backend=vllm:d4", "rollout.tensor_parallel_size=2"], "say it once"),
-    (["actor.backend=fsdp:d4"], None),
-])
+@pytest.mark.parametrize(
+    "overrides, needle",
+    [
+        (["rollout.tensor_parallel_size=3"], "3 GPUs per copy do not divide the 4 GPU(s)"),
+        (["rollout.backend=vllm:d4", "rollout.tensor_parallel_size=2"], "say it once"),
+        (["actor.backend=fsdp:d4"], None),
+    ],
+)
 def test_tp_keys_and_dims_agree_or_one_error(overrides, needle):
-    base = ["cluster.device=cuda", "cluster.gpus_per_node=8",
-            "cluster.component_placement.rollout=0-3", "cluster.component_placement.actor=4-7"]
+    base = [
+        "cluster.device=cuda",
+        "cluster.gpus_per_node=8",
+        "cluster.component_placement.rollout=0-3",
+        "cluster.component_placement.actor=4-7",
+    ]
     if needle is None:
         assert layout(plan_of(base + overrides))["actor"] == ("fsdp:d4", (4, 5, 6, 7))
         return
@@ -118,11 +156,17 @@ def test_tp_keys_and_dims_agree_or_one_error(overrides, needle):
 
 
 def test_process_maps_place_several_workers_a_gpu_or_one_on_several():
-    plan = plan_of(["cluster.device=cuda", "cluster.gpus_per_node=8",
-                    "cluster.component_placement.actor=0-7",
-                    "cluster.component_placement.rollout=0-7",
-                    "cluster.component_placement.env='0-3:0-7'",
-                    "cluster.component_placement.reward='4-5:0'", "reward.entry=score.py"])
+    plan = plan_of(
+        [
+            "cluster.device=cuda",
+            "cluster.gpus_per_node=8",
+            "cluster.component_placement.actor=0-7",
+            "cluster.component_placement.rollout=0-7",
+            "cluster.component_placement.env='0-3:0-7'",
+            "cluster.component_placement.reward='4-5:0'",
+            "reward.entry=score.py",
+        ]
+    )
     env = plan.components["env"]
     assert [(i.index, i.gpus) for i in env.instances][:3] == [(0, (0,)), (1, (0,)), (2, (1,))]
     assert len(env.instances) == 8
@@ -130,7 +174,9 @@ def test_process_maps_place_several_workers_a_gpu_or_one_on_several():
 
 
 NODE_GROUPS = [
-    "cluster.device=cuda", "cluster.gpus_per_node=8", "cluster.num_nodes=3",
+    "cluster.device=cuda",
+    "cluster.gpus_per_node=8",
+    "cluster.num_nodes=3",
     "cluster.node_groups=[{label: h100, node_ranks: 0-1, env_configs: [{node_ranks: 0-1, "
     "python_interpreter_path: /opt/py/bin/python, env_vars: [{NCCL_IB_HCA: mlx5}]}]}, "
     "{label: cpu, node_ranks: 2, gpus_per_node: 0, env: {REWARD_THREADS: '4'}}]",
@@ -155,12 +201,20 @@ def test_node_groups_place_by_group_and_cpu_only_groups_run_workers(tmp_path):
 
 def test_node_groups_give_their_processes_python_env_and_every_workers_address(tmp_path):
     open_config(ConfigSource())
-    spec = run_spec(compose_config(NODE_GROUPS[:-3] + [
-        "cluster.component_placement.reward={node_group: cpu, placement: '0:0-1'}"])).config
+    spec = run_spec(
+        compose_config(
+            NODE_GROUPS[:-3]
+            + ["cluster.component_placement.reward={node_group: cpu, placement: '0:0-1'}"]
+        )
+    ).config
     planned = build_plan(spec, local_gpus=0)
     ports = iter(range(32000, 32100))
-    ctx = LaunchContext(run_dir=str(tmp_path), plan_path=str(tmp_path / "plan.json"),
-                        python="PY", next_port=lambda: next(ports))
+    ctx = LaunchContext(
+        run_dir=str(tmp_path),
+        plan_path=str(tmp_path / "plan.json"),
+        python="PY",
+        next_port=lambda: next(ports),
+    )
     procs = build_processes(planned, "recipes/grpo/train.py", [], ctx).processes
     trainer = next(p for p in procs if p.role == "trainer")
     reward = [p for p in procs if p.component == "reward"]
@@ -171,19 +225,31 @@ def test_node_groups_give_their_processes_python_env_and_every_workers_address(t
     assert len(addrs) == 2 and addrs[0].startswith("@@AREAL_NODE_2@@:")
 
 
-@pytest.mark.parametrize("extra, needle", [
-    (["cluster.component_placement.env=['0-1:0-3', '2-3:2-5']"], "processes 2-3 are placed twice"),
-    (["cluster.component_placement.env=['0-1:0-3', '1-2:4-7']"], "GPU 1 is placed twice"),
-    (["cluster.component_placement.reward={node_group: cpu, placement: '0-3:0-7'}"],
-     "not a node range of node group 'cpu', which has 1 node(s)"),
-    (["cluster.component_placement.reward={node_group: a100, placement: 0}"],
-     "unknown node group 'a100'"),
-    (["cluster.component_placement.agent=2"], "agent.entry is not set"),
-    (["cluster.component_placement.actor={node_group: cpu, placement: 0}"],
-     "actor runs on GPUs, but this is a CPU-only placement"),
-    (["cluster.component_placement.env='0-3:0-6'"], "7 processes do not divide evenly over 4"),
-    (["cluster.component_placement.env='0-15:0'"], "a process's GPUs sit on one node"),
-])
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (
+            ["cluster.component_placement.env=['0-1:0-3', '2-3:2-5']"],
+            "processes 2-3 are placed twice",
+        ),
+        (["cluster.component_placement.env=['0-1:0-3', '1-2:4-7']"], "GPU 1 is placed twice"),
+        (
+            ["cluster.component_placement.reward={node_group: cpu, placement: '0-3:0-7'}"],
+            "not a node range of node group 'cpu', which has 1 node(s)",
+        ),
+        (
+            ["cluster.component_placement.reward={node_group: a100, placement: 0}"],
+            "unknown node group 'a100'",
+        ),
+        (["cluster.component_placement.agent=2"], "agent.entry is not set"),
+        (
+            ["cluster.component_placement.actor={node_group: cpu, placement: 0}"],
+            "actor runs on GPUs, but this is a CPU-only placement",
+        ),
+        (["cluster.component_placement.env='0-3:0-6'"], "7 processes do not divide evenly over 4"),
+        (["cluster.component_placement.env='0-15:0'"], "a process's GPUs sit on one node"),
+    ],
+)
 def test_wrong_forms_are_one_clear_error(extra, needle):
     base = NODE_GROUPS[:6]
     with pytest.raises((ConfigError, PlacementError)) as err:
@@ -192,37 +258,54 @@ def test_wrong_forms_are_one_clear_error(extra, needle):
 
 
 def test_a_wrong_form_on_the_command_line_is_one_error_line():
-    line = one_error_line(run("plan", *NODE_GROUPS[:6],
-                              "cluster.component_placement.reward={node_group: gpu, placement: 0}"))
+    line = one_error_line(
+        run(
+            "plan",
+            *NODE_GROUPS[:6],
+            "cluster.component_placement.reward={node_group: gpu, placement: 0}",
+        )
+    )
     assert "unknown node group 'gpu'" in line and "cluster.node_groups" in line
 
 
 def test_rlinf_keys_of_a_worker_reach_its_entry_as_options():
-    plan = plan_of(["env.enable_offload=true", "env.simulator_type=textworld",
-                    "env.train.max_steps=3"])
+    plan = plan_of(
+        ["env.enable_offload=true", "env.simulator_type=textworld", "env.train.max_steps=3"]
+    )
     assert "env" in plan.components and plan.components["env"].gpus == ()
     assert plan.meta["engine_options"]["env"] == {
         "options": {"simulator_type": "textworld", "train": {"max_steps": 3}},
-        "offload": True, "mem_gib": None}
+        "offload": True,
+        "mem_gib": None,
+    }
 
 
-TWO_POLICIES = ["cluster.device=cpu", "rollout.backend=vllm:d1", "actor.backend=fsdp:d2",
-                "+components.rollout2={kind: serve, backend: 'vllm:d1'}",
-                "+components.actor2={kind: train, backend: 'fsdp:d2', feeds: rollout2, "
-                "dtype: bfloat16}"]
+TWO_POLICIES = [
+    "cluster.device=cpu",
+    "rollout.backend=vllm:d1",
+    "actor.backend=fsdp:d2",
+    "+components.rollout2={kind: serve, backend: 'vllm:d1'}",
+    "+components.actor2={kind: train, backend: 'fsdp:d2', feeds: rollout2, dtype: bfloat16}",
+]
 
 
 def test_a_second_policy_is_declared_and_pushes_to_its_own_servers(tmp_path):
     open_config(ConfigSource())
     planned = build_plan(run_spec(compose_config(TWO_POLICIES)).config, local_gpus=0)
     plan = planned.plan
-    assert {(w.src, w.dst) for w in plan.weight_sync} == {("actor", "rollout"),
-                                                         ("actor2", "rollout2")}
+    assert {(w.src, w.dst) for w in plan.weight_sync} == {
+        ("actor", "rollout"),
+        ("actor2", "rollout2"),
+    }
     assert plan.components["actor2"].kind == "train"
     assert planned.engines["actor2"].training.dtype == "bfloat16"
     ports = iter(range(33000, 33100))
-    ctx = LaunchContext(run_dir=str(tmp_path), plan_path=str(tmp_path / "plan.json"),
-                        python="PY", next_port=lambda: next(ports))
+    ctx = LaunchContext(
+        run_dir=str(tmp_path),
+        plan_path=str(tmp_path / "plan.json"),
+        python="PY",
+        next_port=lambda: next(ports),
+    )
     procs = build_processes(planned, "recipes/grpo/train.py", [], ctx).processes
     servers = {p.component: p for p in procs if p.role == "server"}
     trainers = {p.component: p for p in procs if p.role == "trainer"}
@@ -234,14 +317,21 @@ def test_a_second_policy_is_declared_and_pushes_to_its_own_servers(tmp_path):
 
 def test_feeds_must_name_a_serving_component():
     with pytest.raises(ConfigError, match="components.actor2.feeds='actor': not a serving"):
-        plan_of(TWO_POLICIES[:4] + ["+components.actor2={kind: train, backend: 'fsdp:d2', "
-                                    "feeds: actor}"])
+        plan_of(
+            TWO_POLICIES[:4]
+            + ["+components.actor2={kind: train, backend: 'fsdp:d2', feeds: actor}"]
+        )
 
 
 def test_rlinf_offload_spellings_turn_on_what_they_name():
-    planned = build_plan(run_spec(compose_config(
-        ["cluster.device=cpu", "actor.offload_weight=true", "actor.offload_grad=true"]))
-        .config, local_gpus=0)
+    planned = build_plan(
+        run_spec(
+            compose_config(
+                ["cluster.device=cpu", "actor.offload_weight=true", "actor.offload_grad=true"]
+            )
+        ).config,
+        local_gpus=0,
+    )
     parts = planned.engines["actor"].offload_parts
     assert (parts.weight, parts.optimizer, parts.grad) == (True, False, True)
 
@@ -266,20 +356,30 @@ def test_the_gpu_map_shows_cpu_only_nodes_and_their_processes():
     assert "node 2 (no GPUs): E reward x4, G agent x100" in text
 
 
-WORKER_MEMORY = ["cluster.device=cuda", "cluster.gpus_per_node=8", "cluster.gpu_memory_gib=16",
-                 "cluster.component_placement.rollout=4-7",
-                 "cluster.component_placement.actor=0-7",
-                 "cluster.component_placement.env='0-3:0-7'", "rollout.offload=true",
-                 "rollout.vllm.gpu_memory_utilization=0.5", "actor.offload.weight=true",
-                 "actor.offload.optimizer=true", "actor.offload.grad=true",
-                 "launcher.check_memory=warn"]
+WORKER_MEMORY = [
+    "cluster.device=cuda",
+    "cluster.gpus_per_node=8",
+    "cluster.gpu_memory_gib=16",
+    "cluster.component_placement.rollout=4-7",
+    "cluster.component_placement.actor=0-7",
+    "cluster.component_placement.env='0-3:0-7'",
+    "rollout.offload=true",
+    "rollout.vllm.gpu_memory_utilization=0.5",
+    "actor.offload.weight=true",
+    "actor.offload.optimizer=true",
+    "actor.offload.grad=true",
+    "launcher.check_memory=warn",
+]
 
 
-@pytest.mark.parametrize("extra, fits, fix", [
-    (["env.mem_gib=4"], True, None),  # 2 processes x 4 GiB beside the actor
-    (["env.mem_gib=5.5"], False, "env.offload=true"),  # 11 GiB + the training actor: too much
-    (["env.mem_gib=5.5", "env.offload=true"], True, None),  # released while the actor trains
-])
+@pytest.mark.parametrize(
+    "extra, fits, fix",
+    [
+        (["env.mem_gib=4"], True, None),  # 2 processes x 4 GiB beside the actor
+        (["env.mem_gib=5.5"], False, "env.offload=true"),  # 11 GiB + the training actor: too much
+        (["env.mem_gib=5.5", "env.offload=true"], True, None),  # released while the actor trains
+    ],
+)
 def test_a_workers_memory_counts_on_its_gpus_and_its_offload_is_the_fix(extra, fits, fix):
     out = run("plan", "--json", *WORKER_MEMORY, *extra)
     memory = json.loads(out.stdout)["memory"]
@@ -288,10 +388,17 @@ def test_a_workers_memory_counts_on_its_gpus_and_its_offload_is_the_fix(extra, f
 
 
 def test_the_plan_carries_the_pipeline_stages_and_each_workers_offload_for_the_recipe():
-    plan = plan_of(["cluster.device=cpu", "cluster.component_placement.actor=0-1",
-                    "cluster.component_placement.env=0", "cluster.component_placement.rollout=1",
-                    "rollout.pipeline_stage_num=2", "env.enable_offload=true",
-                    "reward.processes=2"])
+    plan = plan_of(
+        [
+            "cluster.device=cpu",
+            "cluster.component_placement.actor=0-1",
+            "cluster.component_placement.env=0",
+            "cluster.component_placement.rollout=1",
+            "rollout.pipeline_stage_num=2",
+            "env.enable_offload=true",
+            "reward.processes=2",
+        ]
+    )
     options = plan.meta["engine_options"]
     assert options["rollout"]["pipeline_stage_num"] == 2
     assert options["env"]["offload"] is True and options["reward"]["offload"] is False

@@ -1,6 +1,7 @@
 """Every run has a folder of its own, always: launches started in the same second (the default
 folder name has one-second resolution) never read each other's plan or truncate each other's
 logs. Real launches, real torchrun, started at once from one directory."""
+
 from __future__ import annotations
 
 import json
@@ -29,16 +30,33 @@ def test_launches_started_at_once_each_get_a_folder_and_read_their_own_plan(tmp_
     entry = tmp_path / "check.py"
     entry.write_text(CHECK)
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-    launches = [subprocess.Popen(
-        [EXE, "rollout=none", "actor.backend=fsdp:d2", f"trainer.entry={entry}",
-         f"+launcher.env.MARK={i}", f"hydra.run.dir={tmp_path}/runs/same-second"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
-        for i in range(4)]
+    launches = [
+        subprocess.Popen(
+            [
+                EXE,
+                "rollout=none",
+                "actor.backend=fsdp:d2",
+                f"trainer.entry={entry}",
+                f"+launcher.env.MARK={i}",
+                f"hydra.run.dir={tmp_path}/runs/same-second",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
+        for i in range(4)
+    ]
     outputs = [p.communicate(timeout=240)[0] for p in launches]
     assert [p.returncode for p in launches] == [0] * 4, outputs
     folders = sorted((tmp_path / "runs").iterdir())
-    assert [f.name for f in folders] == ["same-second", "same-second-1", "same-second-2",
-                                         "same-second-3"]
+    assert [f.name for f in folders] == [
+        "same-second",
+        "same-second-1",
+        "same-second-2",
+        "same-second-3",
+    ]
     marks = set()
     for folder in folders:
         seen = [json.loads((folder / f"seen-{rank}.json").read_text()) for rank in (0, 1)]

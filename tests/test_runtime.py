@@ -1,4 +1,5 @@
 """launcher.worker.runtime: what a started worker learns from the plan and its environment."""
+
 from __future__ import annotations
 
 import http.server
@@ -14,8 +15,16 @@ from launcher.worker.runtime import load_plan, plan_from_dict, wait_for_servers
 
 
 def _rank(rank, gpu, node, dp, tp, pp, cp=0, gpus_per_node=4):
-    return {"rank": rank, "gpu": gpu, "node": node, "local_gpu": gpu % gpus_per_node,
-            "dp": dp, "tp": tp, "pp": pp, "cp": cp}
+    return {
+        "rank": rank,
+        "gpu": gpu,
+        "node": node,
+        "local_gpu": gpu % gpus_per_node,
+        "dp": dp,
+        "tp": tp,
+        "pp": pp,
+        "cp": cp,
+    }
 
 
 # actor megatron:d2p2t2 on gpus 0-7 (tp fastest, then cp, dp, pp), rollout vllm:d2t2 on 8-11
@@ -24,31 +33,87 @@ PLAN = {
     "cluster": {"num_nodes": 3, "gpus_per_node": 4, "device": "cuda"},
     "mode": "disaggregated",
     "components": {
-        "rollout": {"backend": "vllm", "spec": "vllm:d2t2", "world_size": 4,
-                    "gpus": [8, 9, 10, 11],
-                    "instances": [{"index": 0, "gpus": [8, 9], "nodes": [2]},
-                                  {"index": 1, "gpus": [10, 11], "nodes": [2]}]},
-        "actor": {"backend": "megatron", "spec": "megatron:d2p2t2", "world_size": 8,
-                  "gpus": list(range(8)),
-                  "ranks": [_rank(0, 0, 0, dp=0, tp=0, pp=0), _rank(1, 1, 0, dp=0, tp=1, pp=0),
-                            _rank(2, 2, 0, dp=1, tp=0, pp=0), _rank(3, 3, 0, dp=1, tp=1, pp=0),
-                            _rank(4, 4, 1, dp=0, tp=0, pp=1), _rank(5, 5, 1, dp=0, tp=1, pp=1),
-                            _rank(6, 6, 1, dp=1, tp=0, pp=1), _rank(7, 7, 1, dp=1, tp=1, pp=1)]},
-        "ref": {"backend": "megatron", "spec": "megatron:d2p2t2", "inherited_from": "actor",
-                "world_size": 8, "gpus": list(range(8)), "ranks": []},
+        "rollout": {
+            "backend": "vllm",
+            "spec": "vllm:d2t2",
+            "world_size": 4,
+            "gpus": [8, 9, 10, 11],
+            "instances": [
+                {"index": 0, "gpus": [8, 9], "nodes": [2]},
+                {"index": 1, "gpus": [10, 11], "nodes": [2]},
+            ],
+        },
+        "actor": {
+            "backend": "megatron",
+            "spec": "megatron:d2p2t2",
+            "world_size": 8,
+            "gpus": list(range(8)),
+            "ranks": [
+                _rank(0, 0, 0, dp=0, tp=0, pp=0),
+                _rank(1, 1, 0, dp=0, tp=1, pp=0),
+                _rank(2, 2, 0, dp=1, tp=0, pp=0),
+                _rank(3, 3, 0, dp=1, tp=1, pp=0),
+                _rank(4, 4, 1, dp=0, tp=0, pp=1),
+                _rank(5, 5, 1, dp=0, tp=1, pp=1),
+                _rank(6, 6, 1, dp=1, tp=0, pp=1),
+                _rank(7, 7, 1, dp=1, tp=1, pp=1),
+            ],
+        },
+        "ref": {
+            "backend": "megatron",
+            "spec": "megatron:d2p2t2",
+            "inherited_from": "actor",
+            "world_size": 8,
+            "gpus": list(range(8)),
+            "ranks": [],
+        },
     },
-    "weight_sync": [{"from": "actor", "to": "rollout", "pairs": [
-        {"rank": 0, "instance": 0, "tp": 0}, {"rank": 1, "instance": 0, "tp": 1},
-        {"rank": 2, "instance": 1, "tp": 0}, {"rank": 3, "instance": 1, "tp": 1}]}],
+    "weight_sync": [
+        {
+            "from": "actor",
+            "to": "rollout",
+            "pairs": [
+                {"rank": 0, "instance": 0, "tp": 0},
+                {"rank": 1, "instance": 0, "tp": 1},
+                {"rank": 2, "instance": 1, "tp": 0},
+                {"rank": 3, "instance": 1, "tp": 1},
+            ],
+        }
+    ],
     "processes": [
-        {"name": "rollout-0", "component": "rollout", "role": "server", "node": 2, "argv": [],
-         "env": {}, "gpus": [0, 1], "ports": [31000],
-         "health_url": "http://@@AREAL_NODE_2@@:31000/health"},
-        {"name": "rollout-1", "component": "rollout", "role": "server", "node": 2, "argv": [],
-         "env": {}, "gpus": [2, 3], "ports": [31001],
-         "health_url": "http://@@AREAL_NODE_2@@:31001/health"},
-        {"name": "actor", "component": "actor,ref", "role": "trainer", "node": 0, "argv": [],
-         "env": {}, "gpus": [0, 1, 2, 3], "ports": [], "health_url": None},
+        {
+            "name": "rollout-0",
+            "component": "rollout",
+            "role": "server",
+            "node": 2,
+            "argv": [],
+            "env": {},
+            "gpus": [0, 1],
+            "ports": [31000],
+            "health_url": "http://@@AREAL_NODE_2@@:31000/health",
+        },
+        {
+            "name": "rollout-1",
+            "component": "rollout",
+            "role": "server",
+            "node": 2,
+            "argv": [],
+            "env": {},
+            "gpus": [2, 3],
+            "ports": [31001],
+            "health_url": "http://@@AREAL_NODE_2@@:31001/health",
+        },
+        {
+            "name": "actor",
+            "component": "actor,ref",
+            "role": "trainer",
+            "node": 0,
+            "argv": [],
+            "env": {},
+            "gpus": [0, 1, 2, 3],
+            "ports": [],
+            "health_url": None,
+        },
     ],
     "recipe": {"steps": 7},
     "model_path": "~/models/tiny",
@@ -75,8 +140,16 @@ def test_rank_comes_from_torchrun_env_unless_given():
 
 
 def test_coords_are_the_plans_placement_of_the_rank():
-    assert rt().coords(6) == {"rank": 6, "dp": 1, "tp": 0, "pp": 1, "cp": 0, "gpu": 6,
-                              "node": 1, "local_gpu": 2}
+    assert rt().coords(6) == {
+        "rank": 6,
+        "dp": 1,
+        "tp": 0,
+        "pp": 1,
+        "cp": 0,
+        "gpu": 6,
+        "node": 1,
+        "local_gpu": 2,
+    }
 
 
 def test_groups_hold_ranks_differing_only_on_that_axis():

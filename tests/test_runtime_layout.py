@@ -1,5 +1,7 @@
-"""launcher.worker.runtime's layout answers: a trainer's mesh, Megatron's expert groups and the engine
+"""launcher.worker.runtime's layout answers: a trainer's mesh, Megatron's expert groups and the
+engine
 options, all read from the plan the launcher builds (no torch)."""
+
 from __future__ import annotations
 
 import copy
@@ -67,13 +69,27 @@ def test_parallel_of_a_plan_without_the_dict_comes_from_its_ranks():
     data = copy.deepcopy(plan_dict(**{"actor.backend": "fsdp:d1t2"}))
     del data["components"]["actor"]["parallel"]
     assert plan_from_dict(data, env={}).parallel() == {
-        "dp": 1, "tp": 2, "pp": 1, "cp": 1, "ep": 1, "etp": 1, "edp": 2}
+        "dp": 1,
+        "tp": 2,
+        "pp": 1,
+        "cp": 1,
+        "ep": 1,
+        "etp": 1,
+        "edp": 2,
+    }
 
 
 def test_engine_options_and_offload_are_the_users_settings():
-    rt = plan_from_dict(plan_dict(**{"actor.fsdp.mixed_precision": "bf16",
-                                     "actor.offload.optimizer": True,
-                                     "rollout.offload": True}), env={})
+    rt = plan_from_dict(
+        plan_dict(
+            **{
+                "actor.fsdp.mixed_precision": "bf16",
+                "actor.offload.optimizer": True,
+                "rollout.offload": True,
+            }
+        ),
+        env={},
+    )
     assert rt.engine_options("actor")["mixed_precision"] == "bf16"
     assert rt.offload("actor") == {"weight": False, "optimizer": True, "grad": False}
     assert rt.offload("rollout") is True
@@ -81,8 +97,15 @@ def test_engine_options_and_offload_are_the_users_settings():
 
 def test_shares_gpus_when_the_gpu_sets_overlap():
     apart = plan_from_dict(plan_dict(), env={})
-    together = plan_from_dict(plan_dict(**{
-        "cluster.component_placement": {"actor,rollout": "0-1"},
-        "rollout.backend": "vllm:d2", "rollout.offload": True,
-        "actor.offload.weight": True}), env={})
+    together = plan_from_dict(
+        plan_dict(
+            **{
+                "cluster.component_placement": {"actor,rollout": "0-1"},
+                "rollout.backend": "vllm:d2",
+                "rollout.offload": True,
+                "actor.offload.weight": True,
+            }
+        ),
+        env={},
+    )
     assert not apart.shares_gpus() and together.shares_gpus()

@@ -3,6 +3,7 @@
 Quoting is checked by real bash (`bash -n`, and words evaluated by bash); running the script on
 a real cluster is tests/test_slurm.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,13 +26,27 @@ PY = "/venv/bin/python"
 
 
 def server(node=0, gpus=(0, 1), name="rollout-0", **kw) -> ProcessSpec:
-    return ProcessSpec(name=name, component="rollout", role="server", node=node,
-                       argv=("python", "-m", "sglang.launch_server"), gpus=tuple(gpus), **kw)
+    return ProcessSpec(
+        name=name,
+        component="rollout",
+        role="server",
+        node=node,
+        argv=("python", "-m", "sglang.launch_server"),
+        gpus=tuple(gpus),
+        **kw,
+    )
 
 
 def trainer(node=1, gpus=(0, 1, 2, 3), name="actor-0", env=None) -> ProcessSpec:
-    return ProcessSpec(name=name, component="actor", role="trainer", node=node,
-                       argv=("torchrun", "train.py"), env=dict(env or {}), gpus=tuple(gpus))
+    return ProcessSpec(
+        name=name,
+        component="actor",
+        role="trainer",
+        node=node,
+        argv=("torchrun", "train.py"),
+        env=dict(env or {}),
+        gpus=tuple(gpus),
+    )
 
 
 def render(processes, opts=None, run_dir=RUN, **request_kw) -> str:
@@ -40,7 +55,7 @@ def render(processes, opts=None, run_dir=RUN, **request_kw) -> str:
 
 
 def directives(script: str) -> list[str]:
-    return [ln[len("#SBATCH "):] for ln in script.splitlines() if ln.startswith("#SBATCH ")]
+    return [ln[len("#SBATCH ") :] for ln in script.splitlines() if ln.startswith("#SBATCH ")]
 
 
 def srun_line(script: str) -> str:
@@ -52,8 +67,9 @@ def command_words(script: str) -> list[str]:
     """The words bash makes of the command after the srun line."""
     after = script.split(srun_line(script) + "\n", 1)[1]
     command = after.split("\nrc=$?", 1)[0]
-    out = subprocess.run(["bash", "-c", f'RUN_DIR=x; printf "%s\\0" {command}'],
-                         capture_output=True, timeout=10)
+    out = subprocess.run(
+        ["bash", "-c", f'RUN_DIR=x; printf "%s\\0" {command}'], capture_output=True, timeout=10
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout.decode().split("\0")[:-1]
 
@@ -67,8 +83,13 @@ def test_one_task_per_node_runs_that_nodes_supervisor_on_the_request():
     line = srun_line(script)
     for flag in ("--nodes=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1", "--export=ALL"):
         assert flag in line
-    assert command_words(script) == [PY, "-m", "launcher.node.agent",
-                                     f"{RUN}/request.json", "--peers"]
+    assert command_words(script) == [
+        PY,
+        "-m",
+        "launcher.node.agent",
+        f"{RUN}/request.json",
+        "--peers",
+    ]
     assert 'AREAL_HOSTS=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | paste -sd, -)' in script
 
 
@@ -109,11 +130,25 @@ def test_a_cpu_plan_asks_for_no_gpus():
 
 
 def test_options_become_sbatch_lines_only_when_set():
-    opts = slurm.Config(partition="gpu", account="proj", qos="high", time_limit="04:00:00",
-                        cpus_per_gpu=8, mem_per_gpu="64G", sbatch_extra=["--constraint=h100"])
+    opts = slurm.Config(
+        partition="gpu",
+        account="proj",
+        qos="high",
+        time_limit="04:00:00",
+        cpus_per_gpu=8,
+        mem_per_gpu="64G",
+        sbatch_extra=["--constraint=h100"],
+    )
     d = directives(render([server()], opts))
-    for line in ("--partition=gpu", "--account=proj", "--qos=high", "--time=04:00:00",
-                 "--cpus-per-gpu=8", "--mem-per-gpu=64G", "--constraint=h100"):
+    for line in (
+        "--partition=gpu",
+        "--account=proj",
+        "--qos=high",
+        "--time=04:00:00",
+        "--cpus-per-gpu=8",
+        "--mem-per-gpu=64G",
+        "--constraint=h100",
+    ):
         assert line in d
     assert "--cpus-per-gpu=8" in srun_line(render([server()], opts))
     bare = " ".join(directives(render([server()])))
@@ -159,12 +194,19 @@ esac
 """
 
 
-@pytest.mark.parametrize("mode, said, requeued, rc", [
-    ("saved", "the trainers saved their checkpoint\n", True, 143),
-    ("final", "the trainers saved their checkpoint at their last step: the job ends, no "
-              "requeue", False, 0),
-    ("ended", "the run ended before the time limit: no requeue", False, 0),
-])
+@pytest.mark.parametrize(
+    "mode, said, requeued, rc",
+    [
+        ("saved", "the trainers saved their checkpoint\n", True, 143),
+        (
+            "final",
+            "the trainers saved their checkpoint at their last step: the job ends, no requeue",
+            False,
+            0,
+        ),
+        ("ended", "the run ended before the time limit: no requeue", False, 0),
+    ],
+)
 def test_the_warning_requeues_only_a_run_that_has_steps_left(tmp_path, mode, said, requeued, rc):
     """USR1 while the step runs: the batch shell asks for a checkpoint and requeues after it,
     unless the trainers say that checkpoint was their last step or the run ends meanwhile
@@ -182,11 +224,19 @@ def test_the_warning_requeues_only_a_run_that_has_steps_left(tmp_path, mode, sai
     opts = slurm.Config(requeue=True, requeue_signal_s=60, time_limit="10")
     script = tmp_path / "job.sbatch"
     script.write_text(render([trainer(node=0)], opts, run_dir=str(run_dir), num_nodes=1))
-    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "FAKE": str(fake), "MODE": mode,
-           "CONTROL": str(run_dir / "control"), "SLURM_JOB_ID": "7",
-           "SLURM_JOB_NODELIST": "node1", "SLURM_RESTART_COUNT": "0"}
-    job = subprocess.Popen(["bash", str(script)], env=env, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True)
+    env = {
+        **os.environ,
+        "PATH": f"{fake}:{os.environ['PATH']}",
+        "FAKE": str(fake),
+        "MODE": mode,
+        "CONTROL": str(run_dir / "control"),
+        "SLURM_JOB_ID": "7",
+        "SLURM_JOB_NODELIST": "node1",
+        "SLURM_RESTART_COUNT": "0",
+    }
+    job = subprocess.Popen(
+        ["bash", str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     try:
         deadline = time.monotonic() + 20
         while not (fake / "started").exists():
@@ -199,33 +249,53 @@ def test_the_warning_requeues_only_a_run_that_has_steps_left(tmp_path, mode, sai
     assert said in out, out
     calls = (fake / "scontrol.log").read_text()
     assert ("requeue 7" in calls) == requeued, calls
-    assert [json.loads(p.read_text())["kind"] for p in (run_dir / "restarts").glob("*.json")] \
-        == (["requeue"] if requeued else []), out
+    assert [json.loads(p.read_text())["kind"] for p in (run_dir / "restarts").glob("*.json")] == (
+        ["requeue"] if requeued else []
+    ), out
     assert job.returncode == rc, out
 
 
-@pytest.mark.parametrize("kw, needle", [
-    (dict(requeue=True, time_limit="5", requeue_signal_s=300),
-     "launcher.requeue_signal_s=300 is not below launcher.time_limit=5 (300 s)"),
-    (dict(requeue=True, requeue_signal_s=10), "launcher.requeue_signal_s=10: choose 30 to 65535"),
-    (dict(requeue_signal_s=10**12), "choose 30 to 65535"),
-])
+@pytest.mark.parametrize(
+    "kw, needle",
+    [
+        (
+            dict(requeue=True, time_limit="5", requeue_signal_s=300),
+            "launcher.requeue_signal_s=300 is not below launcher.time_limit=5 (300 s)",
+        ),
+        (
+            dict(requeue=True, requeue_signal_s=10),
+            "launcher.requeue_signal_s=10: choose 30 to 65535",
+        ),
+        (dict(requeue_signal_s=10**12), "choose 30 to 65535"),
+    ],
+)
 def test_a_warning_that_cannot_come_before_the_limit_is_refused(kw, needle):
     with pytest.raises(ConfigError, match=re.escape(needle)):
         slurm.Config(**kw)
 
 
-@pytest.mark.parametrize("text, seconds", [
-    ("30", 1800), ("5:30", 330), ("1:00:00", 3600), ("2-0", 172800), ("1-2:3", 93780),
-    ("1-02:03:04", 93784), ("UNLIMITED", None), ("infinite", None)])
+@pytest.mark.parametrize(
+    "text, seconds",
+    [
+        ("30", 1800),
+        ("5:30", 330),
+        ("1:00:00", 3600),
+        ("2-0", 172800),
+        ("1-2:3", 93780),
+        ("1-02:03:04", 93784),
+        ("UNLIMITED", None),
+        ("infinite", None),
+    ],
+)
 def test_time_limits_are_read_as_slurm_reads_them(text, seconds):
     assert slurm.time_limit_s(text) == seconds
 
 
 # ----------------------------------------------------------------------------- containers
 def test_a_container_runs_each_node_with_its_python_and_the_run_model_and_launcher_mounted():
-    opts = slurm.Config(container_image="nvcr.io/x:1", container_mounts="/data:/data",
-                        srun_extra=["--mpi=pmix"])
+    opts = slurm.Config(
+        container_image="nvcr.io/x:1", container_mounts="/data:/data", srun_extra=["--mpi=pmix"]
+    )
     request = request_for(RUN, [server(), trainer()])
     request = type(request)(**{**request.__dict__, "paths": ("/models/Qwen",)})
     runner = slurm.Runner(opts)
@@ -246,7 +316,7 @@ def test_setup_commands_run_as_given_before_each_nodes_supervisor():
     opts = slurm.Config(setup=["source /opt/env/bin/activate", "module load cuda"])
     words = command_words(render([server(), trainer()], opts))
     assert words[:2] == ["bash", "-c"]
-    assert words[2] == "set -e\nsource /opt/env/bin/activate\nmodule load cuda\nexec \"$@\""
+    assert words[2] == 'set -e\nsource /opt/env/bin/activate\nmodule load cuda\nexec "$@"'
     assert words[4:6] == [PY, "-m"]
 
 
@@ -259,17 +329,23 @@ def test_dry_run_masks_secrets_but_the_submitted_request_keeps_them(tmp_path):
 
 
 # ----------------------------------------------------------------------------- safety
-PAYLOAD = "a'b \"c\" $(touch /tmp/pwned) `touch /tmp/pwned` ; \\ $HOME #x\nrm -rf /tmp/pwned"
+PAYLOAD = 'a\'b "c" $(touch /tmp/pwned) `touch /tmp/pwned` ; \\ $HOME #x\nrm -rf /tmp/pwned'
 
 
 def test_rendered_script_with_hostile_values_is_valid_bash(tmp_path):
     one_line = PAYLOAD.replace("\n", " ")
-    opts = slurm.Config(partition=one_line, sbatch_extra=[f"--comment={one_line}"],
-                        srun_extra=[f"--comment={PAYLOAD}"], container_image=PAYLOAD,
-                        container_python=PAYLOAD, setup=["true"])
+    opts = slurm.Config(
+        partition=one_line,
+        sbatch_extra=[f"--comment={one_line}"],
+        srun_extra=[f"--comment={PAYLOAD}"],
+        container_image=PAYLOAD,
+        container_python=PAYLOAD,
+        setup=["true"],
+    )
     path = tmp_path / "job.sbatch"
-    path.write_text(render([trainer(node=0)], opts, run_dir=f"/tmp/{one_line}", num_nodes=1,
-                           job_name=one_line))
+    path.write_text(
+        render([trainer(node=0)], opts, run_dir=f"/tmp/{one_line}", num_nodes=1, job_name=one_line)
+    )
     assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
 
 
@@ -293,14 +369,19 @@ def test_sbatch_values_survive_sbatch_own_parsing_of_quotes_and_backslashes():
 
 
 def test_a_percent_in_the_run_folder_is_not_taken_for_a_slurm_pattern():
-    assert "--output=/runs/100%%/slurm-%j.out" in directives(render([server()],
-                                                                  run_dir="/runs/100%"))
+    assert "--output=/runs/100%%/slurm-%j.out" in directives(
+        render([server()], run_dir="/runs/100%")
+    )
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"),
-               max_size=40))
+@given(
+    st.text(
+        alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), max_size=40
+    )
+)
 def test_every_value_reaches_bash_as_written(value):
-    out = subprocess.run(["bash", "-c", f'printf "%s\\0" {shell_word(value)}'],
-                         capture_output=True, timeout=10)
+    out = subprocess.run(
+        ["bash", "-c", f'printf "%s\\0" {shell_word(value)}'], capture_output=True, timeout=10
+    )
     assert out.stdout.decode().split("\0")[:-1] == [value]

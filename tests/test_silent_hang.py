@@ -4,6 +4,7 @@ processes (a stand-in torchrun that ends the other ranks as soon as one ends, as
 and two real `areal-launch` runs of tests/silent_trainer.py under torchrun on gloo: a rank that
 ended while its peer waits on (with one restart), and ranks silent in a sleep.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -29,8 +30,12 @@ T = 10.0  # hang_timeout_s of the decision's cases
 
 def sample(at: float, output: int = 0, waiting: bool = False, **cpu: int) -> Sample:
     """cpu: r<rank>=ticks for each live rank (pid 100+rank)."""
-    return Sample(at, output, tuple(RankSample(int(k[1:]), 100 + int(k[1:]), v)
-                                    for k, v in cpu.items()), waiting)
+    return Sample(
+        at,
+        output,
+        tuple(RankSample(int(k[1:]), 100 + int(k[1:]), v) for k, v in cpu.items()),
+        waiting,
+    )
 
 
 def verdicts(tracker: Tracker, *samples: Sample) -> list:
@@ -42,17 +47,22 @@ def test_no_rank_yet_is_never_hung():
 
 
 def test_still_output_and_cpu_for_the_timeout_is_silent_naming_the_live_ranks():
-    got = verdicts(Tracker(T), sample(0, r0=5, r1=7), sample(9.9, r0=5, r1=7),
-                   sample(10, r0=5, r1=7))
+    got = verdicts(
+        Tracker(T), sample(0, r0=5, r1=7), sample(9.9, r0=5, r1=7), sample(10, r0=5, r1=7)
+    )
     assert got[:2] == [None, None]
     assert (got[2].kind, got[2].running, got[2].for_s) == (SILENT, (0, 1), 10)
 
 
-@pytest.mark.parametrize("moved", [
-    sample(6, output=1, r0=5, r1=7),  # the log grew
-    sample(6, r0=5, r1=7 + 60),  # one rank's tree worked: 10 % of a core for 6 s
-    sample(6, r0=5, r1=7, waiting=True),  # a server is not healthy yet: its deadline counts
-], ids=["output", "cpu", "waiting-for-a-server"])
+@pytest.mark.parametrize(
+    "moved",
+    [
+        sample(6, output=1, r0=5, r1=7),  # the log grew
+        sample(6, r0=5, r1=7 + 60),  # one rank's tree worked: 10 % of a core for 6 s
+        sample(6, r0=5, r1=7, waiting=True),  # a server is not healthy yet: its deadline counts
+    ],
+    ids=["output", "cpu", "waiting-for-a-server"],
+)
 def test_any_progress_restarts_the_silence_clock(moved):
     tracker = Tracker(T)
     same = [Sample(t, moved.output, moved.ranks) for t in (15.9, 16)]  # nothing moves after
@@ -73,8 +83,13 @@ def test_a_rank_that_only_idles_is_silent_a_working_one_is_not():
 def test_a_rank_that_ended_while_the_others_run_on_is_hung_after_the_timeout():
     tracker = Tracker(T)
     busy = [sample(t, output=int(t), r1=int(t)) for t in (4, 13.9)]  # rank 1 busy: not silent
-    got = verdicts(tracker, sample(0, r0=1, r1=1), sample(3, output=3, r0=2, r1=3), *busy,
-                   sample(14, output=14, r1=14))
+    got = verdicts(
+        tracker,
+        sample(0, r0=1, r1=1),
+        sample(3, output=3, r0=2, r1=3),
+        *busy,
+        sample(14, output=14, r1=14),
+    )
     assert got[:4] == [None] * 4
     assert (got[4].kind, got[4].ended, got[4].running, got[4].for_s) == (ENDED, (0,), (1,), 10)
     assert tracker.pids == {0: 100, 1: 101}
@@ -97,8 +112,16 @@ def test_every_rank_ended_is_left_to_the_supervisor_and_a_rank_back_is_running_a
     assert verdicts(tracker, sample(0, r0=1, r1=1), sample(1), sample(30)) == [None] * 3
     tracker = Tracker(T)
     again = Sample(8, 8, (RankSample(0, 200, 0), RankSample(1, 101, 8)))  # a new rank 0
-    assert verdicts(tracker, sample(0, r0=1, r1=1), sample(4, output=4, r1=4), again,
-                    sample(12, output=12, r0=0, r1=12)) == [None] * 4
+    assert (
+        verdicts(
+            tracker,
+            sample(0, r0=1, r1=1),
+            sample(4, output=4, r1=4),
+            again,
+            sample(12, output=12, r0=0, r1=12),
+        )
+        == [None] * 4
+    )
     assert tracker.ended_at == {}
 
 
@@ -133,8 +156,9 @@ def stand_in(tmp_path):
     tag = uuid.uuid4().hex
     env = {**os.environ, "PYTHONFAULTHANDLER": "1", "TEST_RUN_TAG": tag}
     with open(log, "ab") as out:
-        proc = subprocess.Popen([sys.executable, "-c", STAND_IN, RANK], stdout=out,
-                                stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", STAND_IN, RANK], stdout=out, stderr=subprocess.STDOUT, env=env
+        )
     assert wait_until(lambda: log.read_text().count(" up") == 2, 30), log.read_text()
     yield proc, log
     for pid in survivors(tag, tmp_path):
@@ -143,8 +167,7 @@ def stand_in(tmp_path):
     proc.wait()
 
 
-def test_the_watch_finds_the_ranks_counts_their_trees_cpu_and_stands_down_for_heartbeats(
-        stand_in):
+def test_the_watch_finds_the_ranks_counts_their_trees_cpu_and_stands_down_for_heartbeats(stand_in):
     proc, log = stand_in
     job = Job("actor", (proc.pid,), (log,))
     watch = SilentWatch(0.5)
@@ -165,7 +188,8 @@ def test_the_watch_finds_the_ranks_counts_their_trees_cpu_and_stands_down_for_he
 
 
 def test_foreign_stacks_come_one_rank_at_a_time_while_their_torchrun_is_stopped(
-        stand_in, monkeypatch):
+    stand_in, monkeypatch
+):
     proc, log = stand_in
     watch = SilentWatch(60)
     watch.check([Job("actor", (proc.pid,), (log,))], set, waiting=False)
@@ -178,8 +202,11 @@ def test_foreign_stacks_come_one_rank_at_a_time_while_their_torchrun_is_stopped(
     assert proc.wait(timeout=10) is not None  # it went on (SIGCONT) and saw its ranks end
     text = log.read_text()
     assert text.count("Current thread") == 2
-    assert text.index("stacks of rank 0") < text.index("Current thread") < \
-        text.index("stacks of rank 1")
+    assert (
+        text.index("stacks of rank 0")
+        < text.index("Current thread")
+        < text.index("stacks of rank 1")
+    )
 
 
 def test_a_rank_without_faulthandler_is_not_signalled_and_the_line_says_why(monkeypatch):
@@ -189,8 +216,10 @@ def test_a_rank_without_faulthandler_is_not_signalled_and_the_line_says_why(monk
     try:
         [stacks] = foreign_stacks({3: quiet.pid}, lambda rank: None)
         assert quiet.poll() is None  # not ended: an unhandled signal would kill it for nothing
-        assert stacks.where() == ("rank 3: no Python stack came back (py-spy is not installed; "
-                                  "faulthandler is off in its environment (PYTHONFAULTHANDLER))")
+        assert stacks.where() == (
+            "rank 3: no Python stack came back (py-spy is not installed; "
+            "faulthandler is off in its environment (PYTHONFAULTHANDLER))"
+        )
     finally:
         quiet.kill()
         quiet.wait()
@@ -201,13 +230,22 @@ HANG_S = 3
 MARGIN_S = 10  # a check a second, the dumps, the stop, on a busy 2-core machine
 
 
-def launch(tmp_path: Path, mode: str, *extra: str) -> tuple[subprocess.CompletedProcess, float,
-                                                            str, str]:
+def launch(
+    tmp_path: Path, mode: str, *extra: str
+) -> tuple[subprocess.CompletedProcess, float, str, str]:
     run_dir, tag = tmp_path / "run", uuid.uuid4().hex
-    out = run("rollout=none", "cluster.device=cpu", "actor.backend=fsdp:d2",
-              "trainer.entry=tests/silent_trainer.py", f"launcher.hang_timeout_s={HANG_S}",
-              f"+launcher.env.SILENT_MODE={mode}", f"+launcher.env.TEST_RUN_TAG={tag}",
-              f"hydra.run.dir={run_dir}", *extra, timeout=150)
+    out = run(
+        "rollout=none",
+        "cluster.device=cpu",
+        "actor.backend=fsdp:d2",
+        "trainer.entry=tests/silent_trainer.py",
+        f"launcher.hang_timeout_s={HANG_S}",
+        f"+launcher.env.SILENT_MODE={mode}",
+        f"+launcher.env.TEST_RUN_TAG={tag}",
+        f"hydra.run.dir={run_dir}",
+        *extra,
+        timeout=150,
+    )
     ended = time.time()
     assert survivors(tag, tmp_path) == []  # nothing left running
     said = out.stdout + out.stderr
@@ -224,15 +262,20 @@ def launch(tmp_path: Path, mode: str, *extra: str) -> tuple[subprocess.Completed
 def test_a_rank_that_returned_while_its_peer_waits_fails_the_run_with_the_peers_stack(tmp_path):
     out, _, root, log = launch(tmp_path, "ended", "launcher.max_restarts=1")
     said = out.stdout + out.stderr
-    assert re.search(r"restart 1 of 1: hung: rank 0 of trainer job actor ended "
-                     r"\((pid \d+|before the first look)\) \d+ s ago and rank 1 still runs",
-                     said), said[-3000:]
+    assert re.search(
+        r"restart 1 of 1: hung: rank 0 of trainer job actor ended "
+        r"\((pid \d+|before the first look)\) \d+ s ago and rank 1 still runs",
+        said,
+    ), said[-3000:]
     assert "trainers started again (restart 1)" in said  # then the same again, past the limit
-    assert re.match(r"root cause: hung: rank 0 of trainer job actor ended \((pid \d+|before the "
-                    r"first look)\) \d+ s ago"
-                    r" and rank 1 still runs \(launcher.hang_timeout_s=3; the entry writes no "
-                    r"heartbeats\): rank 1 stopped in wait_for_peer \(tests/silent_trainer.py:"
-                    r"\d+\) \(after 1 restart\(s\)", root), root
+    assert re.match(
+        r"root cause: hung: rank 0 of trainer job actor ended \((pid \d+|before the "
+        r"first look)\) \d+ s ago"
+        r" and rank 1 still runs \(launcher.hang_timeout_s=3; the entry writes no "
+        r"heartbeats\): rank 1 stopped in wait_for_peer \(tests/silent_trainer.py:"
+        r"\d+\) \(after 1 restart\(s\)",
+        root,
+    ), root
     assert log.count("in wait_for_peer") >= 2 and "stacks of rank 0" not in log
 
 
@@ -240,13 +283,19 @@ def test_a_rank_that_returned_while_its_peer_waits_fails_the_run_with_the_peers_
 @pytest.mark.timeout(200)
 def test_silent_ranks_fail_the_run_within_the_timeout_with_every_ranks_stack(tmp_path):
     _, _, root, log = launch(tmp_path, "silent")
-    assert root.startswith(f"root cause: hung: no output and no work (CPU) from trainer job actor "
-                           f"(ranks 0, 1) for {HANG_S} s (launcher.hang_timeout_s={HANG_S}; "), root
+    assert root.startswith(
+        f"root cause: hung: no output and no work (CPU) from trainer job actor "
+        f"(ranks 0, 1) for {HANG_S} s (launcher.hang_timeout_s={HANG_S}; "
+    ), root
     # rank 0 raised, and a thread keeps it alive; rank 1 sleeps
     assert "rank 0 stopped in _shutdown (" in root and "rank 1 stopped in sleep_for_ever (" in root
     assert "RuntimeError: weight update failed" in log
-    assert log.index("stacks of rank 0") < log.index("in _shutdown") < \
-        log.index("stacks of rank 1") < log.rindex("in sleep_for_ever")
+    assert (
+        log.index("stacks of rank 0")
+        < log.index("in _shutdown")
+        < log.index("stacks of rank 1")
+        < log.rindex("in sleep_for_ever")
+    )
 
 
 def test_silence_while_a_server_on_another_node_is_not_up_yet_is_waiting_not_a_hang(tmp_path):
@@ -265,14 +314,29 @@ def test_silence_while_a_server_on_another_node_is_not_up_yet_is_waiting_not_a_h
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    server = ProcessSpec("rollout-0", "rollout", "server", 0, ("true",), ports=(port,),
-                         health_url=f"http://{host_placeholder(0)}:{port}/health")
+    server = ProcessSpec(
+        "rollout-0",
+        "rollout",
+        "server",
+        0,
+        ("true",),
+        ports=(port,),
+        health_url=f"http://{host_placeholder(0)}:{port}/health",
+    )
     tag = uuid.uuid4().hex
-    trainer = ProcessSpec("actor-node1", "actor", "trainer", 1,
-                          (sys.executable, "-c", STAND_IN, "import time; time.sleep(600)"),
-                          env={"TEST_RUN_TAG": tag, "PYTHONFAULTHANDLER": "1"})
-    request = dataclasses.replace(request_for(tmp_path / "run", [server, trainer], device="cpu"),
-                                  hang_timeout_s=1.0, health_timeout_s=60.0)
+    trainer = ProcessSpec(
+        "actor-node1",
+        "actor",
+        "trainer",
+        1,
+        (sys.executable, "-c", STAND_IN, "import time; time.sleep(600)"),
+        env={"TEST_RUN_TAG": tag, "PYTHONFAULTHANDLER": "1"},
+    )
+    request = dataclasses.replace(
+        request_for(tmp_path / "run", [server, trainer], device="cpu"),
+        hang_timeout_s=1.0,
+        health_timeout_s=60.0,
+    )
     hosts = ["127.0.0.1", "127.0.0.1"]
     assert remote_health(request, 1, hosts) == [f"http://127.0.0.1:{port}/health"]
     assert remote_health(request, 0, hosts) == []  # no trainer there
@@ -290,13 +354,19 @@ def test_silence_while_a_server_on_another_node_is_not_up_yet_is_waiting_not_a_h
     begun = time.monotonic()
     up.start()
     try:
-        result = supervise(request, materialize_node(request, 1, hosts, None), node=1,
-                           out=plain_console(), remote_health=remote_health(request, 1, hosts))
+        result = supervise(
+            request,
+            materialize_node(request, 1, hosts, None),
+            node=1,
+            out=plain_console(),
+            remote_health=remote_health(request, 1, hosts),
+        )
     finally:
         httpd.shutdown()
         up.cancel()
     took = time.monotonic() - begun
-    assert result.exit_code == 1 and result.reason.startswith("hung: no output and no work"), \
+    assert result.exit_code == 1 and result.reason.startswith("hung: no output and no work"), (
         result.reason
+    )
     assert 5 < took < 20, took  # not before the server was up, and soon after
     assert survivors(tag, tmp_path) == []

@@ -3,6 +3,7 @@
 hand, so these tests check the runner (one task per node, each running that node's supervisor),
 not the engines; the end-to-end run is the last test.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -45,16 +46,28 @@ def job_index(tmp_path, monkeypatch, slurm_cluster):
         SUBMITTED.clear()
 
 
-def step(name: str, role: str, node: int, gpus: tuple[int, ...], script: str,
-         env: Optional[dict] = None) -> ProcessSpec:
+def step(
+    name: str, role: str, node: int, gpus: tuple[int, ...], script: str, env: Optional[dict] = None
+) -> ProcessSpec:
     """A process running `script` on node `node` with the plan's node-local GPUs `gpus`."""
-    return ProcessSpec(name=name, component="rollout" if role == "server" else "actor",
-                       role=role, node=node, argv=("bash", "-c", script), env=dict(env or {}),
-                       gpus=gpus)
+    return ProcessSpec(
+        name=name,
+        component="rollout" if role == "server" else "actor",
+        role=role,
+        node=node,
+        argv=("bash", "-c", script),
+        env=dict(env or {}),
+        gpus=gpus,
+    )
 
 
-def submit(run_dir: Path, procs: list[ProcessSpec], job_name: str = "areal-test",
-           gpus_per_node: int = 8, **opts) -> str:
+def submit(
+    run_dir: Path,
+    procs: list[ProcessSpec],
+    job_name: str = "areal-test",
+    gpus_per_node: int = 8,
+    **opts,
+) -> str:
     """As the launcher does: request.json and plan.json in the run folder, then sbatch."""
     request = request_for(run_dir, procs, gpus_per_node=gpus_per_node, job_name=job_name)
     runner = slurm.Runner(slurm.Config(grace_period_s=3, **opts))
@@ -107,8 +120,9 @@ def processes_with(marker: str) -> list[int]:
 
 
 def steps_left(job_id: str) -> str:
-    return subprocess.run(["squeue", "-h", "-s", "-j", job_id], capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run(
+        ["squeue", "-h", "-s", "-j", job_id], capture_output=True, text=True
+    ).stdout.strip()
 
 
 def env_line(path: Path) -> dict:
@@ -117,8 +131,10 @@ def env_line(path: Path) -> dict:
     return dict(word.split("=", 1) for word in first.split())
 
 
-REPORT = ("echo NODE=$SLURMD_NODENAME CVD=$CUDA_VISIBLE_DEVICES TASK_GPUS=$SLURM_STEP_GPUS"
-          " SESSION=$(ps -o sid= $$ | tr -d ' ')")
+REPORT = (
+    "echo NODE=$SLURMD_NODENAME CVD=$CUDA_VISIBLE_DEVICES TASK_GPUS=$SLURM_STEP_GPUS"
+    " SESSION=$(ps -o sid= $$ | tr -d ' ')"
+)
 
 
 # ----------------------------------------------------------------------------- (a)
@@ -129,8 +145,14 @@ def test_processes_run_on_their_nodes_on_their_gpus_of_the_task_and_the_job_comp
     procs = [
         step("rollout-0", "server", 0, (0, 1), serve),
         step("rollout-1", "server", 0, (2, 3, 4), serve),
-        step("actor-0", "trainer", 1, (0, 1, 2, 3), f"{REPORT} ADDRS=$AREAL_LLM_SERVER_ADDRS; "
-                                                      "sleep 2", env={"AREAL_LLM_SERVER_ADDRS": addrs}),
+        step(
+            "actor-0",
+            "trainer",
+            1,
+            (0, 1, 2, 3),
+            f"{REPORT} ADDRS=$AREAL_LLM_SERVER_ADDRS; sleep 2",
+            env={"AREAL_LLM_SERVER_ADDRS": addrs},
+        ),
     ]
     job = submit(tmp_path, procs)
     assert wait_state(job) == "COMPLETED"
@@ -153,14 +175,27 @@ def test_processes_sharing_gpus_get_theirs_from_what_slurm_gave_the_node(tmp_pat
     """Collocated/hybrid placement: two processes on overlapping GPUs of one node. Another
     job holds GPUs 0-3 of every node, so this job's GPUs are 4-7 and the plan's GPU position i
     must become the i-th GPU Slurm gave the node, not physical GPU i."""
-    blocker = subprocess.run(["sbatch", "--parsable", "--nodes=2", "--gpus-per-node=4",
-                              "--output=/dev/null", "--wrap", "sleep 120"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    blocker = subprocess.run(
+        [
+            "sbatch",
+            "--parsable",
+            "--nodes=2",
+            "--gpus-per-node=4",
+            "--output=/dev/null",
+            "--wrap",
+            "sleep 120",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     SUBMITTED.append(blocker)
     wait_state(blocker, ("RUNNING",))
     marker = f"areal-col-{uuid.uuid4().hex[:8]}"
-    procs = [step("rollout-0", "server", 0, (0, 1), f"{REPORT}; exec -a {marker} sleep 300"),
-             step("actor-0", "trainer", 0, (1, 2, 3), f"{REPORT}; sleep 1")]
+    procs = [
+        step("rollout-0", "server", 0, (0, 1), f"{REPORT}; exec -a {marker} sleep 300"),
+        step("actor-0", "trainer", 0, (1, 2, 3), f"{REPORT}; sleep 1"),
+    ]
     job = submit(tmp_path, procs, gpus_per_node=8, cpus_per_gpu=1)
     assert wait_state(job, timeout=30) == "COMPLETED"
     server, trainer = (env_line(tmp_path / "logs" / f"{n}.log") for n in ("rollout-0", "actor-0"))
@@ -172,8 +207,7 @@ def test_processes_sharing_gpus_get_theirs_from_what_slurm_gave_the_node(tmp_pat
 
 # ----------------------------------------------------------------------------- (b)
 @pytest.mark.parametrize("failing", ["trainer", "server"])
-def test_a_failing_process_fails_the_job_names_the_root_cause_and_leaves_nothing(tmp_path,
-                                                                                  failing):
+def test_a_failing_process_fails_the_job_names_the_root_cause_and_leaves_nothing(tmp_path, failing):
     marker = f"areal-fail-{uuid.uuid4().hex[:8]}"
     forever = f"exec -a {marker} sleep 300"
     fail = "sleep 1; echo about to fail; exit 3"
@@ -187,8 +221,11 @@ def test_a_failing_process_fails_the_job_names_the_root_cause_and_leaves_nothing
     started = time.monotonic()
     assert wait_state(job) == "FAILED"
     assert time.monotonic() - started < 20
-    wait_for(lambda: steps_left(job) == "" and processes_with(marker) == [], timeout=15,
-             what="nothing of the job left")
+    wait_for(
+        lambda: steps_left(job) == "" and processes_with(marker) == [],
+        timeout=15,
+        what="nothing of the job left",
+    )
     name = "rollout-0" if failing == "server" else "actor-0"
     out = (tmp_path / f"slurm-{job}.out").read_text()
     assert f"root cause: {name} exited with code 3" in out
@@ -202,8 +239,10 @@ def test_a_failing_process_fails_the_job_names_the_root_cause_and_leaves_nothing
 # ----------------------------------------------------------------------------- (c)
 def test_status_logs_and_cancel_work_on_a_running_job(tmp_path):
     marker = f"areal-run-{uuid.uuid4().hex[:8]}"
-    procs = [step("rollout-0", "server", 0, (0,), f"echo serving; exec -a {marker} sleep 300"),
-             step("actor-0", "trainer", 1, (0, 1), f"echo training; exec -a {marker} sleep 300")]
+    procs = [
+        step("rollout-0", "server", 0, (0,), f"echo serving; exec -a {marker} sleep 300"),
+        step("actor-0", "trainer", 1, (0, 1), f"echo training; exec -a {marker} sleep 300"),
+    ]
     job = submit(tmp_path, procs)
     wait_state(job, ("RUNNING",))
     wait_for(lambda: len(processes_with(marker)) == 2, what="both steps")
@@ -226,7 +265,9 @@ def test_status_logs_and_cancel_work_on_a_running_job(tmp_path):
 
 
 def test_logs_follow_streams_until_the_job_ends(tmp_path):
-    procs = [step("actor-0", "trainer", 0, (0,), "for i in 1 2 3; do echo line $i; sleep 0.5; done")]
+    procs = [
+        step("actor-0", "trainer", 0, (0,), "for i in 1 2 3; do echo line $i; sleep 0.5; done")
+    ]
     job = submit(tmp_path, procs)
     lines = logs(tmp_path, follow=True, engine="actor")
     assert lines == ["actor-0 | line 1", "actor-0 | line 2", "actor-0 | line 3"]
@@ -249,18 +290,34 @@ def test_injected_values_are_data_not_commands(tmp_path):
     one_line = f"""x'; {cmd}; echo ' "$({cmd})" `{cmd}` $({cmd}) \\$HOME #"""
     payload = one_line + f"\n{cmd}\n"
     run_dir = tmp_path / f"run $({cmd}) `{cmd}` 'q"
-    show = ("import json, os, sys; "
-            "print(json.dumps({'argv': sys.argv[1:], 'env': os.environ['PAYLOAD']}))")
-    procs = [ProcessSpec(name="actor-0", component="actor", role="trainer", node=0,
-                         argv=(sys.executable, "-c", show, payload, one_line),
-                         env={"PAYLOAD": payload}, gpus=(0,))]
-    job = submit(run_dir, procs, job_name=one_line,
-                 sbatch_extra=[f"--comment={one_line}"], srun_extra=[f"--comment={one_line}"])
+    show = (
+        "import json, os, sys; "
+        "print(json.dumps({'argv': sys.argv[1:], 'env': os.environ['PAYLOAD']}))"
+    )
+    procs = [
+        ProcessSpec(
+            name="actor-0",
+            component="actor",
+            role="trainer",
+            node=0,
+            argv=(sys.executable, "-c", show, payload, one_line),
+            env={"PAYLOAD": payload},
+            gpus=(0,),
+        )
+    ]
+    job = submit(
+        run_dir,
+        procs,
+        job_name=one_line,
+        sbatch_extra=[f"--comment={one_line}"],
+        srun_extra=[f"--comment={one_line}"],
+    )
     assert wait_state(job) == "COMPLETED"
     seen = json.loads((run_dir / "logs" / "actor-0.log").read_text())
     assert seen == {"argv": [payload, one_line], "env": payload}
-    name_and_comment = subprocess.run(["squeue", "-h", "-t", "all", "-j", job, "-o", "%j\n%k"],
-                                      capture_output=True, text=True).stdout
+    name_and_comment = subprocess.run(
+        ["squeue", "-h", "-t", "all", "-j", job, "-o", "%j\n%k"], capture_output=True, text=True
+    ).stdout
     assert name_and_comment == f"{one_line}\n{one_line}\n"
     assert not pwned.exists()
 
@@ -280,17 +337,27 @@ def test_a_cpu_only_node_group_is_a_component_of_one_job_that_gets_no_gpu(tmp_pa
     """GPU nodes with their GPUs (real GRES), the CPU-only node3 (partition cpu) with none: one
     heterogeneous job, plan node k the k-th node, the worker on node3 shown no GPU."""
     if not cpu_partition():
-        pytest.skip("the running Slurm test cluster has no CPU-only node (partition cpu): "
-                    "restart it with scripts/slurm/start-slurm.sh")
+        pytest.skip(
+            "the running Slurm test cluster has no CPU-only node (partition cpu): "
+            "restart it with scripts/slurm/start-slurm.sh"
+        )
     from launcher.spec.cluster import NodeGroup
 
     marker = f"areal-srv-{uuid.uuid4().hex[:8]}"
-    procs = [step("rollout-0", "server", 0, (0, 1), f"{REPORT}; exec -a {marker} sleep 300"),
-             step("actor-0", "trainer", 1, (0, 1, 2), f"{REPORT}; sleep 2"),
-             dataclasses.replace(step("reward-0", "worker", 2, (), f"{REPORT}; sleep 300"),
-                                 component="reward")]
-    request = request_for(tmp_path, procs, num_nodes=3, node_groups=(
-        NodeGroup("gpu", (0, 1)), NodeGroup("cpu", (2,), gpus=False)), cpu_nodes=1)
+    procs = [
+        step("rollout-0", "server", 0, (0, 1), f"{REPORT}; exec -a {marker} sleep 300"),
+        step("actor-0", "trainer", 1, (0, 1, 2), f"{REPORT}; sleep 2"),
+        dataclasses.replace(
+            step("reward-0", "worker", 2, (), f"{REPORT}; sleep 300"), component="reward"
+        ),
+    ]
+    request = request_for(
+        tmp_path,
+        procs,
+        num_nodes=3,
+        node_groups=(NodeGroup("gpu", (0, 1)), NodeGroup("cpu", (2,), gpus=False)),
+        cpu_nodes=1,
+    )
     runner = slurm.Runner(slurm.Config(grace_period_s=3, group_sbatch={"cpu": ["--partition=cpu"]}))
     assert not any("node group" in w for w in runner.check(request))
     write_plan(request)
@@ -299,8 +366,9 @@ def test_a_cpu_only_node_group_is_a_component_of_one_job_that_gets_no_gpu(tmp_pa
     assert job is not None
     SUBMITTED.append(job)
     assert wait_state(job) == "COMPLETED", "\n".join(logs(tmp_path))
-    r0, actor, reward = (env_line(tmp_path / "logs" / f"{n}.log")
-                         for n in ("rollout-0", "actor-0", "reward-0"))
+    r0, actor, reward = (
+        env_line(tmp_path / "logs" / f"{n}.log") for n in ("rollout-0", "actor-0", "reward-0")
+    )
     assert (r0["NODE"], actor["NODE"], reward["NODE"]) == ("node1", "node2", "node3")
     assert len(actor["TASK_GPUS"].split(",")) == 3 and actor["CVD"] == actor["TASK_GPUS"]
     assert reward["CVD"] == "" and reward.get("TASK_GPUS", "") == ""
@@ -310,8 +378,9 @@ def test_a_cpu_only_node_group_is_a_component_of_one_job_that_gets_no_gpu(tmp_pa
 # ----------------------------------------------------------------------------- device auto
 def partition_gres(node: str) -> tuple[int, Optional[str]]:
     """A node's GPUs and their type, as `scontrol show node` says (gpu:h100:8(S:0), gpu:8)."""
-    text = subprocess.run(["scontrol", "show", "node", node], capture_output=True, text=True,
-                          check=True).stdout
+    text = subprocess.run(
+        ["scontrol", "show", "node", node], capture_output=True, text=True, check=True
+    ).stdout
     words = re.search(r"\bGres=gpu:(\S+?)(?:\(|\s)", text + " ").group(1).split(":")
     return int(words[-1]), (words[0] if len(words) == 2 else None)
 
@@ -326,12 +395,17 @@ def test_a_dry_run_from_a_node_without_gpus_asks_for_the_partitions_gpus(tmp_pat
     args = ("launcher=slurm", "cluster.num_nodes=2", f"hydra.run.dir={tmp_path}/run")
     out = run(*args, "launcher.dry_run=true")
     assert out.returncode == 0, out.stderr
-    assert f"#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gpus-per-node={gpus}\n" \
-        in out.stdout and "--gres=none" not in out.stdout
+    assert (
+        f"#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gpus-per-node={gpus}\n"
+        in out.stdout
+        and "--gres=none" not in out.stdout
+    )
     request = json.loads(out.stdout.split("(secrets masked):\n", 1)[1])
     assert (request["device"], request["gpus_per_node"]) == ("cuda", gpus)
-    assert f"note: cluster.device=auto: Slurm partition debug has 2 node(s) with {gpus} GPU(s)" \
+    assert (
+        f"note: cluster.device=auto: Slurm partition debug has 2 node(s) with {gpus} GPU(s)"
         in out.stderr
+    )
     plan = run("plan", "--json", *args)
     assert plan.returncode == 0, plan.stderr
     memory = json.loads(plan.stdout)["memory"]
@@ -374,7 +448,8 @@ def cpu_partition() -> bool:
 @pytest.mark.timeout(900)
 @pytest.mark.skipif(not AREAL_LAUNCH.exists(), reason=f"{AREAL_LAUNCH} is not installed yet")
 def test_areal_launch_runs_vllm_and_fsdp_on_different_nodes_and_rewards_on_a_cpu_node(
-        tmp_path, stand_in):
+    tmp_path, stand_in
+):
     """The real thing: `areal-launch launcher=slurm`, a vLLM CPU server on node1 and two
     FSDP2 ranks (torchrun, gloo) on node2, to completion, both under an interpreter of their
     own (trainer.python, rollout.python: the AReaL stand-in's venv, tests/stand_in_areal.py);
@@ -382,31 +457,53 @@ def test_areal_launch_runs_vllm_and_fsdp_on_different_nodes_and_rewards_on_a_cpu
     heterogeneous job asking for no GPU), with their node group's environment and
     interpreter."""
     if not cpu_partition():
-        pytest.skip("the running Slurm test cluster has no CPU-only node (partition cpu): "
-                    "restart it with scripts/slurm/start-slurm.sh")
+        pytest.skip(
+            "the running Slurm test cluster has no CPU-only node (partition cpu): "
+            "restart it with scripts/slurm/start-slurm.sh"
+        )
     groups, python = group_overrides(tmp_path, "+launcher.group_sbatch.cpu=['--partition=cpu']")
     out = subprocess.run(
-        [str(AREAL_LAUNCH), "launcher=slurm", "rollout.backend=vllm:d1", "actor.backend=fsdp:d2",
-         "cluster.device=cpu", "cluster.gpus_per_node=2", *groups,
-         "cluster.component_placement.rollout=0", "cluster.component_placement.actor=2-3",
-         f"hydra.run.dir={tmp_path}", "recipe.steps=2",
-         f"trainer.python={stand_in.python}", f"rollout.python={stand_in.python}"],
-        capture_output=True, text=True, cwd=ROOT, timeout=120,
-        env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")})
+        [
+            str(AREAL_LAUNCH),
+            "launcher=slurm",
+            "rollout.backend=vllm:d1",
+            "actor.backend=fsdp:d2",
+            "cluster.device=cpu",
+            "cluster.gpus_per_node=2",
+            *groups,
+            "cluster.component_placement.rollout=0",
+            "cluster.component_placement.actor=2-3",
+            f"hydra.run.dir={tmp_path}",
+            "recipe.steps=2",
+            f"trainer.python={stand_in.python}",
+            f"rollout.python={stand_in.python}",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")},
+    )
     assert out.returncode == 0, out.stderr
     job = out.stdout.strip().splitlines()[-1]
     run_dir = Path(find_run(job).run_dir)  # tmp_path exists already: the run made its own
     state = wait_state(job, timeout=800)
     assert state == "COMPLETED", "\n".join(logs(run_dir))
-    wait_for(lambda: "COMPLETED (exit 0:0)" in status(job, run_dir)[0],
-             what="sacct to record the step")  # sacct lags ~1 s
+    wait_for(
+        lambda: "COMPLETED (exit 0:0)" in status(job, run_dir)[0], what="sacct to record the step"
+    )  # sacct lags ~1 s
     text = status(job, run_dir)[0]
     assert re.search(r"step \S+ \S+: COMPLETED \(exit 0:0\) on node\[1-2\]", text), text
     assert "areal-launch: job finished: ok" in text
-    ran = {path.stem: [p["name"] for p in json.loads(path.read_text())["processes"]]
-           for path in (run_dir / "status").glob("node*.json")}
-    assert ran == {"node0": ["rollout-0"], "node1": ["actor-node1"],  # one supervisor a node
-                   "node2": ["reward-0", "reward-1"]}
+    ran = {
+        path.stem: [p["name"] for p in json.loads(path.read_text())["processes"]]
+        for path in (run_dir / "status").glob("node*.json")
+    }
+    assert ran == {
+        "node0": ["rollout-0"],
+        "node1": ["actor-node1"],  # one supervisor a node
+        "node2": ["reward-0", "reward-1"],
+    }
     # the trainers reached the server on the other node and had every weight push confirmed
     trainer_lines = "\n".join(logs(run_dir, engine="actor"))
     assert "reloads confirmed 2/2" in trainer_lines, trainer_lines[-3000:]
@@ -415,7 +512,6 @@ def test_areal_launch_runs_vllm_and_fsdp_on_different_nodes_and_rewards_on_a_cpu
     for r in reports.values():
         assert r["slurm_node"] == "node3" and not r["cuda_visible_devices"]
         assert r["group_env"] == {"GROUP_ROLE": "reward"} and r["python"] == str(python)
-    assert_ran_under(stand_in, seen_by(run_dir),
-                     server_module="vllm.entrypoints.openai.api_server")
+    assert_ran_under(stand_in, seen_by(run_dir), server_module="vllm.entrypoints.openai.api_server")
     script = (run_dir / slurm.SCRIPT_NAME).read_text()
     assert "#SBATCH hetjob" in script and "#SBATCH --partition=cpu" in script

@@ -1,4 +1,5 @@
 """plan --suggest: layouts that fit, ranked by the stated proxy, fast, as real overrides."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -27,14 +28,18 @@ MB_KEY, GC_KEY = "actor.mb_spec.max_tokens_per_mb", "actor.gradient_checkpointin
 def planned(suggestion, model, nodes: int):
     """The plan the suggestion's overrides describe, composed and built as a launch does (the
     model is a published config, not on this machine), and its memory checked the same way."""
-    overrides = [*suggestion.overrides, f"cluster.num_nodes={nodes}", "cluster.gpus_per_node=8",
-                 "cluster.device=cuda", "launcher.check_memory=off"]
+    overrides = [
+        *suggestion.overrides,
+        f"cluster.num_nodes={nodes}",
+        "cluster.gpus_per_node=8",
+        "cluster.device=cuda",
+        "launcher.check_memory=off",
+    ]
     prep = prepare(overrides, to_run=False)
     return plan_memory(prep.plan, prep.planned.engines, model, H100), prep.plan
 
 
-@pytest.mark.parametrize("name,nodes", [("Qwen3-8B", 1), ("Qwen2.5-72B", 2),
-                                        ("Qwen3-30B-A3B", 2)])
+@pytest.mark.parametrize("name,nodes", [("Qwen3-8B", 1), ("Qwen2.5-72B", 2), ("Qwen3-30B-A3B", 2)])
 def test_every_suggestion_fits_when_planned_from_its_overrides(name, nodes):
     model = shape(name)
     found = suggest(model, ClusterSpec(nodes, 8), H100)
@@ -58,7 +63,8 @@ def test_suggestions_are_ranked_by_the_stated_throughput_proxy():
         generation = s.rollout.dp * min(per_instance, KV_USEFUL_TOKENS)
         share = COLLOCATED_SHARE if s.mode == "collocated" else 1.0
         assert s.score == pytest.approx(
-            math.sqrt(generation * s.max_tokens_per_mb * s.actor.dp) * share)
+            math.sqrt(generation * s.max_tokens_per_mb * s.actor.dp) * share
+        )
 
 
 def test_collocated_suggestions_turn_offload_on_both_sides():
@@ -66,14 +72,19 @@ def test_collocated_suggestions_turn_offload_on_both_sides():
     together = [s for s in found if s.mode == "collocated"]
     assert together
     for s in together:
-        assert {"rollout.offload=true", "actor.offload.weight=true",
-                "actor.offload.optimizer=true", "actor.offload.grad=true"} <= set(s.overrides)
+        assert {
+            "rollout.offload=true",
+            "actor.offload.weight=true",
+            "actor.offload.optimizer=true",
+            "actor.offload.grad=true",
+        } <= set(s.overrides)
 
 
 def test_the_micro_batch_shrinks_only_when_the_requested_one_does_not_fit():
     small = suggest(shape("Qwen3-8B"), ClusterSpec(1, 8), H100)[0]
-    assert small.max_tokens_per_mb == 10240 and not any(o.startswith(MB_KEY)
-                                                        for o in small.overrides)
+    assert small.max_tokens_per_mb == 10240 and not any(
+        o.startswith(MB_KEY) for o in small.overrides
+    )
     big = SuggestOptions(train=TrainOptions(gradient_checkpointing=True, max_tokens_per_mb=131072))
     for s in suggest(shape("Qwen2.5-72B"), ClusterSpec(1, 8), H100, big):
         assert s.max_tokens_per_mb < 131072 and f"{MB_KEY}={s.max_tokens_per_mb}" in s.overrides
@@ -83,15 +94,19 @@ def test_checkpointing_is_turned_on_in_the_overrides_when_that_is_what_fits():
     first = suggest(shape("Qwen3-8B"), ClusterSpec(1, 8), H100)[0]
     assert first.checkpointing and f"{GC_KEY}=true" in first.overrides
     asked = SuggestOptions(train=TrainOptions(gradient_checkpointing=True))
-    assert not any(o.startswith(GC_KEY) for s in suggest(shape("Qwen3-8B"), ClusterSpec(1, 8),
-                                                         H100, asked) for o in s.overrides)
+    assert not any(
+        o.startswith(GC_KEY)
+        for s in suggest(shape("Qwen3-8B"), ClusterSpec(1, 8), H100, asked)
+        for o in s.overrides
+    )
 
 
 def test_suggestions_keep_to_the_backends_asked_for():
     options = SuggestOptions(rollout_backends=("sglang",), actor_backends=("megatron",))
     found = suggest(shape("Qwen3-32B"), ClusterSpec(2, 8), H100, options)
-    assert found and all(s.rollout.backend == "sglang" and s.actor.backend == "megatron"
-                         for s in found)
+    assert found and all(
+        s.rollout.backend == "sglang" and s.actor.backend == "megatron" for s in found
+    )
 
 
 def test_a_model_too_large_for_the_cluster_gets_no_suggestion():
@@ -116,8 +131,9 @@ def test_many_nodes_are_searched_within_seconds(nodes):
 
 
 def test_a_search_its_budget_cuts_says_so_and_keeps_what_it_found():
-    search = suggest_within(shape("Qwen3-8B"), ClusterSpec(64, 8), H100,
-                            SuggestOptions(budget_s=0.0))
+    search = suggest_within(
+        shape("Qwen3-8B"), ClusterSpec(64, 8), H100, SuggestOptions(budget_s=0.0)
+    )
     assert search.cut and search.found == []
 
 
@@ -130,17 +146,33 @@ def test_a_cut_search_is_a_note_on_the_command_line(tmp_path, monkeypatch, capsy
 
     (tmp_path / "config.json").write_text(json.dumps(MODELS["Qwen3-8B"]["config"]))
     whole = search.suggest_within
-    monkeypatch.setattr(search, "suggest_within", lambda shape, cluster, gib, options: whole(
-        shape, cluster, gib, dataclasses.replace(options, budget_s=0.0)))
-    assert run_plan(["--suggest", "cluster=gpu8", "cluster.num_nodes=4", "cluster.gpu_type=h100",
-                     f"model_path={tmp_path}"]) == 0
+    monkeypatch.setattr(
+        search,
+        "suggest_within",
+        lambda shape, cluster, gib, options: whole(
+            shape, cluster, gib, dataclasses.replace(options, budget_s=0.0)
+        ),
+    )
+    assert (
+        run_plan(
+            [
+                "--suggest",
+                "cluster=gpu8",
+                "cluster.num_nodes=4",
+                "cluster.gpu_type=h100",
+                f"model_path={tmp_path}",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr()
     assert "note: --suggest searched for its 0 s budget and stopped" in out.err
     assert "none fits" in out.out
 
 
 def test_a_given_layout_too_big_for_the_cluster_is_a_note_and_the_search_still_runs(
-        tmp_path, capsys):
+    tmp_path, capsys
+):
     """--suggest replaces the layout, so the one given need not fit (AReaL's examples give
     sglang:d1+fsdp:d1 on one GPU): one note, then the layouts that fit."""
     import json
@@ -149,9 +181,20 @@ def test_a_given_layout_too_big_for_the_cluster_is_a_note_and_the_search_still_r
     from tests.model_configs import MODELS
 
     (tmp_path / "config.json").write_text(json.dumps(MODELS["Qwen3-8B"]["config"]))
-    assert run_plan(["--suggest", "rollout.backend=vllm:d2", "actor.backend=fsdp:d2",
-                     "cluster.device=cuda", "cluster.gpus_per_node=2", "cluster.gpu_type=h100",
-                     f"model_path={tmp_path}"]) == 0
+    assert (
+        run_plan(
+            [
+                "--suggest",
+                "rollout.backend=vllm:d2",
+                "actor.backend=fsdp:d2",
+                "cluster.device=cuda",
+                "cluster.gpus_per_node=2",
+                "cluster.gpu_type=h100",
+                f"model_path={tmp_path}",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr()
     assert "note: --suggest: the layout given does not fit (rollout vllm:d2 needs 2 GPUs" in out.err
     assert "layout(s) that fit 1 node(s) x 2 GPUs" in out.out

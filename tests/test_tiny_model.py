@@ -1,4 +1,5 @@
 """launcher.worker.tiny_model: the demo's model, built locally, complete or absent, reused."""
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,13 @@ PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").is_dir() els
 
 
 def build(out: Path, *args: str) -> str:
-    proc = subprocess.run([PYTHON, "-m", "launcher.worker.tiny_model", str(out), *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [PYTHON, "-m", "launcher.worker.tiny_model", str(out), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout
 
@@ -37,8 +43,9 @@ def test_built_model_has_vllm_cpu_head_size_and_a_chat_template(tmp_path):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(out)
-    chat = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
-                                   add_generation_prompt=True)
+    chat = tok.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
+    )
     assert chat.endswith("assistant:")
     assert len(tok(" seven", add_special_tokens=False).input_ids) == 1  # the reward's words
 

@@ -8,6 +8,7 @@ The trackers over whole runs: tests/test_restarts.py (a trainer killed after ste
 tracker), tests/test_slurm_requeue.py (requeues), tests/test_sweep.py (a 3-point Optuna sweep:
 one W&B group, one MLflow parent), tests/test_demo_e2e.py (the default run, its picture).
 """
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,7 @@ CORE = ROOT / ".venv-core"
 
 
 def processes(*overrides: str):
-    prep = prepare(["cluster.device=cpu", "launcher.check_memory=off", *overrides],
-                   to_run=False)
+    prep = prepare(["cluster.device=cpu", "launcher.check_memory=off", *overrides], to_run=False)
     plan, request = counted_request(prep)
     return prep, request, {p.name: p for p in request.processes}
 
@@ -44,8 +44,9 @@ def test_every_trainer_process_is_told_one_identity_for_its_run_and_servers_none
     assert env[tracking.ENV_TENSORBOARD_DIR] == f"{run_dir}/tensorboard"
     assert (env["WANDB_RUN_ID"], env["WANDB_RESUME"]) == (request.run_id, "allow")
     assert (env["WANDB_PROJECT"], env["MLFLOW_EXPERIMENT_NAME"]) == ("areal", "areal")
-    assert env["WANDB_NAME"] == f"areal-run-{os.path.basename(run_dir)}" == \
-        env[tracking.ENV_RUN_NAME]
+    assert (
+        env["WANDB_NAME"] == f"areal-run-{os.path.basename(run_dir)}" == env[tracking.ENV_RUN_NAME]
+    )
     assert env["MLFLOW_TRACKING_URI"] == f"sqlite:///{os.path.dirname(run_dir)}/mlflow.db"
     assert "WANDB_RUN_GROUP" not in env and tracking.ENV_SWEEP not in env  # no sweep
     assert not [k for k in procs["rollout-0"].env if k.startswith(("WANDB", "MLFLOW", "AREAL_TR"))]
@@ -63,8 +64,11 @@ def test_the_default_is_tensorboard_alone_and_an_empty_list_is_none():
 
 def test_the_users_own_wandb_mode_project_and_mlflow_store_are_kept(monkeypatch):
     monkeypatch.setenv("WANDB_PROJECT", "mine")
-    _, _, procs = processes("launcher.tracking=[wandb,mlflow]", "+launcher.env.WANDB_MODE=offline",
-                            "+launcher.env.MLFLOW_TRACKING_URI=http://mlflow.example:5000")
+    _, _, procs = processes(
+        "launcher.tracking=[wandb,mlflow]",
+        "+launcher.env.WANDB_MODE=offline",
+        "+launcher.env.MLFLOW_TRACKING_URI=http://mlflow.example:5000",
+    )
     env = procs["actor-node0"].env
     assert (env["WANDB_MODE"], env["WANDB_PROJECT"]) == ("offline", "mine")
     assert env["MLFLOW_TRACKING_URI"] == "http://mlflow.example:5000"
@@ -72,36 +76,63 @@ def test_the_users_own_wandb_mode_project_and_mlflow_store_are_kept(monkeypatch)
 
 def test_an_unknown_tracker_is_one_error_line_naming_it_and_the_choices():
     line = one_error_line(run("plan", "launcher.tracking=[tensorbord]"))
-    assert line == ("error: launcher.tracking: 'tensorbord' is no tracker; choose from "
-                    "tensorboard, wandb, mlflow (a list: launcher.tracking=[wandb,mlflow], or [] "
-                    "for none)")
+    assert line == (
+        "error: launcher.tracking: 'tensorbord' is no tracker; choose from "
+        "tensorboard, wandb, mlflow (a list: launcher.tracking=[wandb,mlflow], or [] "
+        "for none)"
+    )
 
 
 def test_a_tracker_the_trainers_interpreter_lacks_is_named_with_its_extra():
     bare = str(CORE / "bin" / "python") if CORE.exists() else "/usr/bin/python3"
-    spec = ProcessSpec("actor-node0", "actor", "trainer", 0, (bare, "-c", "pass"),
-                       env={tracking.ENV_TRACKING: "wandb,mlflow"})
+    spec = ProcessSpec(
+        "actor-node0",
+        "actor",
+        "trainer",
+        0,
+        (bare, "-c", "pass"),
+        env={tracking.ENV_TRACKING: "wandb,mlflow"},
+    )
     said = problems([materialize(spec, ["127.0.0.1"], None, "cpu", "r")], [])
-    assert said[0] == (f"actor-node0 needs 'wandb', which {bare} cannot import: "
-                       "pip install 'areal-launch[wandb]' (or set trainer.python to an "
-                       "interpreter that has it)")
+    assert said[0] == (
+        f"actor-node0 needs 'wandb', which {bare} cannot import: "
+        "pip install 'areal-launch[wandb]' (or set trainer.python to an "
+        "interpreter that has it)"
+    )
     assert said[1].startswith("actor-node0 needs 'mlflow'") and "areal-launch[mlflow]" in said[1]
 
 
 @pytest.mark.torch  # the preflight wants torch where the trainers run
 def test_a_sweeps_points_are_one_group_each_its_own_run(tmp_path):
     out = subprocess.run(
-        [EXE, "-m", "rollout=none", "launcher.dry_run=true", "launcher.tracking=[wandb,mlflow]",
-         "recipe.lr=0.01,0.02,0.03", f"hydra.sweep.dir={tmp_path}/sweep"],
-        capture_output=True, text=True, cwd=ROOT, timeout=120,
-        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+        [
+            EXE,
+            "-m",
+            "rollout=none",
+            "launcher.dry_run=true",
+            "launcher.tracking=[wandb,mlflow]",
+            "recipe.lr=0.01,0.02,0.03",
+            f"hydra.sweep.dir={tmp_path}/sweep",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+    )
     assert out.returncode == 0, out.stderr
-    found = [dict(kv.split("=", 1) for kv in line.split() if "=" in kv and kv[0].isupper())
-             for line in out.stdout.splitlines() if "WANDB_RUN_ID=" in line]
+    found = [
+        dict(kv.split("=", 1) for kv in line.split() if "=" in kv and kv[0].isupper())
+        for line in out.stdout.splitlines()
+        if "WANDB_RUN_ID=" in line
+    ]
     assert len(found) == 3, out.stdout
     assert len({f["WANDB_RUN_GROUP"] for f in found}) == 1
-    assert found[0]["WANDB_RUN_GROUP"] == found[0][tracking.ENV_SWEEP] == \
-        tracking.sweep_id(str(tmp_path / "sweep"))
+    assert (
+        found[0]["WANDB_RUN_GROUP"]
+        == found[0][tracking.ENV_SWEEP]
+        == tracking.sweep_id(str(tmp_path / "sweep"))
+    )
     assert len({f["WANDB_RUN_ID"] for f in found}) == 3
     assert {f["MLFLOW_TRACKING_URI"] for f in found} == {f"sqlite:///{tmp_path}/sweep/mlflow.db"}
     assert [f["WANDB_NAME"] for f in found] == ["areal-run-0", "areal-run-1", "areal-run-2"]
@@ -129,8 +160,9 @@ def test_a_step_a_dead_start_wrote_past_the_record_is_written_once(tmp_path):
     records = read_metrics(tmp_path)
     assert [(r["step"], r["restart"]) for r in records] == [(1, 0), (2, 0), (3, 1), (4, 1)]
     assert "note" not in records[0]
-    assert json.loads((tmp_path / "tracking.json").read_text()) == \
-        {"tensorboard": {"logdir": str(tmp_path / "tensorboard")}}
+    assert json.loads((tmp_path / "tracking.json").read_text()) == {
+        "tensorboard": {"logdir": str(tmp_path / "tensorboard")}
+    }
     assert plot.starts(records) == [(3, 1)]  # where the picture marks restart 1
 
 
@@ -149,13 +181,16 @@ def test_a_sweeps_mlflow_parent_runs_while_a_point_does_and_ends_with_the_last(t
     def point(i: int) -> Trackers:
         folder = tmp_path / "sweep" / str(i)
         folder.mkdir(parents=True)
-        env = tracking.Identity(("mlflow",), f"r{i}", str(folder), f"run-{i}", "areal",
-                                sweep="s1").env({})
+        env = tracking.Identity(
+            ("mlflow",), f"r{i}", str(folder), f"run-{i}", "areal", sweep="s1"
+        ).env({})
         return Trackers({**env, ENV_RUN_MARKER: f"r{i}"}, str(folder))
 
     def status() -> dict[str, str]:
-        return {r.data.tags.get("mlflow.runName", "?"): r.info.status
-                for r in mlflow_runs(tmp_path / "sweep" / "0")}
+        return {
+            r.data.tags.get("mlflow.runName", "?"): r.info.status
+            for r in mlflow_runs(tmp_path / "sweep" / "0")
+        }
 
     first, second = point(0), point(1)
     assert first.log({"reward": 0.1}, 1) and second.log({"reward": 0.2}, 1)

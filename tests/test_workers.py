@@ -2,6 +2,7 @@
 services) and the recipe's side of them (recipes/grpo/workers_client.py, world.py), as real
 processes on loopback: no torch, a second or two in all. The real runs are in
 tests/test_rlinf_runs.py."""
+
 from __future__ import annotations
 
 import os
@@ -35,15 +36,31 @@ def services(tmp_path_factory):
     """env-0, reward-0, reward-1: started as the launcher starts them (python -m, its env)."""
     run_dir = tmp_path_factory.mktemp("workers")
     procs, addrs = [], {}
-    for name, index, module in (("env", 0, "text_env"), ("reward", 0, "reward_server"),
-                                ("reward", 1, "reward_server")):
+    for name, index, module in (
+        ("env", 0, "text_env"),
+        ("reward", 0, "reward_server"),
+        ("reward", 1, "reward_server"),
+    ):
         port = free_port()
-        env = dict(os.environ, AREAL_COMPONENT=name, AREAL_WORKER_INDEX=str(index),
-                   AREAL_WORKER_PORT=str(port), AREAL_WORKER_HOST="127.0.0.1",
-                   AREAL_RUN_DIR=str(run_dir), PYTHONPATH=str(ROOT))
+        env = dict(
+            os.environ,
+            AREAL_COMPONENT=name,
+            AREAL_WORKER_INDEX=str(index),
+            AREAL_WORKER_PORT=str(port),
+            AREAL_WORKER_HOST="127.0.0.1",
+            AREAL_RUN_DIR=str(run_dir),
+            PYTHONPATH=str(ROOT),
+        )
         log = open(run_dir / f"{name}-{index}.log", "w")
-        procs.append(subprocess.Popen([sys.executable, "-m", f"recipes.workers.{module}"],
-                                      env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", f"recipes.workers.{module}"],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
+            )
+        )
         addrs.setdefault(name, []).append(f"127.0.0.1:{port}")
     try:
         wait_for_servers([a for v in addrs.values() for a in v], timeout_s=30, interval_s=0.1)
@@ -103,16 +120,23 @@ def test_offload_drops_the_state_and_a_reload_is_confirmed_by_its_digest(service
 def test_a_pipelined_rollout_prepares_the_next_stage_while_the_current_one_generates(services):
     addrs, run_dir = services
     lines: list[str] = []
-    world = World(EnvClient(tuple(addrs["env"])), RewardClient(tuple(addrs["reward"])), 2,
-                  WorkerOffload({}, lines.append), lines.append)
+    world = World(
+        EnvClient(tuple(addrs["env"])),
+        RewardClient(tuple(addrs["reward"])),
+        2,
+        WorkerOffload({}, lines.append),
+        lines.append,
+    )
 
     def sample(prompts: list[str], seed: int) -> list[Sample]:
         time.sleep(0.3)  # a generation that takes a while
-        return [Sample(i, p, f"{p} one", None, None, None, "x") for i, p in enumerate(prompts)
-                for _ in range(2)]
+        return [
+            Sample(i, p, f"{p} one", None, None, None, "x")
+            for i, p in enumerate(prompts)
+            for _ in range(2)
+        ]
 
-    samples, rewards = world.rollout(step=5, prompts=3, n=2, seed=1, sample_seed=0,
-                                     sample=sample)
+    samples, rewards = world.rollout(step=5, prompts=3, n=2, seed=1, sample_seed=0, sample=sample)
     assert [x.prompt_index for x in samples] == [0, 0, 1, 1, 2, 2]
     assert rewards == [number_reward(x.text) for x in samples]
     stages = [ln for ln in lines if "rollout of" in ln]

@@ -2,6 +2,7 @@
 TensorBoard's event reader, MLflow's client on the run's SQLite store, and W&B's own record
 format (its protobuf `Record`s; wandb 0.31 ships no Python reader of its offline `.wandb` files,
 so the LevelDB-style log framing around them is read here, as wandb's writer frames it)."""
+
 from __future__ import annotations
 
 import struct
@@ -31,11 +32,11 @@ def _records(path: Path) -> list[bytes]:
         if room < 7:  # a block's tail too short for a header is padding
             pos += room
             continue
-        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
         if kind == 0 and length == 0:
             pos += room
             continue
-        chunk = data[pos + 7:pos + 7 + length]
+        chunk = data[pos + 7 : pos + 7 + length]
         pos += 7 + length
         if kind == FULL:
             out.append(chunk)

@@ -1,6 +1,7 @@
 """areal-launch's Hydra launcher: `hydra/launcher=areal` (the default of `areal-launch -m`)
 runs each sweep point on the runner its own `launcher=` selects; `areal_<runner>` (areal_local,
-areal_slurm, and one for each runner in launcher.runners.launcher.spec.registry.RUNNERS) runs every point on that one.
+areal_slurm, and one for each runner in launcher.runners.launcher.spec.registry.RUNNERS) runs every
+point on that one.
 
 Hydra hands `launch()` a whole batch of points at once (hydra-submitit-launcher's shape); we
 compose each the way Hydra's BasicLauncher does (the sweep's config plus the point's overrides,
@@ -28,11 +29,16 @@ class ArealLauncherConf:
     runner: Optional[str] = None  # None: each point's own launcher= choice
 
 
-ConfigStore.instance().store(group="hydra/launcher", name="areal", node=ArealLauncherConf,
-                             provider="areal-launch")
+ConfigStore.instance().store(
+    group="hydra/launcher", name="areal", node=ArealLauncherConf, provider="areal-launch"
+)
 for _name in runners.names():
-    ConfigStore.instance().store(group="hydra/launcher", name=f"areal_{_name}",
-                                 node=ArealLauncherConf(runner=_name), provider="areal-launch")
+    ConfigStore.instance().store(
+        group="hydra/launcher",
+        name=f"areal_{_name}",
+        node=ArealLauncherConf(runner=_name),
+        provider="areal-launch",
+    )
 
 
 class ArealLauncher(Launcher):
@@ -41,8 +47,9 @@ class ArealLauncher(Launcher):
         self.config: Optional[DictConfig] = None
         self.hydra_context: Optional[HydraContext] = None
 
-    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction,
-              config: DictConfig) -> None:
+    def setup(
+        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
+    ) -> None:
         import sys
 
         from launcher.cli.sweep import RECORD, follow_sweeper
@@ -53,14 +60,17 @@ class ArealLauncher(Launcher):
         if warning:
             print(f"warning: {warning}", file=sys.stderr)
 
-    def launch(self, job_overrides: Sequence[Sequence[str]],
-               initial_job_idx: int) -> Sequence[JobReturn]:
+    def launch(
+        self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+    ) -> Sequence[JobReturn]:
         from launcher.cli.sweep import Point, labels, run_batch
 
         assert self.config is not None
         given = [str(o) for o in self.config.hydra.overrides.task]
-        points = [Point(initial_job_idx + i, tuple(o), label) for i, (o, label) in
-                  enumerate(zip(job_overrides, labels(job_overrides, given)))]
+        points = [
+            Point(initial_job_idx + i, tuple(o), label)
+            for i, (o, label) in enumerate(zip(job_overrides, labels(job_overrides, given)))
+        ]
         return [self._job_return(o) for o in run_batch(points, self._compose)]
 
     def _compose(self, point: Any) -> DictConfig:
@@ -74,8 +84,10 @@ class ArealLauncher(Launcher):
         chosen = runners.name_of(cfg.launcher)
         if self.runner is not None and chosen != self.runner:
             if any(o.partition("=")[0].lstrip("+") == "launcher" for o in overrides):
-                raise UserError(f"hydra/launcher=areal_{self.runner} runs points with "
-                                f"launcher={self.runner}, this one chose launcher={chosen}")
+                raise UserError(
+                    f"hydra/launcher=areal_{self.runner} runs points with "
+                    f"launcher={self.runner}, this one chose launcher={chosen}"
+                )
             cfg = self._load(overrides + [f"launcher={self.runner}"], point.index)
         return cfg
 
@@ -97,8 +109,11 @@ class ArealLauncher(Launcher):
         from launcher.cli.sweep import RunFailed
         from launcher.config.compose import TASK_NAME
 
-        ret = JobReturn(overrides=list(outcome.point.overrides), task_name=TASK_NAME,
-                        working_dir=str(outcome.run_dir))
+        ret = JobReturn(
+            overrides=list(outcome.point.overrides),
+            task_name=TASK_NAME,
+            working_dir=str(outcome.run_dir),
+        )
         if outcome.code == 0:
             ret.status, ret.return_value = JobStatus.COMPLETED, outcome.objective
         else:

@@ -1,5 +1,6 @@
 """Archon trainers (AReaL's torch-native engine): torchrun workers given the same parallel-size
 flags as Megatron, so one entry point can read either."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -4,6 +4,7 @@ Flags in `extra_args` that would undo the plan (its GPU count or the addresses t
 chose) are refused; a process's environment is layered so the launcher's contract (AREAL_*)
 always wins over the user's.
 """
+
 from __future__ import annotations
 
 from typing import Iterable, Mapping
@@ -11,8 +12,13 @@ from typing import Iterable, Mapping
 from launcher.spec.errors import UserError
 
 # engine defaults a user may set in their own shell instead (the launcher's contract may not be)
-ENV_DEFAULT_KEYS = ("OMP_NUM_THREADS", "HF_HUB_OFFLINE", "VLLM_CPU_KVCACHE_SPACE",
-                    "VLLM_CPU_OMP_THREADS_BIND", "CUDA_DEVICE_MAX_CONNECTIONS")
+ENV_DEFAULT_KEYS = (
+    "OMP_NUM_THREADS",
+    "HF_HUB_OFFLINE",
+    "VLLM_CPU_KVCACHE_SPACE",
+    "VLLM_CPU_OMP_THREADS_BIND",
+    "CUDA_DEVICE_MAX_CONNECTIONS",
+)
 
 
 def refuse_flags(args: Iterable[str], refused: Mapping[str, str], where: str) -> None:
@@ -35,8 +41,9 @@ def launcher_owned(flags: Iterable[str]) -> dict[str, str]:
     return {flag: "is set by the launcher from the plan; remove it" for flag in flags}
 
 
-def layered_env(defaults: Mapping[str, str], ctx_env: Mapping[str, str],
-                contract: Mapping[str, str]) -> dict[str, str]:
+def layered_env(
+    defaults: Mapping[str, str], ctx_env: Mapping[str, str], contract: Mapping[str, str]
+) -> dict[str, str]:
     """defaults < the user's extra env < the launcher's contract (AREAL_*).
 
     A default the user sets (OMP_NUM_THREADS, VLLM_CPU_KVCACHE_SPACE...) is theirs; what the

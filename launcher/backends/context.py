@@ -1,4 +1,5 @@
 """What backends need beyond the plan and the engines' options, supplied by the runner."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -53,5 +54,7 @@ class LaunchContext:
             if port != last + 1:
                 first = port
             last = port
-        raise LaunchError(f"could not reserve {count} consecutive ports for an SGLang server "
-                          f"(set launcher.base_port to a quieter range)")
+        raise LaunchError(
+            f"could not reserve {count} consecutive ports for an SGLang server "
+            f"(set launcher.base_port to a quieter range)"
+        )

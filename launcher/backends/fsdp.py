@@ -1,5 +1,6 @@
 """FSDP2 trainers: plain torchrun workers. The entry point builds its (dp, cp, tp) device mesh
 from the plan it is handed (AREAL_LAUNCH_PLAN), so no parallel flags go on its command line."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,8 +38,10 @@ class Options:
     def problem(self) -> Optional[str]:
         """What is wrong with these options (resolve prefixes the engine and backend)."""
         if self.mixed_precision not in MIXED_PRECISION:
-            return (f"mixed_precision={self.mixed_precision}: choose bf16 or fp16 (or null: "
-                    "compute in the training dtype)")
+            return (
+                f"mixed_precision={self.mixed_precision}: choose bf16 or fp16 (or null: "
+                "compute in the training dtype)"
+            )
         return None
 
 
@@ -59,7 +62,10 @@ def train_options(options: Options, base: TrainOptions) -> TrainOptions:
     it FSDP2 reduces in the parameters' dtype); reshard_after_forward off keeps every
     gathered layer; CPUOffloadPolicy keeps the shards on the host."""
     mixed = options.mixed_precision
-    return dataclasses.replace(base, params_cpu_offload=options.offload_params,
-                               compute_dtype=mixed or None,
-                               reduce_dtype="float32" if mixed else base.dtype,
-                               reshard_after_forward=options.reshard_after_forward)
+    return dataclasses.replace(
+        base,
+        params_cpu_offload=options.offload_params,
+        compute_dtype=mixed or None,
+        reduce_dtype="float32" if mixed else base.dtype,
+        reshard_after_forward=options.reshard_after_forward,
+    )

@@ -3,6 +3,7 @@
 dp is not a flag: Megatron derives it (world / (tp*pp*cp)). The MoE hybrid form's expert
 layout is `--expert-model-parallel-size` (e) and `--expert-tensor-parallel-size` (etp).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -39,8 +40,10 @@ class Options:
     def problem(self) -> Optional[str]:
         """What is wrong with these options (resolve prefixes the engine and backend)."""
         if self.recompute_granularity not in (None, "full", "selective"):
-            return (f"recompute_granularity={self.recompute_granularity}: choose full or "
-                    "selective (or null)")
+            return (
+                f"recompute_granularity={self.recompute_granularity}: choose full or "
+                "selective (or null)"
+            )
         return None
 
 
@@ -51,8 +54,13 @@ PARALLEL_FLAGS = (
     ("--expert-model-parallel-size", "ep", "e"),
     ("--expert-tensor-parallel-size", "etp", "the ffn part's t"),
 )
-REFUSED = {flag: (f"would change the parallel layout: set it with the backend string's {dim} "
-                  f"(e.g. actor.backend=megatron:d2t2p2)") for flag, _, dim in PARALLEL_FLAGS}
+REFUSED = {
+    flag: (
+        f"would change the parallel layout: set it with the backend string's {dim} "
+        f"(e.g. actor.backend=megatron:d2t2p2)"
+    )
+    for flag, _, dim in PARALLEL_FLAGS
+}
 
 
 def parallel_args(alloc: "ModelAllocation") -> list[str]:
@@ -85,7 +93,9 @@ def engine_env(device: str) -> dict[str, str]:
 def train_options(options: Options, base: TrainOptions) -> TrainOptions:
     """<engine>.megatron.* as the estimator's inputs (Megatron's layout and offload)."""
     return dataclasses.replace(
-        base, optimizer_cpu_offload=options.optimizer_cpu_offload,
+        base,
+        optimizer_cpu_offload=options.optimizer_cpu_offload,
         sequence_parallel=options.sequence_parallel,
         use_distributed_optimizer=options.use_distributed_optimizer,
-        recompute=options.recompute_granularity)
+        recompute=options.recompute_granularity,
+    )

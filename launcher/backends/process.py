@@ -7,6 +7,7 @@ the servers' addresses) plus its index among the component's processes and, when
 has a health path, the port it must answer on; the supervisor polls that URL like a server's
 and restarts a failed worker alone.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -52,15 +53,25 @@ class Options:
     ComponentConfig); the backend adds none."""
 
 
-def workers(comp: "ComponentPlan", plan: "Plan", worker: "Worker", ctx: "LaunchContext",
-            server_addrs: Sequence[str]) -> list[ProcessSpec]:
+def workers(
+    comp: "ComponentPlan",
+    plan: "Plan",
+    worker: "Worker",
+    ctx: "LaunchContext",
+    server_addrs: Sequence[str],
+) -> list[ProcessSpec]:
     """One ProcessSpec per instance of the worker component."""
     addrs = ",".join(server_addrs)
     out: list[ProcessSpec] = []
     for inst in comp.instances:
         node = inst.nodes[0]
-        contract = {ENV_PLAN: ctx.plan_path, ENV_RUN_DIR: ctx.run_dir, ENV_COMPONENT: comp.name,
-                    ENV_INDEX: str(inst.index), ENV_COUNT: str(len(comp.instances))}
+        contract = {
+            ENV_PLAN: ctx.plan_path,
+            ENV_RUN_DIR: ctx.run_dir,
+            ENV_COMPONENT: comp.name,
+            ENV_INDEX: str(inst.index),
+            ENV_COUNT: str(len(comp.instances)),
+        }
         if addrs and len(addrs) <= MAX_ENV_ADDRS:
             contract[ENV_SERVER_ADDRS] = addrs
         port: Optional[int] = None
@@ -69,10 +80,17 @@ def workers(comp: "ComponentPlan", plan: "Plan", worker: "Worker", ctx: "LaunchC
             port = ctx.next_port()
             contract.update({ENV_PORT: str(port), ENV_HOST: bind_placeholder(node)})
             health = f"http://{host_placeholder(node)}:{port}/{worker.health_path.lstrip('/')}"
-        out.append(ProcessSpec(
-            name=f"{comp.name}-{inst.index}", component=comp.name, role="worker", node=node,
-            argv=(ctx.python, *entry_argv(worker.entry), *worker.args),
-            env=layered_env({}, {**ctx.extra_env, **worker.env}, contract),
-            gpus=local_gpus(plan, inst, node), ports=(port,) if port is not None else (),
-            health_url=health))
+        out.append(
+            ProcessSpec(
+                name=f"{comp.name}-{inst.index}",
+                component=comp.name,
+                role="worker",
+                node=node,
+                argv=(ctx.python, *entry_argv(worker.entry), *worker.args),
+                env=layered_env({}, {**ctx.extra_env, **worker.env}, contract),
+                gpus=local_gpus(plan, inst, node),
+                ports=(port,) if port is not None else (),
+                health_url=health,
+            )
+        )
     return out

@@ -1,6 +1,7 @@
 """The plan's processes: servers first, then workers and trainers, so the servers' addresses
 are known to both when their environment is written. A node's supervisor reads requests
 (launcher.spec.request), it never builds them, so it never imports this."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,8 +22,13 @@ from launcher.spec.plan import (
 from launcher.spec.registry import TRAIN
 
 
-def build_processes(planned: Any, entry: str, entry_args: Sequence[str],
-                    ctx: LaunchContext, trainer_python: Optional[str] = None) -> Plan:
+def build_processes(
+    planned: Any,
+    entry: str,
+    entry_args: Sequence[str],
+    ctx: LaunchContext,
+    trainer_python: Optional[str] = None,
+) -> Plan:
     """The plan with every process it needs and the backends' warnings added.
 
     `planned` is a launcher.planning.build.Planned (the plan and its typed engines);
@@ -42,28 +48,32 @@ def build_processes(planned: Any, entry: str, entry_args: Sequence[str],
             by_server[comp.name] = list(made.addrs)
             warnings += made.warnings
             served = served_model_name(engine.options)
-    workers = [p for comp in plan.components.values() if comp.is_worker
-               for p in worker_backend(comp.backend).workers(
-                   comp, plan, planned.workers[comp.name], ctx, addrs)]
-    trainers = trainer_processes(plan, planned.engines, entry, entry_args, ctx, by_server,
-                                 served)
+    workers = [
+        p
+        for comp in plan.components.values()
+        if comp.is_worker
+        for p in worker_backend(comp.backend).workers(
+            comp, plan, planned.workers[comp.name], ctx, addrs
+        )
+    ]
+    trainers = trainer_processes(plan, planned.engines, entry, entry_args, ctx, by_server, served)
     told = coordination(workers, by_server)
     own = {name: e.python for name, e in planned.engines.items() if e.python}
     own.update({name: w.python for name, w in planned.workers.items() if w.python})
     if trainer_python:
         own.update({c.name: trainer_python for c in plan.components.values() if c.kind == TRAIN})
-    processes = tuple(interpreter(plan, p, ctx.python, own) for p in servers) + \
-        tuple(interpreter(plan, on_node(plan, p, told), ctx.python, own)
-              for p in workers + trainers)
+    processes = tuple(interpreter(plan, p, ctx.python, own) for p in servers) + tuple(
+        interpreter(plan, on_node(plan, p, told), ctx.python, own) for p in workers + trainers
+    )
     names = [p.name for p in processes]
     if len(set(names)) != len(names):  # a bug here, not a user mistake
         raise AssertionError(f"duplicate process names: {names}")
-    return dataclasses.replace(plan, processes=processes,
-                               warnings=tuple(plan.warnings) + tuple(warnings))
+    return dataclasses.replace(
+        plan, processes=processes, warnings=tuple(plan.warnings) + tuple(warnings)
+    )
 
 
-def coordination(workers: Sequence[ProcessSpec], servers: dict[str, list[str]]
-                 ) -> dict[str, str]:
+def coordination(workers: Sequence[ProcessSpec], servers: dict[str, list[str]]) -> dict[str, str]:
     """`AREAL_<NAME>_ADDRS` for each serving component and each worker component that answers
     on a port (host:port,..., in process order); the plan has them too."""
     addrs: dict[str, list[str]] = {name: list(a) for name, a in servers.items()}

@@ -7,6 +7,7 @@ protocol's type, so mypy checks every call into a backend. The built-in modules 
 against these protocols at the end of this file. A new kind (a plain-process `worker`) is one
 more `Backend` subclass and accessor.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -78,8 +79,9 @@ class ServeBackend(ModelBackend, Protocol):
     @property
     def CHECKER(self) -> Optional[str]: ...  # module checking argvs with the engine's parser
 
-    def servers(self, comp: ComponentPlan, plan: Plan, engine: Engine,
-                ctx: LaunchContext) -> ServerSet: ...
+    def servers(
+        self, comp: ComponentPlan, plan: Plan, engine: Engine, ctx: LaunchContext
+    ) -> ServerSet: ...
 
     def inference_options(self, options: Any, release: bool) -> InferenceOptions:
         """Its Options as the inference estimator's inputs (release: rollout.offload)."""
@@ -100,17 +102,20 @@ def backend(name: str) -> Backend:
     """The backend `name`, any kind; ConfigError naming the known ones otherwise."""
     found = registry.backend_table().get(name)
     if found is None:
-        raise ConfigError(f"no backend {name!r}: choose one of "
-                          f"{', '.join(registry.backend_names())}")
+        raise ConfigError(
+            f"no backend {name!r}: choose one of {', '.join(registry.backend_names())}"
+        )
     return cast(Backend, found)
 
 
 def _of_kind(name: str, kind: str) -> Any:
     found = backend(name)
     if found.KIND != kind:
-        raise ConfigError(f"backend {name!r} is a {registry.KIND_WORDS.get(found.KIND, found.KIND)}"
-                          f" backend, not a {registry.KIND_WORDS[kind]} one (choose one of "
-                          f"{', '.join(registry.backend_names(kind))})")
+        raise ConfigError(
+            f"backend {name!r} is a {registry.KIND_WORDS.get(found.KIND, found.KIND)}"
+            f" backend, not a {registry.KIND_WORDS[kind]} one (choose one of "
+            f"{', '.join(registry.backend_names(kind))})"
+        )
     return found
 
 
@@ -125,8 +130,14 @@ def train_backend(name: str) -> TrainBackend:
 class WorkerBackend(Backend, Protocol):
     """Plain processes of a declared component (env simulators, reward functions, agents)."""
 
-    def workers(self, comp: ComponentPlan, plan: Plan, worker: Worker, ctx: LaunchContext,
-                server_addrs: Sequence[str]) -> list[ProcessSpec]: ...
+    def workers(
+        self,
+        comp: ComponentPlan,
+        plan: Plan,
+        worker: Worker,
+        ctx: LaunchContext,
+        server_addrs: Sequence[str],
+    ) -> list[ProcessSpec]: ...
 
 
 def worker_backend(name: str) -> WorkerBackend:

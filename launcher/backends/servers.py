@@ -4,6 +4,7 @@ the HTTP endpoints the recipe and the launcher call on a server.
 A rollout instance runs one server process per node it spans; the first node's process serves
 the HTTP API (its address goes to the trainers), the others join it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -41,7 +42,8 @@ class HttpCall:
 class ServerClient:
     """A server's HTTP endpoints, beyond OpenAI's, as the launcher and the recipe call them:
     its health probe; the calls that free its GPU memory between phases (collocated runs) and
-    take it back, which need `release_flag` at start; the weight push (`pause`, then `push` in order, then `unpause`, also after a failed
+    take it back, which need `release_flag` at start; the weight push (`pause`, then `push` in
+    order, then `unpause`, also after a failed
     push); the GET endpoints that tell the weights' label, tried in order; what a completion
     request adds to get token ids back; and a native generate endpoint (SGLang's /generate
     form: output ids and meta_info.output_token_logprobs), None: greedy uses completions."""
@@ -85,8 +87,9 @@ def local_gpus(plan: "Plan", inst: "Instance", node: int) -> tuple[int, ...]:
     return tuple(cluster.local_of(g) for g in inst.gpus if cluster.node_of(g) == node)
 
 
-def server_env(engine: "Engine", ctx: "LaunchContext", defaults: Mapping[str, str]
-               ) -> dict[str, str]:
+def server_env(
+    engine: "Engine", ctx: "LaunchContext", defaults: Mapping[str, str]
+) -> dict[str, str]:
     """The environment one server process gets (docs/architecture.md §7)."""
     contract = {
         ENV_PLAN: ctx.plan_path,

@@ -12,6 +12,7 @@ Ports, all drawn from ctx (reserved, so two launches never collide):
   derives its ZMQ ports from D as D+1..D+6 (without the flag attention-DP uses port+233.., which
   nobody reserved), so we reserve D..D+6 in a row.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -49,12 +50,20 @@ HYBRID = False
 EXAMPLE = "sglang:d4t2"
 ORDER = 0
 CLIENT = ServerClient(
-    health="/health", release="/release_memory_occupation",
-    resume="/resume_memory_occupation", release_flag="--enable-memory-saver",
-    push=(HttpCall("/update_weights_from_disk",
-                   {"model_path": "{dir}", "weight_version": "{version}"}, success="required"),),
+    health="/health",
+    release="/release_memory_occupation",
+    resume="/resume_memory_occupation",
+    release_flag="--enable-memory-saver",
+    push=(
+        HttpCall(
+            "/update_weights_from_disk",
+            {"model_path": "{dir}", "weight_version": "{version}"},
+            success="required",
+        ),
+    ),
     weight_version=("/model_info", "/get_model_info"),  # /get_model_info before 0.5
-    generate="/generate")  # its completions carry no token ids
+    generate="/generate",
+)  # its completions carry no token ids
 INSTALL = Install("sglang", "pip install 'areal-launch[sglang]'")
 CHECKER = "launcher.backends.checks.check_sglang_argv"
 MEMORY_MODEL = STATIC_BUDGET
@@ -93,22 +102,46 @@ VALUE_FLAGS = (
 )
 SWITCHES = (("skip_server_warmup", "--skip-server-warmup"),)
 
-_COUNT = ("would change the GPU count of an instance: set replicas with the backend string's d "
-          "and GPUs per replica with t/p (rollout.backend=sglang:d4t2); attention-DP inside an "
-          "instance is rollout.sglang.attn_dp_size")
+_COUNT = (
+    "would change the GPU count of an instance: set replicas with the backend string's d "
+    "and GPUs per replica with t/p (rollout.backend=sglang:d4t2); attention-DP inside an "
+    "instance is rollout.sglang.attn_dp_size"
+)
 REFUSED = {
-    **{flag: _COUNT for flag in ("--dp-size", "--data-parallel-size", "--tp-size",
-                                 "--tensor-parallel-size", "--pp-size",
-                                 "--pipeline-parallel-size")},
-    **launcher_owned(("--model-path", "--model", "--host", "--port", "--nccl-port", "--nnodes",
-                      "--node-rank", "--dist-init-addr", "--nccl-init-addr", "--base-gpu-id",
-                      "--gpu-id-step", "--device")),
+    **{
+        flag: _COUNT
+        for flag in (
+            "--dp-size",
+            "--data-parallel-size",
+            "--tp-size",
+            "--tensor-parallel-size",
+            "--pp-size",
+            "--pipeline-parallel-size",
+        )
+    },
+    **launcher_owned(
+        (
+            "--model-path",
+            "--model",
+            "--host",
+            "--port",
+            "--nccl-port",
+            "--nnodes",
+            "--node-rank",
+            "--dist-init-addr",
+            "--nccl-init-addr",
+            "--base-gpu-id",
+            "--gpu-id-step",
+            "--device",
+        )
+    ),
     "--served-model-name": "duplicates rollout.sglang.served_model_name; set that instead",
 }
 
 
-def servers(comp: "ComponentPlan", plan: "Plan", engine: "Engine",
-            ctx: "LaunchContext") -> ServerSet:
+def servers(
+    comp: "ComponentPlan", plan: "Plan", engine: "Engine", ctx: "LaunchContext"
+) -> ServerSet:
     """One ProcessSpec per instance and node of the rollout component."""
     opts: Options = engine.options
     flags = user_flags(engine, REFUSED)
@@ -117,8 +150,10 @@ def servers(comp: "ComponentPlan", plan: "Plan", engine: "Engine",
     shared = _option_args(engine, comp.alloc.tp) + flags
     out = ServerSet()
     if plan.cluster.device == "cpu":
-        out.warnings.append("rollout: SGLang on cpu needs SGLang's CPU kernels built from "
-                            "source (PyPI has none); use rollout.backend=vllm:... there")
+        out.warnings.append(
+            "rollout: SGLang on cpu needs SGLang's CPU kernels built from "
+            "source (PyPI has none); use rollout.backend=vllm:... there"
+        )
     for inst in comp.instances:
         nodes = sorted(inst.nodes)
         leader = host_placeholder(nodes[0])
@@ -126,8 +161,13 @@ def servers(comp: "ComponentPlan", plan: "Plan", engine: "Engine",
         dist_port = ctx.ports_in_a_row(DIST_INIT_PORTS) if len(nodes) > 1 or dp_attention else None
         out.addrs.append(f"{leader}:{port}")
         for rank, node in enumerate(nodes):
-            argv = [*module_argv(engine, ctx, MODULE), "--model-path", engine.model_path,
-                    "--tp-size", str(comp.alloc.tp)]
+            argv = [
+                *module_argv(engine, ctx, MODULE),
+                "--model-path",
+                engine.model_path,
+                "--tp-size",
+                str(comp.alloc.tp),
+            ]
             if comp.alloc.pp > 1:
                 argv += ["--pp-size", str(comp.alloc.pp)]
             argv += [*listen_args(node, port), "--nccl-port", str(nccl_port)]
@@ -144,10 +184,19 @@ def servers(comp: "ComponentPlan", plan: "Plan", engine: "Engine",
                 if dist_port is not None:
                     ports += tuple(range(dist_port, dist_port + DIST_INIT_PORTS))
             gpus = local_gpus(plan, inst, node)
-            out.processes.append(ProcessSpec(
-                name=process_name(comp, inst, node), component=comp.name, role="server",
-                node=node, argv=tuple(argv), env=server_env(engine, ctx, {}),
-                gpus=gpus, ports=ports, health_url=health_url(node, port, CLIENT)))
+            out.processes.append(
+                ProcessSpec(
+                    name=process_name(comp, inst, node),
+                    component=comp.name,
+                    role="server",
+                    node=node,
+                    argv=tuple(argv),
+                    env=server_env(engine, ctx, {}),
+                    gpus=gpus,
+                    ports=ports,
+                    health_url=health_url(node, port, CLIENT),
+                )
+            )
     return out
 
 
@@ -155,11 +204,14 @@ def check_options(opts: Options, tp: int) -> None:
     """What SGLang itself lets through or rejects with a bare assert (reference/sglang.md)."""
     fraction = opts.mem_fraction_static
     if fraction is not None and not 0 < fraction <= 1:
-        raise ConfigError(f"rollout.sglang.mem_fraction_static={fraction}: a fraction of GPU "
-                          f"memory, in (0, 1]")
+        raise ConfigError(
+            f"rollout.sglang.mem_fraction_static={fraction}: a fraction of GPU memory, in (0, 1]"
+        )
     if opts.attn_dp_size is not None and (opts.attn_dp_size < 1 or tp % opts.attn_dp_size):
-        raise ConfigError(f"rollout.sglang.attn_dp_size={opts.attn_dp_size} must divide the "
-                          f"instance's tensor parallel size t={tp} (rollout.backend)")
+        raise ConfigError(
+            f"rollout.sglang.attn_dp_size={opts.attn_dp_size} must divide the "
+            f"instance's tensor parallel size t={tp} (rollout.backend)"
+        )
 
 
 def attention_dp_size(opts: Options, tp: int) -> int:
@@ -173,9 +225,12 @@ def attention_dp_size(opts: Options, tp: int) -> int:
 
 def inference_options(options: Options, release: bool) -> InferenceOptions:
     """rollout.sglang.* as the estimator's inputs."""
-    return InferenceOptions(mem_fraction=options.mem_fraction_static,
-                            context_length=options.context_length, dtype=options.dtype,
-                            release=release)
+    return InferenceOptions(
+        mem_fraction=options.mem_fraction_static,
+        context_length=options.context_length,
+        dtype=options.dtype,
+        release=release,
+    )
 
 
 def _option_args(engine: "Engine", tp: int) -> list[str]:

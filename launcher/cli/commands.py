@@ -6,6 +6,7 @@ run id, ...) or by its run folder (launcher.node.runs), ask the runner that star
 its text. A user mistake (no id, a bad id, an unknown run, no Slurm) is one `error:` line and
 exit code 2, and so is a scheduler that refuses or does not answer (docs/architecture.md §14).
 """
+
 from __future__ import annotations
 
 import sys
@@ -21,8 +22,12 @@ from launcher.spec.errors import LaunchError, UserError, error_line
 
 T = TypeVar("T")
 
-app = typer.Typer(add_completion=False, no_args_is_help=False, rich_markup_mode=None,
-                  help="areal-launch: plan and launch RL post-training engines.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=False,
+    rich_markup_mode=None,
+    help="areal-launch: plan and launch RL post-training engines.",
+)
 
 RUN_HELP = "the id areal-launch printed when it started the run, or its run folder"
 
@@ -34,10 +39,16 @@ def _group() -> None:
 
 
 @app.command()
-def status(run: Optional[str] = typer.Argument(None, help=RUN_HELP),
-           plot: bool = typer.Option(False, "--plot", help="also draw the run's metrics "
-                                     "(reward, loss, step time; restarts and requeues marked) "
-                                     "into <run folder>/metrics.png")) -> None:
+def status(
+    run: Optional[str] = typer.Argument(None, help=RUN_HELP),
+    plot: bool = typer.Option(
+        False,
+        "--plot",
+        help="also draw the run's metrics "
+        "(reward, loss, step time; restarts and requeues marked) "
+        "into <run folder>/metrics.png",
+    ),
+) -> None:
     """Show a run's state: its processes (or Slurm steps), how it ended, its run folder, its
     metrics and where its trackers are."""
     runner, record = _guarded(lambda: _runner(run, "status"))
@@ -58,9 +69,11 @@ def picture(run_dir: Path) -> str:
     records = read_metrics(run_dir)
     if not records:
         return f"none: the run logged no metrics ({run_dir / METRICS_JSONL})"
-    labels = {r.epoch: f"{'requeue' if r.kind == restarts.REQUEUE else 'restart'} {r.n}"
-              for r in restarts.read_all(run_dir) if r.kind in (restarts.TRAINERS,
-                                                                restarts.REQUEUE)}
+    labels = {
+        r.epoch: f"{'requeue' if r.kind == restarts.REQUEUE else 'restart'} {r.n}"
+        for r in restarts.read_all(run_dir)
+        if r.kind in (restarts.TRAINERS, restarts.REQUEUE)
+    }
     try:
         return str(draw(records, run_dir / PICTURE, run_dir.name, labels))
     except PlotUnavailable as exc:
@@ -75,10 +88,13 @@ def cancel(run: Optional[str] = typer.Argument(None, help=RUN_HELP)) -> None:
 
 
 @app.command()
-def logs(run: Optional[str] = typer.Argument(None, help=RUN_HELP),
-         follow: bool = typer.Option(False, "--follow", "-f", help="keep printing until the run ends"),
-         engine: Optional[str] = typer.Option(None, "--engine", "-e",
-                                              help="only the processes of this engine (rollout, actor, ...)")) -> None:
+def logs(
+    run: Optional[str] = typer.Argument(None, help=RUN_HELP),
+    follow: bool = typer.Option(False, "--follow", "-f", help="keep printing until the run ends"),
+    engine: Optional[str] = typer.Option(
+        None, "--engine", "-e", help="only the processes of this engine (rollout, actor, ...)"
+    ),
+) -> None:
     """Print a run's logs, each line prefixed with its process's name."""
     runner, record = _guarded(lambda: _runner(run, "logs"))
 

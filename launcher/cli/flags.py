@@ -1,5 +1,6 @@
 """The command line's own flags (`plan`'s table, read by the fast path and by the Hydra app)
 and the exit codes every entry shares for an error the launcher says."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,23 +33,40 @@ class Flag:
 PLAN_FLAGS = (
     Flag(("--json",), "json", None, "print the plan JSON (schema 1) instead of the table"),
     Flag(("--svg",), "svg", "FILE", "also write the GPU map as SVG to FILE"),
-    Flag(("--suggest",), "suggest", None,
-         "print the layouts that fit this model on this cluster, best first, as commands to "
-         "paste; ranked by a throughput proxy, score = sqrt(generation x training): "
-         "generation = rollout instances x the KV tokens each can use (capped at 512K), "
-         "training = actor.mb_spec.max_tokens_per_mb x the actor's data parallel size; "
-         "collocated layouts count half (their phases take turns)"),
-    Flag(("--config-dir", "-cd"), "config_dir", "DIR",
-         "a folder of your own configs (presets, clusters, whole configs), as Hydra's -cd"),
-    Flag(("--config-name", "-cn"), "config_name", "NAME",
-         "the primary config (default: config), as Hydra's -cn"),
-    Flag(("--config-path", "-cp"), "config_path", "DIR",
-         "the primary config's folder instead of launcher/conf, as Hydra's -cp"),
+    Flag(
+        ("--suggest",),
+        "suggest",
+        None,
+        "print the layouts that fit this model on this cluster, best first, as commands to "
+        "paste; ranked by a throughput proxy, score = sqrt(generation x training): "
+        "generation = rollout instances x the KV tokens each can use (capped at 512K), "
+        "training = actor.mb_spec.max_tokens_per_mb x the actor's data parallel size; "
+        "collocated layouts count half (their phases take turns)",
+    ),
+    Flag(
+        ("--config-dir", "-cd"),
+        "config_dir",
+        "DIR",
+        "a folder of your own configs (presets, clusters, whole configs), as Hydra's -cd",
+    ),
+    Flag(
+        ("--config-name", "-cn"),
+        "config_name",
+        "NAME",
+        "the primary config (default: config), as Hydra's -cn",
+    ),
+    Flag(
+        ("--config-path", "-cp"),
+        "config_path",
+        "DIR",
+        "the primary config's folder instead of launcher/conf, as Hydra's -cp",
+    ),
 )
 
 
-def parse_flags(args: list[str], flags: Sequence[Flag], command: str
-                ) -> tuple[dict[str, Any], list[str]]:
+def parse_flags(
+    args: list[str], flags: Sequence[Flag], command: str
+) -> tuple[dict[str, Any], list[str]]:
     """`--flag`, `--flag VALUE` and `--flag=VALUE` from a table; the rest are overrides."""
     by_name = {n: f for f in flags for n in f.names}
     given: dict[str, Any] = {}
@@ -59,19 +77,25 @@ def parse_flags(args: list[str], flags: Sequence[Flag], command: str
         flag = by_name.get(name) if a.startswith("-") else None
         if flag is None:
             if a.startswith("-"):
-                raise UserError(f"unknown option {a!r} for {command}: flags are "
-                                f"{', '.join(f.names[0] for f in flags)}; the rest are "
-                                "KEY=VALUE overrides")
+                raise UserError(
+                    f"unknown option {a!r} for {command}: flags are "
+                    f"{', '.join(f.names[0] for f in flags)}; the rest are "
+                    "KEY=VALUE overrides"
+                )
             overrides.append(a)
         elif flag.metavar is None:
             given[flag.dest] = True
         else:
             given[flag.dest] = value if eq else next(rest, "")
             if not eq and given[flag.dest].startswith("-"):  # `--svg --json`: not a FILE
-                raise UserError(f"{name} needs a {flag.metavar}, not the flag "
-                                f"{given[flag.dest]!r}: areal-launch {command} ... {name} "
-                                f"{flag.metavar} (or {name}=./{given[flag.dest]})")
+                raise UserError(
+                    f"{name} needs a {flag.metavar}, not the flag "
+                    f"{given[flag.dest]!r}: areal-launch {command} ... {name} "
+                    f"{flag.metavar} (or {name}=./{given[flag.dest]})"
+                )
             if not given[flag.dest]:
-                raise UserError(f"{name} needs a {flag.metavar}: areal-launch {command} ... "
-                                f"{name} {flag.metavar}")
+                raise UserError(
+                    f"{name} needs a {flag.metavar}: areal-launch {command} ... "
+                    f"{name} {flag.metavar}"
+                )
     return given, overrides

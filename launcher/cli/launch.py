@@ -5,6 +5,7 @@ dry run takes exactly the path of a launch (the same request, the same runner ch
 stops short of the side effects: it writes nothing and starts nothing. A sweep prepares every
 point first, so one bad point stops the whole sweep with nothing started.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -57,8 +58,9 @@ class Prepared:
         return bool(self.spec.config.launcher.dry_run)
 
 
-def prepare(overrides: list[str], to_run: bool = True,
-            composed: Optional[DictConfig] = None) -> Prepared:
+def prepare(
+    overrides: list[str], to_run: bool = True, composed: Optional[DictConfig] = None
+) -> Prepared:
     """Compose and resolve; every user mistake raises here, before anything starts.
 
     to_run=False (`plan`): the trainer script need not exist on the machine that plans.
@@ -77,10 +79,14 @@ def prepare(overrides: list[str], to_run: bool = True,
     config = spec.config
     runner = runners.create(config.launcher)
     device = str(config.cluster.device)
-    planned = build_plan(config, count_local_gpus, explicit_keys(overrides),
-                         more_nodes=runner.more_nodes(device),
-                         offer=runner.offer() if device == "auto" else None,
-                         servers=spec.servers)
+    planned = build_plan(
+        config,
+        count_local_gpus,
+        explicit_keys(overrides),
+        more_nodes=runner.more_nodes(device),
+        offer=runner.offer() if device == "auto" else None,
+        servers=spec.servers,
+    )
     chosen = {n: str(c.alloc) for n, c in planned.plan.components.items()}
     try:
         check_unused_options(config, chosen)
@@ -90,17 +96,23 @@ def prepare(overrides: list[str], to_run: bool = True,
     entry = str(config.trainer.entry)
     if any(c.kind == registry.TRAIN for c in planned.plan.components.values()):
         entry = resolve_entry(entry, must_exist=to_run)
-    planned = dataclasses.replace(planned, workers={
-        name: dataclasses.replace(w, entry=resolve_entry(w.entry, to_run,
-                                                         f"components.{name}.entry"))
-        for name, w in planned.workers.items()})
+    planned = dataclasses.replace(
+        planned,
+        workers={
+            name: dataclasses.replace(
+                w, entry=resolve_entry(w.entry, to_run, f"components.{name}.entry")
+            )
+            for name, w in planned.workers.items()
+        },
+    )
     planned = with_memory(planned, here=not runner.more_nodes(device))
     planned = dataclasses.replace(planned, notes=(*planned.notes, *spec.notes))
     return Prepared(list(overrides), spec, planned, runner, entry, Path(spec.run_dir).absolute())
 
 
 def with_memory(planned: Planned, here: bool) -> Planned:
-    """The plan with its `memory` section (docs/architecture.md §10): the model's shape from its config.json
+    """The plan with its `memory` section (docs/architecture.md §10): the model's shape from its
+    config.json
     (read here, never downloaded), the GPUs' memory (`here`: this machine's GPUs, by NVML or
     their names; else cluster.gpu_type, which the Slurm partition's gres fills in); a plan
     that does not fit is refused (launcher.check_memory=error), said (warn) or not checked
@@ -119,23 +131,29 @@ def with_memory(planned: Planned, here: bool) -> Planned:
     capacity = gpu_capacity(planned, here)
     if shape is None:  # a hub name, or a folder on the cluster's disks: nothing to read here
         why = f"no config.json at {model} here"
-        memory = {"gpu_capacity_gib": capacity.gib, "fits": None, "unknown": why,
-                  "capacity_source": capacity.source}
-        plan = dataclasses.replace(plan, meta={**plan.meta, "memory": memory},
-                                   warnings=plan.warnings + (f"memory unknown: {why}, so no "
-                                                             "GPU is checked",))
+        memory = {
+            "gpu_capacity_gib": capacity.gib,
+            "fits": None,
+            "unknown": why,
+            "capacity_source": capacity.source,
+        }
+        plan = dataclasses.replace(
+            plan,
+            meta={**plan.meta, "memory": memory},
+            warnings=plan.warnings + (f"memory unknown: {why}, so no GPU is checked",),
+        )
         return dataclasses.replace(planned, plan=plan)
     report = plan_memory(plan, planned.engines, shape, capacity.gib)
     said = list(report.warnings)
     problem = report.error()
     if problem is not None and mode == "error":
-        raise UserError(f"does not fit: {problem} (launcher.check_memory=warn starts it "
-                        "anyway)")
+        raise UserError(f"does not fit: {problem} (launcher.check_memory=warn starts it anyway)")
     if problem is not None:
         said.append(f"does not fit: {problem}")
     memory = {**report.to_dict(), "capacity_source": capacity.source}
-    plan = dataclasses.replace(plan, meta={**plan.meta, "memory": memory},
-                               warnings=plan.warnings + tuple(said))
+    plan = dataclasses.replace(
+        plan, meta={**plan.meta, "memory": memory}, warnings=plan.warnings + tuple(said)
+    )
     return dataclasses.replace(planned, plan=plan)
 
 
@@ -147,12 +165,18 @@ def gpu_capacity(planned: Planned, here: bool) -> "Capacity":
     from launcher.node.hostinfo import local_gpu_names
 
     cluster = planned.spec.cluster
-    return resolve_capacity(planned.plan.cluster.device, cluster.gpu_memory_gib,
-                            cluster.gpu_type, detect=here, local_names=local_gpu_names)
+    return resolve_capacity(
+        planned.plan.cluster.device,
+        cluster.gpu_memory_gib,
+        cluster.gpu_type,
+        detect=here,
+        local_names=local_gpu_names,
+    )
 
 
 def resolve_entry(entry: str, must_exist: bool = True, key: str = "trainer.entry") -> str:
-    """A relative entry (`key`: trainer.entry, components.<name>.entry) is looked up in the working directory, then beside the
+    """A relative entry (`key`: trainer.entry, components.<name>.entry) is looked up in the working
+    directory, then beside the
     launcher (the default recipe ships with it, editable or installed).
 
     Checked here, so a missing script fails before any server spends a minute starting."""
@@ -163,19 +187,24 @@ def resolve_entry(entry: str, must_exist: bool = True, key: str = "trainer.entry
             return str(candidate.absolute())
     if not must_exist:
         return entry
-    raise UserError(f"{key}={entry!r}: no such file (relative paths are looked up in "
-                    f"the working directory, then in {REPO_ROOT}); use a path or '-m module'")
+    raise UserError(
+        f"{key}={entry!r}: no such file (relative paths are looked up in "
+        f"the working directory, then in {REPO_ROOT}); use a path or '-m module'"
+    )
 
 
 def job_name(prep: Prepared) -> str:
     config = prep.spec.config
-    base = getattr(config.launcher, "job_name", None) or \
-        f"{config.experiment_name}-{config.trial_name}"
+    base = (
+        getattr(config.launcher, "job_name", None)
+        or f"{config.experiment_name}-{config.trial_name}"
+    )
     return base if prep.point is None else f"{base}-{prep.point}"
 
 
-def build_request(prep: Prepared, run_dir: Path, next_port: Callable[[], int]
-                  ) -> tuple[Plan, LaunchRequest]:
+def build_request(
+    prep: Prepared, run_dir: Path, next_port: Callable[[], int]
+) -> tuple[Plan, LaunchRequest]:
     """The plan with its processes, and the request a runner executes (no side effect)."""
     from launcher.backends.context import LaunchContext
     from launcher.backends.processes import build_processes
@@ -184,35 +213,56 @@ def build_request(prep: Prepared, run_dir: Path, next_port: Callable[[], int]
     config = prep.spec.config
     run_id = uuid.uuid4().hex
     extra_env = user_env(config.launcher.env)
-    identity = Identity(check(config.launcher.tracking), run_id, str(run_dir),
-                        job_name(prep) if prep.sweep else f"{job_name(prep)}-{run_dir.name}",
-                        str(config.experiment_name), prep.sweep)
+    identity = Identity(
+        check(config.launcher.tracking),
+        run_id,
+        str(run_dir),
+        job_name(prep) if prep.sweep else f"{job_name(prep)}-{run_dir.name}",
+        str(config.experiment_name),
+        prep.sweep,
+    )
     areal = areal_folders(prep, run_dir)
     trainer_env = identity.env({**os.environ, **extra_env})
     if areal is not None:  # AReaL's trainer reads it: started by a launcher, under torchrun
         trainer_env[ENV_SPMD_MODE] = "1"
-    ctx = LaunchContext(run_dir=str(run_dir), plan_path=str(run_dir / "plan.json"),
-                        python=prep.runner.python(), next_port=next_port,
-                        cpus=prep.runner.cpus(), extra_env=extra_env, trainer_env=trainer_env,
-                        engine_env={name: user_env(engine(config, name).env, shell=False)
-                                    for name in ENGINES})
+    ctx = LaunchContext(
+        run_dir=str(run_dir),
+        plan_path=str(run_dir / "plan.json"),
+        python=prep.runner.python(),
+        next_port=next_port,
+        cpus=prep.runner.cpus(),
+        extra_env=extra_env,
+        trainer_env=trainer_env,
+        engine_env={name: user_env(engine(config, name).env, shell=False) for name in ENGINES},
+    )
     args = [str(a) for a in config.trainer.args]
     if prep.spec.handoff is not None:  # an entry of another trainer: its config, as AReaL's
         args += prep.spec.handoff.args(str(run_dir))  # launcher hands it (--config FILE ...)
         if areal is not None:
             args += folder_overrides(prep, areal)
-    plan = build_processes(prep.planned, prep.entry, args, ctx,
-                           trainer_python=config.trainer.python)
+    plan = build_processes(
+        prep.planned, prep.entry, args, ctx, trainer_python=config.trainer.python
+    )
     request = LaunchRequest(
-        run_id=run_id, run_dir=str(run_dir), job_name=job_name(prep),
-        device=plan.cluster.device, num_nodes=plan.cluster.num_nodes,
-        gpus_per_node=plan.cluster.gpus_per_node, processes=plan.processes,
+        run_id=run_id,
+        run_dir=str(run_dir),
+        job_name=job_name(prep),
+        device=plan.cluster.device,
+        num_nodes=plan.cluster.num_nodes,
+        gpus_per_node=plan.cluster.gpus_per_node,
+        processes=plan.processes,
         grace_period_s=float(config.launcher.grace_period_s),
-        health_timeout_s=health_timeout_s(config), paths=read_paths(plan, prep.entry),
+        health_timeout_s=health_timeout_s(config),
+        paths=read_paths(plan, prep.entry),
         max_restarts=int(config.launcher.max_restarts),
-        hang_timeout_s=config.launcher.hang_timeout_s, console=str(config.launcher.console),
-        node_groups=plan.cluster.groups, cpu_nodes=plan.cluster.cpu_nodes, areal=areal,
-        flag_check=flag_check(prep), asks=dict(prep.spec.asks))
+        hang_timeout_s=config.launcher.hang_timeout_s,
+        console=str(config.launcher.console),
+        node_groups=plan.cluster.groups,
+        cpu_nodes=plan.cluster.cpu_nodes,
+        areal=areal,
+        flag_check=flag_check(prep),
+        asks=dict(prep.spec.asks),
+    )
     return plan, request
 
 
@@ -240,15 +290,21 @@ def areal_folders(prep: Prepared, run_dir: Path) -> Optional[ArealFolders]:
     no trainers): AReaL's `cluster.fileroot` and name_resolve's `nfs_record_root` where the
     config sets them, else the run folder and `<run folder>/name_resolve`, so that no run
     shares them with another."""
-    if not any(c.kind == registry.TRAIN for c in prep.plan.components.values()) or \
-            is_recipe(prep.entry):
+    if not any(c.kind == registry.TRAIN for c in prep.plan.components.values()) or is_recipe(
+        prep.entry
+    ):
         return None
     config = prep.spec.config
-    records = config.cluster.name_resolve.nfs_record_root \
-        if config.cluster.name_resolve.type == "nfs" else None
-    return ArealFolders(fileroot=str(config.cluster.fileroot or run_dir),
-                        name_resolve=str(records or run_dir / "name_resolve"),
-                        trial=f"{config.experiment_name}/{config.trial_name}")
+    records = (
+        config.cluster.name_resolve.nfs_record_root
+        if config.cluster.name_resolve.type == "nfs"
+        else None
+    )
+    return ArealFolders(
+        fileroot=str(config.cluster.fileroot or run_dir),
+        name_resolve=str(records or run_dir / "name_resolve"),
+        trial=f"{config.experiment_name}/{config.trial_name}",
+    )
 
 
 def folder_overrides(prep: Prepared, areal: ArealFolders) -> list[str]:
@@ -398,8 +454,10 @@ def sharing_everything(overrides: list[str]) -> Optional[list[str]]:
         return None
     given = {n: b for n in ("rollout", "actor") if (b := backend_of(engine(config, n).backend))}
     on_gpu0 = ", ".join(f"{n}: 0" for n in given)
-    return [*(f"{n}.backend={b}:d1" for n, b in given.items()),
-            f"cluster.component_placement={{{on_gpu0}}}"]
+    return [
+        *(f"{n}.backend={b}:d1" for n, b in given.items()),
+        f"cluster.component_placement={{{on_gpu0}}}",
+    ]
 
 
 def show_suggestions(overrides: list[str]) -> int:
@@ -415,38 +473,51 @@ def show_suggestions(overrides: list[str]) -> int:
         shared = sharing_everything(overrides)
         if shared is None:
             raise
-        print(f"note: --suggest: the layout given does not fit ({exc}); searching the "
-              "cluster's layouts", file=sys.stderr)
+        print(
+            f"note: --suggest: the layout given does not fit ({exc}); searching the "
+            "cluster's layouts",
+            file=sys.stderr,
+        )
         prep = prepare([*overrides, *shared, "launcher.check_memory=off"], to_run=False)
     plan = prep.plan
     shape = read_model_shape(plan.meta["model_path"])
     if shape is None:
-        raise UserError(f"model_path={plan.meta['model_path']}: no config.json there, so "
-                        "nothing to size: point model_path at a local model folder")
+        raise UserError(
+            f"model_path={plan.meta['model_path']}: no config.json there, so "
+            "nothing to size: point model_path at a local model folder"
+        )
     capacity = gpu_capacity(prep.planned, here=not prep.runner.more_nodes("cuda"))
     engines = prep.planned.engines
     options = SuggestOptions(
         train=train_options(engines["actor"]) if "actor" in engines else SuggestOptions().train,
-        infer=inference_options(engines["rollout"]) if "rollout" in engines
-        else SuggestOptions().infer)
+        infer=inference_options(engines["rollout"])
+        if "rollout" in engines
+        else SuggestOptions().infer,
+    )
     search = suggest_within(shape, plan.cluster, capacity.gib, options)
     found, cluster = search.found, plan.cluster
     if search.cut:
-        print(f"note: --suggest searched for its {search.budget_s:.0f} s budget and stopped: "
-              "the layouts below are the best of those it tried, not of all (fewer nodes, "
-              "or fixing actor.backend or rollout.backend, searches less)", file=sys.stderr)
-    print(f"# {len(found)} layout(s) that fit {cluster.num_nodes} node(s) x "
-          f"{cluster.gpus_per_node} GPUs of {capacity.gib:.1f} GiB ({capacity.source}), best "
-          "first (score: sqrt(generation x training tokens), see plan --help)")
+        print(
+            f"note: --suggest searched for its {search.budget_s:.0f} s budget and stopped: "
+            "the layouts below are the best of those it tried, not of all (fewer nodes, "
+            "or fixing actor.backend or rollout.backend, searches less)",
+            file=sys.stderr,
+        )
+    print(
+        f"# {len(found)} layout(s) that fit {cluster.num_nodes} node(s) x "
+        f"{cluster.gpus_per_node} GPUs of {capacity.gib:.1f} GiB ({capacity.source}), best "
+        "first (score: sqrt(generation x training tokens), see plan --help)"
+    )
     import shlex
 
     for s in found:
-        print(f"# {s.mode}: rollout {s.rollout} ({s.kv_tokens} KV tokens), actor {s.actor} "
-              f"({s.train_tokens} tokens per micro-step), score {s.score:.0f}")
+        print(
+            f"# {s.mode}: rollout {s.rollout} ({s.kv_tokens} KV tokens), actor {s.actor} "
+            f"({s.train_tokens} tokens per micro-step), score {s.score:.0f}"
+        )
         keys = {o.partition("=")[0] for o in s.overrides}
         kept = [o for o in overrides if o.lstrip("+").partition("=")[0] not in keys]
         print(s.command(" ".join(["areal-launch", *map(shlex.quote, kept)])))
     if not found:
         print("# none fits: more GPUs, a smaller model, or a smaller context")
     return 0
-

@@ -9,6 +9,7 @@ A user mistake (UserError) is one `error:` line on stderr and exit code 2; nothi
 A failure on a node or of a scheduler (LaunchError) is one `error:` line too
 (docs/architecture.md §14).
 """
+
 from __future__ import annotations
 
 import sys
@@ -30,7 +31,8 @@ table and the GPU map, or the plan JSON. Starts nothing.
 Flags:
 {flags}
 Examples:
-  areal-launch plan cluster=gpu8 cluster.num_nodes=2 rollout.backend=sglang:d4t2 actor.backend=fsdp:d8
+  areal-launch plan cluster=gpu8 cluster.num_nodes=2 rollout.backend=sglang:d4t2
+  actor.backend=fsdp:d8
   areal-launch plan cluster=gpu8 actor.backend=fsdp:d4 rollout.backend=sglang:d2t2 --json
   areal-launch plan -cd ~/my-configs experiment=my_preset
   areal-launch plan --suggest cluster=gpu8 cluster.num_nodes=2 cluster.gpu_type=h100
@@ -90,8 +92,10 @@ def _unknown_command(word: str) -> str:
 
     close = difflib.get_close_matches(word, SUBCOMMANDS, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return (f"unknown command {word!r}{hint}: commands are {', '.join(SUBCOMMANDS)}; a launch "
-            "takes KEY=VALUE overrides (areal-launch --help)")
+    return (
+        f"unknown command {word!r}{hint}: commands are {', '.join(SUBCOMMANDS)}; a launch "
+        "takes KEY=VALUE overrides (areal-launch --help)"
+    )
 
 
 def run_plan(args: list[str]) -> int:
@@ -105,12 +109,18 @@ def run_plan(args: list[str]) -> int:
         from launcher.config.compose import ConfigSource, cached
 
         given, overrides = parse_flags(args, PLAN_FLAGS, "plan")
-        with cached(ConfigSource(given.get("config_path"), given.get("config_name") or "config",
-                                 given.get("config_dir"))):
+        with cached(
+            ConfigSource(
+                given.get("config_path"),
+                given.get("config_name") or "config",
+                given.get("config_dir"),
+            )
+        ):
             if given.get("suggest"):
                 return show_suggestions(overrides)
             svg = given.get("svg")
             return show_plan(overrides, bool(given.get("json")), Path(svg) if svg else None)
+
     return guarded(plan)
 
 
@@ -119,8 +129,11 @@ def flag_help(flag: Flag) -> str:
     import textwrap
 
     names = f"  {', '.join(flag.names)}{' ' + flag.metavar if flag.metavar else ''}\n"
-    return names + textwrap.fill(flag.help, 94, initial_indent=" " * 6,
-                                 subsequent_indent=" " * 6) + "\n"
+    return (
+        names
+        + textwrap.fill(flag.help, 94, initial_indent=" " * 6, subsequent_indent=" " * 6)
+        + "\n"
+    )
 
 
 def guarded(call: Any) -> int:

@@ -5,6 +5,7 @@ GPU: which engines sit on it (shared ones as `A+R`), which instance or rank, and
 form one instance or tp group (brackets in text, outlines in SVG). Large clusters collapse runs
 of identical nodes so the picture stays readable. Pure: returns renderables and text.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -40,9 +41,15 @@ def empty_mark() -> str:
         return "."
     return "\u00b7"
 
+
 LETTER = {"rollout": "R", "actor": "A", "critic": "C", "ref": "F", "teacher": "T"}
-COLOR = {"rollout": "#2e9d5b", "actor": "#3b7dd8", "critic": "#b04fc4", "ref": "#d08a00",
-         "teacher": "#1a9fae"}
+COLOR = {
+    "rollout": "#2e9d5b",
+    "actor": "#3b7dd8",
+    "critic": "#b04fc4",
+    "ref": "#d08a00",
+    "teacher": "#1a9fae",
+}
 # declared components take the first free letter of their name, colours from here in turn
 PALETTE = ("#c0392b", "#7f8c2b", "#8e5b3a", "#5d6d7e", "#d35400", "#16a085", "#6c3483")
 DETAIL_NODES = 16  # up to this many nodes: one lane per engine, with instance/rank numbers
@@ -73,8 +80,14 @@ def marks(plan: Plan) -> dict[str, tuple[str, str]]:
     for name in plan.components:
         if name in out:
             continue
-        letter = next((c for c in name.upper() + "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-                       if c.isalnum() and c not in taken), "?")
+        letter = next(
+            (
+                c
+                for c in name.upper() + "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                if c.isalnum() and c not in taken
+            ),
+            "?",
+        )
         taken.add(letter)
         out[name] = (letter, next(spare))
     return out
@@ -104,18 +117,27 @@ def _engine_cells(comp: ComponentPlan, letter: str, color: str) -> list[tuple[in
         for inst in comp.instances:
             for gpu in inst.gpus:
                 on.setdefault(gpu, []).append(inst.index)
-        return [(gpu, Cell(comp.name, f"{letter}{format_gpu_set(ids)}", ids[0], 1, letter,
-                           color)) for gpu, ids in on.items()]
+        return [
+            (gpu, Cell(comp.name, f"{letter}{format_gpu_set(ids)}", ids[0], 1, letter, color))
+            for gpu, ids in on.items()
+        ]
     if comp.is_inference:
-        return [(gpu, Cell(comp.name, f"{letter}{inst.index}", inst.index, len(inst.gpus),
-                           letter, color))
-                for inst in comp.instances for gpu in inst.gpus]
+        return [
+            (
+                gpu,
+                Cell(comp.name, f"{letter}{inst.index}", inst.index, len(inst.gpus), letter, color),
+            )
+            for inst in comp.instances
+            for gpu in inst.gpus
+        ]
     unit_of = {}
     for index, members in enumerate(groups(comp.ranks, "tp")):
         for r in members:
             unit_of[r] = (index, len(members))
-    return [(r.gpu, Cell(comp.name, f"{letter}{r.rank}", *unit_of[r.rank], letter, color))
-            for r in comp.ranks]
+    return [
+        (r.gpu, Cell(comp.name, f"{letter}{r.rank}", *unit_of[r.rank], letter, color))
+        for r in comp.ranks
+    ]
 
 
 def _signature(cells: dict[int, list[Cell]], gpus: Sequence[int]) -> tuple:
@@ -138,18 +160,21 @@ def map_rows(plan: Plan, cells: dict[int, list[Cell]]) -> tuple[list[Row], bool]
         last = node
         if not detail:
             sig = _signature(cells, range(node * g, node * g + g))
-            while (last + 1 < c.gpu_nodes
-                   and _signature(cells, range((last + 1) * g, (last + 2) * g)) == sig):
+            while (
+                last + 1 < c.gpu_nodes
+                and _signature(cells, range((last + 1) * g, (last + 2) * g)) == sig
+            ):
                 last += 1
         title = f"node {node}" if last == node else f"nodes {node}-{last}"
         for lo, hi in chunks:
             part = f" gpu {lo}-{hi - 1}" if len(chunks) > 1 else ""
-            rows.append(Row(title + part, tuple(range(node * g + lo, node * g + hi)),
-                            last - node + 1))
+            rows.append(
+                Row(title + part, tuple(range(node * g + lo, node * g + hi)), last - node + 1)
+            )
         node = last + 1
     if len(rows) > MAX_ROWS:
-        head, tail = rows[:MAX_ROWS // 2], rows[-(MAX_ROWS // 2 - 1):]
-        hidden = sum(r.nodes for r in rows[len(head):len(rows) - len(tail)]) // len(chunks)
+        head, tail = rows[: MAX_ROWS // 2], rows[-(MAX_ROWS // 2 - 1) :]
+        hidden = sum(r.nodes for r in rows[len(head) : len(rows) - len(tail)]) // len(chunks)
         rows = head + [Row(f"... {hidden} more nodes ...", (), 0)] + tail
     return rows, detail
 
@@ -179,7 +204,9 @@ def legend(plan: Plan) -> list[tuple[str, str]]:
             size = comp.alloc.tp * comp.alloc.pp
             what = f"{_count(len(comp.instances), 'instance')} x {_count(size, 'GPU')}"
         else:
-            what = _count(comp.world_size, "rank") + (f", tp {comp.alloc.tp}" if comp.alloc.tp > 1 else "")
+            what = _count(comp.world_size, "rank") + (
+                f", tp {comp.alloc.tp}" if comp.alloc.tp > 1 else ""
+            )
         out.append((name, f"{letters[name][0]} {name} {comp.alloc} ({what})"))
     return out
 
@@ -202,12 +229,15 @@ def sync_summary(plan: Plan) -> list[str]:
         per_rank: dict[int, int] = {}
         for p in sync.pairs:
             a, b = src.ranks[p.rank].gpu, gpu_of[(p.instance, p.tp)]
-            kinds["same GPU" if a == b else "same node" if node(a) == node(b) else
-                  "across nodes"] += 1
+            kinds[
+                "same GPU" if a == b else "same node" if node(a) == node(b) else "across nodes"
+            ] += 1
             per_rank[p.rank] = per_rank.get(p.rank, 0) + 1
         shares = ", ".join(f"{n} {k}" for k, n in kinds.items() if n)
-        out.append(f"weight sync {sync.src} -> {sync.dst}: {_count(len(sync.pairs), 'shard')} "
-                   f"fed ({shares}); at most {max(per_rank.values())} per {sync.src} rank")
+        out.append(
+            f"weight sync {sync.src} -> {sync.dst}: {_count(len(sync.pairs), 'shard')} "
+            f"fed ({shares}); at most {max(per_rank.values())} per {sync.src} rank"
+        )
     return out
 
 
@@ -225,9 +255,16 @@ def render_table(plan: Plan) -> Table:
     for name, comp in plan.components.items():
         need = (memory.get("engines") or {}).get(name, {}).get("per_gpu_gib")
         extra = [f"{need:.1f}" if need is not None else "?"] if memory else []
-        table.add_row(Text(name, style=f"bold {colors[name][1]}"), comp.backend,
-                      str(comp.alloc), str(comp.world_size), comp.inherited_from or "",
-                      format_gpu_set(comp.gpus), layout(comp), *extra)
+        table.add_row(
+            Text(name, style=f"bold {colors[name][1]}"),
+            comp.backend,
+            str(comp.alloc),
+            str(comp.world_size),
+            comp.inherited_from or "",
+            format_gpu_set(comp.gpus),
+            layout(comp),
+            *extra,
+        )
     return table
 
 
@@ -242,9 +279,12 @@ def memory_words(plan: Plan) -> list[str]:
     verdict = {True: "fits", False: "DOES NOT FIT", None: "unknown"}[memory.get("fits")]
     if memory.get("device") == "cpu":
         need = memory.get("host_need_gib")
-        return [f"memory: {verdict}: the processes need {need:.1f} GiB of this host's "
-                f"{cap:.1f} GiB available" if need is not None and cap is not None
-                else f"memory: {verdict}"]
+        return [
+            f"memory: {verdict}: the processes need {need:.1f} GiB of this host's "
+            f"{cap:.1f} GiB available"
+            if need is not None and cap is not None
+            else f"memory: {verdict}"
+        ]
     top = max((g["total_gib"] for g in memory.get("gpus", [])), default=0.0)
     of = f" of {cap:.1f} GiB (margin {memory.get('margin_gib', 0):.1f})" if cap else ""
     return [f"memory: {verdict}: the fullest GPU needs {top:.1f} GiB{of}"]
@@ -263,8 +303,12 @@ def layout(comp: ComponentPlan) -> str:
         return _count(len(comp.instances), "process", "processes")
     if comp.is_inference:
         return f"{len(comp.instances)} x {_count(a.tp * a.pp, 'GPU')}"
-    grid = " ".join(f"{k}{v}" for k, v in (("dp", a.dp), ("tp", a.tp), ("pp", a.pp),
-                                           ("cp", a.cp)) if v > 1) or "dp1"
+    grid = (
+        " ".join(
+            f"{k}{v}" for k, v in (("dp", a.dp), ("tp", a.tp), ("pp", a.pp), ("cp", a.cp)) if v > 1
+        )
+        or "dp1"
+    )
     if a.ep == 1 and a.etp == 1:
         return grid
     return f"{'attn ' if a.hybrid else ''}{grid} | experts ep{a.ep} etp{a.etp} edp{a.edp}"
@@ -289,8 +333,11 @@ def cpu_node_lines(plan: Plan) -> list[str]:
         if not comp.is_worker or comp.gpus:
             continue
         runs = getattr(comp.instances, "runs", None)
-        items = [(node, count) for _, count, _, node in runs] if runs is not None else \
-            [(i.nodes[0], 1) for i in comp.instances]
+        items = (
+            [(node, count) for _, count, _, node in runs]
+            if runs is not None
+            else [(i.nodes[0], 1) for i in comp.instances]
+        )
         for node, count in items:
             here = per_node.setdefault(node, {})
             here[name] = here.get(name, 0) + count
@@ -299,8 +346,11 @@ def cpu_node_lines(plan: Plan) -> list[str]:
     i = 0
     while i < len(nodes):
         j = i
-        while j + 1 < len(nodes) and nodes[j + 1] == nodes[j] + 1 and \
-                per_node[nodes[j + 1]] == per_node[nodes[i]]:
+        while (
+            j + 1 < len(nodes)
+            and nodes[j + 1] == nodes[j] + 1
+            and per_node[nodes[j + 1]] == per_node[nodes[i]]
+        ):
             j += 1
         where = f"node {nodes[i]}" if i == j else f"nodes {nodes[i]}-{nodes[j]}"
         gpu = "no GPUs" if nodes[i] >= plan.cluster.gpu_nodes else "CPU processes"
@@ -320,12 +370,23 @@ def render_gpu_map(plan: Plan) -> Group:
     if detail:
         tokens += [len(c.label) + 2 for cs in cells.values() for c in cs]  # "[A12]"
     width = max(tokens + [4]) + 1
-    title_width = max([len(r.title) for r in rows] + [9]
-                      + ([len(n) + 3 for n in plan.components] if detail else [])) + 2
+    title_width = (
+        max(
+            [len(r.title) for r in rows]
+            + [9]
+            + ([len(n) + 3 for n in plan.components] if detail else [])
+        )
+        + 2
+    )
     lines = [Text(f"GPU map: {plan.mode}, {_cluster_words(plan)}", style="bold")]
     gpu_cols = rows[0].gpus if rows and rows[0].gpus else ()
-    lines.append(Text(" " * title_width + "".join(
-        f"gpu{plan.cluster.local_of(gpu)}".ljust(width) for gpu in gpu_cols), style="dim"))
+    lines.append(
+        Text(
+            " " * title_width
+            + "".join(f"gpu{plan.cluster.local_of(gpu)}".ljust(width) for gpu in gpu_cols),
+            style="dim",
+        )
+    )
     totals = _gpu_totals(plan)
     cap = (plan.meta.get("memory") or {}).get("gpu_capacity_gib")
     cuda = plan.cluster.device == "cuda"
@@ -350,8 +411,10 @@ def render_gpu_map(plan: Plan) -> Group:
             for gpu in row.gpus:
                 value = totals.get(gpu)
                 over = cuda and cap is not None and value is not None and value > cap
-                gib.append((f"{value:.1f}" if value is not None else empty).ljust(width),
-                           style="bold red" if over else "dim")
+                gib.append(
+                    (f"{value:.1f}" if value is not None else empty).ljust(width),
+                    style="bold red" if over else "dim",
+                )
             lines.append(gib)
     lines.extend(Text(line, style="dim italic") for line in cpu_node_lines(plan))
     lines.append(Text(""))
@@ -359,13 +422,19 @@ def render_gpu_map(plan: Plan) -> Group:
     colors = marks(plan)
     lines.extend(Text(text, style=colors[name][1]) for name, text in legend(plan))
     lines.extend(Text(line) for line in sync_summary(plan))
-    lines.append(Text("numbers: instance (rollout) or rank (training); [..] one instance or "
-                      "tp group; A+R: engines sharing a GPU", style="dim"))
+    lines.append(
+        Text(
+            "numbers: instance (rollout) or rank (training); [..] one instance or "
+            "tp group; A+R: engines sharing a GPU",
+            style="dim",
+        )
+    )
     return Group(*lines)
 
 
-def _lanes(plan: Plan, row: Row, cells: dict[int, list[Cell]], title_width: int,
-           width: int) -> list[Text]:
+def _lanes(
+    plan: Plan, row: Row, cells: dict[int, list[Cell]], title_width: int, width: int
+) -> list[Text]:
     out = []
     for name in plan.components:
         lane = [next((c for c in cells.get(g, []) if c.engine == name), None) for g in row.gpus]
@@ -396,8 +465,10 @@ def render_svg(plan: Plan) -> str:
     lanes = list(plan.components)
     colors = {name: color for name, (_, color) in marks(plan).items()}
     ncols = max((len(r.gpus) for r in rows), default=1)
-    note = ("numbers: instance (rollout) or rank (training); outlined: one instance or tp "
-            "group; A+R: engines sharing a GPU")
+    note = (
+        "numbers: instance (rollout) or rank (training); outlined: one instance or tp "
+        "group; A+R: engines sharing a GPU"
+    )
     syncs = sync_summary(plan) + memory_words(plan)
     words = [w for _, w in legend(plan)] + syncs + [note]
     totals = _gpu_totals(plan)
@@ -409,8 +480,11 @@ def render_svg(plan: Plan) -> str:
     width = int(max(2 * MARGIN + grid, 2 * MARGIN + 24 + max(len(w) for w in words) * 12 * CHAR_W))
     body: list[str] = []
     y = MARGIN
-    body.append(_text(MARGIN, y + 14, f"GPU map: {plan.mode}, {_cluster_words(plan)}",
-                      size=15, weight="bold"))
+    body.append(
+        _text(
+            MARGIN, y + 14, f"GPU map: {plan.mode}, {_cluster_words(plan)}", size=15, weight="bold"
+        )
+    )
     y += 30
     for row in rows:
         if not row.gpus:
@@ -418,40 +492,66 @@ def render_svg(plan: Plan) -> str:
             y += 26
             continue
         height = HEAD_H + (len(lanes) * (LANE_H + 4) if detail else LANE_H + 4) + 6 + mem_h
-        body.append(f'<rect x="{MARGIN - 6}" y="{y - 4}" width="{grid + 2}" '
-                    f'height="{height}" rx="6" fill="#f7f8fa" stroke="#d5d9df"/>')
+        body.append(
+            f'<rect x="{MARGIN - 6}" y="{y - 4}" width="{grid + 2}" '
+            f'height="{height}" rx="6" fill="#f7f8fa" stroke="#d5d9df"/>'
+        )
         body.append(_text(MARGIN, y + 13, row.title, size=12, weight="bold"))
         for col, gpu in enumerate(row.gpus):
             x = left + col * (CELL_W + CELL_GAP)
             here = cells.get(gpu, [])
-            body.append(_text(x + 2, y + 12, f"gpu{plan.cluster.local_of(gpu)}", size=10,
-                              fill="#666"))
+            body.append(
+                _text(x + 2, y + 12, f"gpu{plan.cluster.local_of(gpu)}", size=10, fill="#666")
+            )
             if len(here) > 1:
-                body.append(_text(x + CELL_W - 2, y + 12, _letters_svg(here), size=10,
-                                  weight="bold", anchor="end", fill="#222", raw=True))
+                body.append(
+                    _text(
+                        x + CELL_W - 2,
+                        y + 12,
+                        _letters_svg(here),
+                        size=10,
+                        weight="bold",
+                        anchor="end",
+                        fill="#222",
+                        raw=True,
+                    )
+                )
         top = y + HEAD_H
         if detail:
             for i, name in enumerate(lanes):
                 ly = top + i * (LANE_H + 4)
                 body.append(_text(MARGIN + 8, ly + 15, name, size=11, fill=colors[name]))
-                lane = [next((c for c in cells.get(g, []) if c.engine == name), None)
-                        for g in row.gpus]
+                lane = [
+                    next((c for c in cells.get(g, []) if c.engine == name), None) for g in row.gpus
+                ]
                 body.extend(_lane_svg(lane, left, ly))
         else:
             body.extend(_overview_svg(row, cells, left, top))
         for col, gpu in enumerate(row.gpus if totals else ()):
             value = totals.get(gpu)
-            over = plan.cluster.device == "cuda" and cap is not None and value is not None \
+            over = (
+                plan.cluster.device == "cuda"
+                and cap is not None
+                and value is not None
                 and value > cap
+            )
             x = left + col * (CELL_W + CELL_GAP)
-            body.append(_text(x + 2, y + height - 8, "·" if value is None else f"{value:.1f} GiB",
-                              size=10, fill="#c0392b" if over else "#555",
-                              weight="bold" if over else "normal"))
+            body.append(
+                _text(
+                    x + 2,
+                    y + height - 8,
+                    "·" if value is None else f"{value:.1f} GiB",
+                    size=10,
+                    fill="#c0392b" if over else "#555",
+                    weight="bold" if over else "normal",
+                )
+            )
         y += height + 10
     y += 4
     for name, said in legend(plan):
-        body.append(f'<rect x="{MARGIN}" y="{y}" width="14" height="14" rx="3" '
-                    f'fill="{colors[name]}"/>')
+        body.append(
+            f'<rect x="{MARGIN}" y="{y}" width="14" height="14" rx="3" fill="{colors[name]}"/>'
+        )
         body.append(_text(MARGIN + 20, y + 11, said, size=12))
         y += 20
     for line in syncs:
@@ -459,9 +559,12 @@ def render_svg(plan: Plan) -> str:
         y += 20
     body.append(_text(MARGIN, y + 12, note, size=11, fill="#555"))
     height = y + 20 + MARGIN
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}">\n<rect width="100%" height="100%" fill="white"/>\n'
-            + "\n".join(body) + "\n</svg>\n")
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}">\n<rect width="100%" height="100%" fill="white"/>\n'
+        + "\n".join(body)
+        + "\n</svg>\n"
+    )
 
 
 def _lane_svg(lane: list[Cell | None], left: int, y: int) -> list[str]:
@@ -470,19 +573,32 @@ def _lane_svg(lane: list[Cell | None], left: int, y: int) -> list[str]:
     for col, (cell, (opens, closes)) in enumerate(zip(lane, _frames(lane))):
         x = left + col * (CELL_W + CELL_GAP)
         if cell is None:
-            out.append(f'<rect x="{x}" y="{y}" width="{CELL_W}" height="{LANE_H}" rx="3" '
-                       'fill="#eceef1"/>')
+            out.append(
+                f'<rect x="{x}" y="{y}" width="{CELL_W}" height="{LANE_H}" rx="3" fill="#eceef1"/>'
+            )
             continue
-        out.append(f'<rect x="{x}" y="{y}" width="{CELL_W}" height="{LANE_H}" rx="3" '
-                   f'fill="{cell.color}"/>')
-        out.append(_text(x + CELL_W // 2, y + 15, cell.label, size=11, fill="white",
-                         weight="bold", anchor="middle"))
+        out.append(
+            f'<rect x="{x}" y="{y}" width="{CELL_W}" height="{LANE_H}" rx="3" fill="{cell.color}"/>'
+        )
+        out.append(
+            _text(
+                x + CELL_W // 2,
+                y + 15,
+                cell.label,
+                size=11,
+                fill="white",
+                weight="bold",
+                anchor="middle",
+            )
+        )
         if opens:
             start = x
         if closes:
-            out.append(f'<rect x="{start - 3}" y="{y - 2}" width="{x + CELL_W - start + 6}" '
-                       f'height="{LANE_H + 4}" rx="5" fill="none" stroke="#1d2733" '
-                       'stroke-width="1.5"/>')
+            out.append(
+                f'<rect x="{start - 3}" y="{y - 2}" width="{x + CELL_W - start + 6}" '
+                f'height="{LANE_H + 4}" rx="5" fill="none" stroke="#1d2733" '
+                'stroke-width="1.5"/>'
+            )
     return out
 
 
@@ -492,15 +608,27 @@ def _overview_svg(row: Row, cells: dict[int, list[Cell]], left: int, y: int) -> 
         x = left + col * (CELL_W + CELL_GAP)
         here = cells.get(gpu, [])
         if not here:
-            out.append(f'<rect x="{x}" y="{y}" width="{CELL_W}" height="{LANE_H}" rx="3" '
-                       'fill="#eceef1"/>')
+            out.append(
+                f'<rect x="{x}" y="{y}" width="{CELL_W}" height="{LANE_H}" rx="3" fill="#eceef1"/>'
+            )
             continue
         part = CELL_W / len(here)
         for i, cell in enumerate(here):
-            out.append(f'<rect x="{x + i * part:.1f}" y="{y}" width="{part:.1f}" '
-                       f'height="{LANE_H}" fill="{cell.color}"/>')
-        out.append(_text(x + CELL_W // 2, y + 15, "+".join(c.letter for c in here),
-                         size=11, fill="white", weight="bold", anchor="middle"))
+            out.append(
+                f'<rect x="{x + i * part:.1f}" y="{y}" width="{part:.1f}" '
+                f'height="{LANE_H}" fill="{cell.color}"/>'
+            )
+        out.append(
+            _text(
+                x + CELL_W // 2,
+                y + 15,
+                "+".join(c.letter for c in here),
+                size=11,
+                fill="white",
+                weight="bold",
+                anchor="middle",
+            )
+        )
     return out
 
 
@@ -509,10 +637,20 @@ def _letters_svg(here: list[Cell]) -> str:
     return "+".join(f'<tspan fill="{c.color}">{c.letter}</tspan>' for c in here)
 
 
-def _text(x: float, y: float, words: str, size: int = 12, fill: str = "#111",
-          weight: str = "normal", anchor: str = "start", italic: bool = False,
-          raw: bool = False) -> str:
+def _text(
+    x: float,
+    y: float,
+    words: str,
+    size: int = 12,
+    fill: str = "#111",
+    weight: str = "normal",
+    anchor: str = "start",
+    italic: bool = False,
+    raw: bool = False,
+) -> str:
     """A <text> element; `raw` means `words` is already SVG markup (tspans)."""
     style = ' font-style="italic"' if italic else ""
-    return (f'<text x="{x}" y="{y}" {FONT} font-size="{size}" font-weight="{weight}" '
-            f'fill="{fill}" text-anchor="{anchor}"{style}>{words if raw else escape(words)}</text>')
+    return (
+        f'<text x="{x}" y="{y}" {FONT} font-size="{size}" font-weight="{weight}" '
+        f'fill="{fill}" text-anchor="{anchor}"{style}>{words if raw else escape(words)}</text>'
+    )

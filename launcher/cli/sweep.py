@@ -8,6 +8,7 @@ the sweep with nothing started; then the points run one after another here, or a
 one Slurm job each. Each run's objective (launcher.worker.objective) goes back to the sweeper, and
 `RECORD` keeps every point for the table that ends the sweep, with the best point.
 """
+
 from __future__ import annotations
 
 import copy
@@ -51,8 +52,10 @@ class RunFailed(Exception):
     """A point's run ended with a non-zero exit code; its own messages said why."""
 
     def __init__(self, outcome: Outcome):
-        super().__init__(f"sweep point {outcome.point.index} ({outcome.point.label}): "
-                         f"{outcome.result} (run folder {outcome.run_dir})")
+        super().__init__(
+            f"sweep point {outcome.point.index} ({outcome.point.label}): "
+            f"{outcome.result} (run folder {outcome.run_dir})"
+        )
         self.outcome = outcome
 
 
@@ -122,8 +125,10 @@ def follow_sweeper(sweeper: Any) -> Optional[str]:
         return None
     RECORD.maximize = text != "minimize"
     if not RECORD.maximize:
-        return ("hydra.sweeper.direction=minimize: the objective is the recipe's final mean "
-                "reward (higher is better); add hydra.sweeper.direction=maximize to maximise it")
+        return (
+            "hydra.sweeper.direction=minimize: the objective is the recipe's final mean "
+            "reward (higher is better); add hydra.sweeper.direction=maximize to maximise it"
+        )
     return None
 
 
@@ -161,7 +166,10 @@ def as_typed(override: str) -> str:
     parser = OverridesParser.create()
     try:
         again = parser.parse_override(plain)
-        same = not again.is_sweep_override() and again.value() == parser.parse_override(override).value()
+        same = (
+            not again.is_sweep_override()
+            and again.value() == parser.parse_override(override).value()
+        )
     except Exception:  # noqa: BLE001 - not readable unescaped: keep Hydra's form
         same = False
     return plain if same else override
@@ -174,20 +182,27 @@ def run_batch(points: Sequence[Point], compose: Callable[[Point], DictConfig]) -
     prepared = [_prepared(p, compose) for p in points]
     outcomes: list[Outcome] = []
     for k, (point, prep) in enumerate(zip(points, prepared)):
-        print(f"[sweep] point {point.index} ({k + 1} of {len(points)} in this batch): "
-              f"{point.label}", file=sys.stderr)
+        print(
+            f"[sweep] point {point.index} ({k + 1} of {len(points)} in this batch): {point.label}",
+            file=sys.stderr,
+        )
         try:
             code = start(prep)
-            result = f"job {prep.job_id}" if prep.job_id else (
-                "dry run" if prep.dry_run else f"exit {code}")
+            result = (
+                f"job {prep.job_id}"
+                if prep.job_id
+                else ("dry run" if prep.dry_run else f"exit {code}")
+            )
         except LaunchError as exc:  # e.g. sbatch refused it: the next points are still tried
             print(f"error: sweep point {point.index} ({point.label}): {exc}", file=sys.stderr)
             code, result = EXIT_FAILED, "not started: error above"
         objective = read_objective(prep.run_dir)
         outcomes.append(Outcome(point, result, prep.run_dir, code, objective))
         if code >= INTERRUPTED:
-            rest = [Outcome(p, "not started", q.run_dir, code) for p, q in
-                    zip(points[k + 1:], prepared[k + 1:])]
+            rest = [
+                Outcome(p, "not started", q.run_dir, code)
+                for p, q in zip(points[k + 1 :], prepared[k + 1 :])
+            ]
             RECORD.outcomes.extend(outcomes + rest)
             raise SweepStopped(code)
     RECORD.outcomes.extend(outcomes)
@@ -218,11 +233,14 @@ def _prepared(point: Point, compose: Callable[[Point], DictConfig]) -> Prepared:
             launcher.base_port = base
             RECORD.next_port = base + rehearse(prep)
             if RECORD.next_port > 65536:
-                raise UserError(f"the points need ports {base}..{RECORD.next_port - 1}, past "
-                                "65535: set a lower launcher.base_port")
+                raise UserError(
+                    f"the points need ports {base}..{RECORD.next_port - 1}, past "
+                    "65535: set a lower launcher.base_port"
+                )
     except LaunchError as exc:
-        raise restated(exc, f"sweep point {point.index} ({point.label}): {exc}; nothing was "
-                            "started") from None
+        raise restated(
+            exc, f"sweep point {point.index} ({point.label}): {exc}; nothing was started"
+        ) from None
     return prep
 
 
@@ -237,6 +255,7 @@ def rehearse(prep: Prepared) -> int:
     def take() -> int:
         taken.append(counted())
         return taken[-1]
+
     _, request = build_request(prep, prep.run_dir, take)
     prep.runner.check(request)
     return len(taken)
@@ -249,10 +268,14 @@ def _warn_without_objective(outcomes: Sequence[Outcome]) -> None:
     for o in outcomes:
         if o.code != 0 or o.objective is not None:
             continue
-        why = (f"was submitted ({o.result}) and ends later: a sweeper that optimises needs runs "
-               "that end while it waits (launcher=local)" if o.result.startswith("job") else
-               f"wrote no objective ({o.run_dir}/{METRICS_FILE}); the default recipe writes it"
-               if o.result.startswith("exit") else "was a dry run: it has no objective")
+        why = (
+            f"was submitted ({o.result}) and ends later: a sweeper that optimises needs runs "
+            "that end while it waits (launcher=local)"
+            if o.result.startswith("job")
+            else f"wrote no objective ({o.run_dir}/{METRICS_FILE}); the default recipe writes it"
+            if o.result.startswith("exit")
+            else "was a dry run: it has no objective"
+        )
         print(f"warning: sweep point {o.point.index} {why}", file=sys.stderr)
 
 
@@ -275,8 +298,13 @@ def run_hydra_job(cfg: DictConfig) -> Optional[float]:
     RECORD.sweep_dir = RECORD.sweep_dir or prep.run_dir.parent
     prep.sweep = sweep_id(str(RECORD.sweep_dir))
     code = start(prep, own_folder=True)
-    outcome = Outcome(point, f"job {prep.job_id}" if prep.job_id else f"exit {code}",
-                      prep.run_dir, code, read_objective(prep.run_dir))
+    outcome = Outcome(
+        point,
+        f"job {prep.job_id}" if prep.job_id else f"exit {code}",
+        prep.run_dir,
+        code,
+        read_objective(prep.run_dir),
+    )
     RECORD.outcomes.append(outcome)
     if code:
         raise RunFailed(outcome)
@@ -291,8 +319,9 @@ def picture(record: SweepRecord) -> Optional[str]:
     from launcher.worker.plot import PlotUnavailable, draw_sweep
     from launcher.worker.tracking import read_metrics
 
-    points = [(f"{o.point.index}: {o.point.label}", read_metrics(o.run_dir))
-              for o in record.outcomes]
+    points = [
+        (f"{o.point.index}: {o.point.label}", read_metrics(o.run_dir)) for o in record.outcomes
+    ]
     points = [p for p in points if p[1]]
     if not points or record.sweep_dir is None:
         return None
@@ -320,6 +349,8 @@ def summary(record: SweepRecord) -> str:
     out = [f"sweep: {len(record.outcomes)} points in {record.sweep_dir}"] + lines
     best = record.best()
     if best is not None:
-        out.append(f"best: point {best.point.index} ({best.point.label}) objective "
-                   f"{best.objective:.6g}, run folder {best.run_dir}")
+        out.append(
+            f"best: point {best.point.index} ({best.point.label}) objective "
+            f"{best.objective:.6g}, run folder {best.run_dir}"
+        )
     return "\n".join(out)

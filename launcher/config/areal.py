@@ -14,6 +14,7 @@ them); on Slurm cpu, mem, nodelist, exclude and image become the job's options; 
 mem and image are the engine's own asks, reserved per plan node (runners/rayjob.py); what the
 chosen runner cannot honour is one note naming it, never dropped without a word.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,8 +25,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from launcher.config.schema import LaunchConfig, SchedulingSpec, engine, typed
 from launcher.spec.errors import ConfigError
 from launcher.spec.limits import MAX_CPUS_PER_GPU, MAX_MEM_GIB_PER_GPU
-from launcher.spec.request import EngineAsk
 from launcher.spec.plan import ENGINES
+from launcher.spec.request import EngineAsk
 
 ENTRY_CONFIG = "entry_config.yaml"  # in the run folder: what the entry's --config names
 OURS_ONLY = ("launcher", "trainer", "recipe", "components", "hydra")  # never the entry's
@@ -116,8 +117,11 @@ def mask_of(paths: Sequence[str], raw: Optional[Mapping] = None) -> Mask:
 
 
 def _raw_mask(raw: Mapping) -> Mask:
-    return {str(k): _raw_mask(v) if isinstance(v, Mapping) and v else True
-            for k, v in raw.items() if str(k) != "defaults" and str(k) not in OURS_ONLY}
+    return {
+        str(k): _raw_mask(v) if isinstance(v, Mapping) and v else True
+        for k, v in raw.items()
+        if str(k) != "defaults" and str(k) not in OURS_ONLY
+    }
 
 
 def masked(values: Any, mask: Mask) -> dict:
@@ -164,8 +168,11 @@ def handoff(values: dict, mask: Mask, overrides: Sequence[str]) -> Handoff:
     given = []
     for o in overrides:
         key = o.lstrip("+~").partition("=")[0]
-        if o.startswith("~") or key.startswith("hydra") or \
-                ("." not in key and key in GROUPS and not o.startswith("+")):
+        if (
+            o.startswith("~")
+            or key.startswith("hydra")
+            or ("." not in key and key in GROUPS and not o.startswith("+"))
+        ):
             continue
         if _inside(key, mask):
             given.append("++" + o.lstrip("+") if o.startswith("+") else o)
@@ -184,8 +191,9 @@ def unknown_error(key: str, known: Any, where: str, entry: str) -> ConfigError:
             fixed = []
             break
         names = [str(k) for k in node]
-        close = part if part in names else next(iter(difflib.get_close_matches(part, names,
-                                                                               n=1)), None)
+        close = (
+            part if part in names else next(iter(difflib.get_close_matches(part, names, n=1)), None)
+        )
         if close is None:
             fixed = []
             break
@@ -193,9 +201,11 @@ def unknown_error(key: str, known: Any, where: str, entry: str) -> ConfigError:
         node = node.get(close)
     guess = ".".join(fixed)
     hint = f": did you mean {guess!r}?" if fixed and guess != key else ""
-    return ConfigError(f"unknown config key {key!r}{where}{hint} (trainer.entry={entry} is "
-                       "our recipe and takes only our keys; a config written for another "
-                       f"trainer needs its entry: trainer.entry=SCRIPT){server_section_hint(key)}")
+    return ConfigError(
+        f"unknown config key {key!r}{where}{hint} (trainer.entry={entry} is "
+        "our recipe and takes only our keys; a config written for another "
+        f"trainer needs its entry: trainer.entry=SCRIPT){server_section_hint(key)}"
+    )
 
 
 # ----------------------------------------------------------------------------- model path
@@ -217,26 +227,39 @@ def model_from_actor(cfg: Any, composed: Any, raw: Optional[Mapping]) -> None:
 # converted to that option's type), an ask of the engine's own (Ray: per plan node), or
 # env_vars (every runner)
 SLURM_OPTIONS: dict[str, tuple[str, Callable[[Any], Any]]] = {
-    "cpu": ("cpus_per_gpu", int), "mem": ("mem_per_gpu", lambda v: f"{v}G"),
-    "image": ("container_image", str)}
+    "cpu": ("cpus_per_gpu", int),
+    "mem": ("mem_per_gpu", lambda v: f"{v}G"),
+    "image": ("container_image", str),
+}
 SLURM_FLAGS = {"nodelist": "--nodelist", "exclude": "--exclude"}
 SLURM_MOST = ("cpus_per_gpu", "mem_per_gpu")  # engines asking different amounts: the most
-THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-              "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")  # AReaL's, set from cpu
+THREAD_ENV = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)  # AReaL's, set from cpu
 RAY_ASKS = ("cpu", "mem", "image")  # each engine's own, summed per plan node (bundle, node actor)
-DECIDED = {"gpu": "GPUs: {name}.backend", "cmd": "command: {what}",
-           "port_count": "ports: the launcher's"}
+DECIDED = {
+    "gpu": "GPUs: {name}.backend",
+    "cmd": "command: {what}",
+    "port_count": "ports: the launcher's",
+}
 
 
 def scheduling_specs(spec: LaunchConfig, name: str) -> list[SchedulingSpec]:
     raw = getattr(engine(spec, name), "scheduling_spec", None)
     items = [raw] if isinstance(raw, Mapping) else list(raw or [])
-    return [typed(f"{name}.scheduling_spec[{i}]", SchedulingSpec, item, "a scheduling spec")
-            for i, item in enumerate(items)]
+    return [
+        typed(f"{name}.scheduling_spec[{i}]", SchedulingSpec, item, "a scheduling spec")
+        for i, item in enumerate(items)
+    ]
 
 
-def apply_scheduling(spec: LaunchConfig, runner: str, names: Sequence[str],
-                     environ: Mapping[str, str] = {}) -> tuple[list[str], dict[str, EngineAsk]]:
+def apply_scheduling(
+    spec: LaunchConfig, runner: str, names: Sequence[str], environ: Mapping[str, str] = {}
+) -> tuple[list[str], dict[str, EngineAsk]]:
     """Each engine's scheduling_spec honoured where the runner can: env_vars into the
     engine's environment (every runner), and cpu as its processes' thread counts
     (OMP_NUM_THREADS and kin, as AReaL's launchers set them: below env_vars and what
@@ -244,15 +267,18 @@ def apply_scheduling(spec: LaunchConfig, runner: str, names: Sequence[str],
     nodes and image (one job step per node runs every engine, so engines asking different
     CPUs or memory per GPU get the most of them, said in a note); on Ray cpu, mem and image
     are the engine's own asks (returned: the request carries them to each plan node's
-    bundle). A note per engine names what is not honoured. ConfigError where two engines ask Slurm for different
+    bundle). A note per engine names what is not honoured. ConfigError where two engines ask Slurm
+    for different
     images or nodes."""
     notes: list[str] = []
     asks: dict[str, EngineAsk] = {}
     job: dict[str, tuple[str, Any]] = {}  # launcher option -> (engine, value)
     for name in names:
         if not engine(spec, name).scheduling_strategy.fork:
-            notes.append(f"{name}.scheduling_strategy.fork=false not honoured: every engine "
-                         "runs processes of its own")
+            notes.append(
+                f"{name}.scheduling_strategy.fork=false not honoured: every engine "
+                "runs processes of its own"
+            )
         specs = scheduling_specs(spec, name)
         if not specs:
             continue
@@ -260,11 +286,11 @@ def apply_scheduling(spec: LaunchConfig, runner: str, names: Sequence[str],
         node = engine(spec, name)
         node.env = {**{str(k): str(v) for k, v in first.env_vars.items()}, **node.env}
         if first.cpu is not None:
-            threads = _ask(EngineAsk(), name, "cpu", first.cpu).cpu if runner != "slurm" \
-                else first.cpu  # Slurm's own check of cpus_per_gpu says what is wrong
+            threads = (
+                _ask(EngineAsk(), name, "cpu", first.cpu).cpu if runner != "slurm" else first.cpu
+            )  # Slurm's own check of cpus_per_gpu says what is wrong
             if isinstance(threads, int) and 0 < threads <= MAX_CPUS_PER_GPU:
-                node.env = {**{v: str(threads) for v in THREAD_ENV if v not in environ},
-                            **node.env}
+                node.env = {**{v: str(threads) for v in THREAD_ENV if v not in environ}, **node.env}
         skipped = []
         for f in dataclasses.fields(SchedulingSpec):
             value = getattr(first, f.name)
@@ -283,11 +309,14 @@ def apply_scheduling(spec: LaunchConfig, runner: str, names: Sequence[str],
                 skipped.append(f.name)
         if skipped or unread:
             what = "its backend's server" if name == "rollout" else "trainer.entry under torchrun"
-            why = "; ".join(DECIDED[k].format(name=name, what=what) for k in skipped
-                            if k in DECIDED)
+            why = "; ".join(
+                DECIDED[k].format(name=name, what=what) for k in skipped if k in DECIDED
+            )
             more = f"; items after the first ({unread}) are not read" if unread else ""
-            notes.append(f"{name}.scheduling_spec: {', '.join(skipped) or 'nothing'} not "
-                         f"honoured by the {runner} runner{f' ({why})' if why else ''}{more}")
+            notes.append(
+                f"{name}.scheduling_spec: {', '.join(skipped) or 'nothing'} not "
+                f"honoured by the {runner} runner{f' ({why})' if why else ''}{more}"
+            )
     for option, (name, value) in job.items():
         notes += _set_launcher(spec, option, value, name)
     return notes, asks
@@ -298,14 +327,18 @@ def _ask(ask: EngineAsk, name: str, key: str, value: Any) -> EngineAsk:
     bounded, as every user number is."""
     if key == "image":
         if not str(value).strip() or any(c.isspace() for c in str(value)):
-            raise ConfigError(f"{name}.scheduling_spec.image={value!r}: a container image "
-                              "name without spaces, e.g. rayproject/ray:2.40.0-py311")
+            raise ConfigError(
+                f"{name}.scheduling_spec.image={value!r}: a container image "
+                "name without spaces, e.g. rayproject/ray:2.40.0-py311"
+            )
         return dataclasses.replace(ask, image=str(value))
     top = MAX_CPUS_PER_GPU if key == "cpu" else MAX_MEM_GIB_PER_GPU
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
         unit = "CPU cores" if key == "cpu" else "GiB of memory"
-        raise ConfigError(f"{name}.scheduling_spec.{key}={value!r}: {unit} per GPU, a whole "
-                          f"number from 0 to {top}")
+        raise ConfigError(
+            f"{name}.scheduling_spec.{key}={value!r}: {unit} per GPU, a whole "
+            f"number from 0 to {top}"
+        )
     if key == "cpu":
         return dataclasses.replace(ask, cpu=value)
     return dataclasses.replace(ask, mem_gib=value)
@@ -320,11 +353,15 @@ def _job_value(job: dict, option: str, value: Any, name: str, key: str) -> list[
     if option in SLURM_MOST:
         most = max((was, value), key=lambda v: int(str(v).rstrip("G")))
         job[option] = (name if most == value else other, most)
-        return [f"{name}.scheduling_spec.{key} asks {value} per GPU and {other}'s {was}: "
-                f"the job asks {most} for every GPU (one job step per node runs every engine)"]
-    raise ConfigError(f"{name}.scheduling_spec.{key} asks Slurm for {value} but "
-                      f"{other}'s for {was}: the job has one value for every "
-                      f"engine (areal-launch runs one job); give both the same")
+        return [
+            f"{name}.scheduling_spec.{key} asks {value} per GPU and {other}'s {was}: "
+            f"the job asks {most} for every GPU (one job step per node runs every engine)"
+        ]
+    raise ConfigError(
+        f"{name}.scheduling_spec.{key} asks Slurm for {value} but "
+        f"{other}'s for {was}: the job has one value for every "
+        f"engine (areal-launch runs one job); give both the same"
+    )
 
 
 def _set_launcher(spec: LaunchConfig, option: str, value: Any, name: str) -> list[str]:
@@ -334,8 +371,10 @@ def _set_launcher(spec: LaunchConfig, option: str, value: Any, name: str) -> lis
         return []
     given = getattr(launcher, option)
     if given is not None and str(given) != str(value):
-        return [f"{name}.scheduling_spec asks for launcher.{option}={value}; "
-                f"launcher.{option}={given} is used"]
+        return [
+            f"{name}.scheduling_spec asks for launcher.{option}={value}; "
+            f"launcher.{option}={given} is used"
+        ]
     setattr(launcher, option, value)
     check = getattr(launcher, "__post_init__", None)  # the runner's own checks, as if given
     if check is not None:
@@ -372,6 +411,8 @@ def server_section_hint(key: str) -> str:
     name = key.split(".")[0]
     if name not in registry.backend_names(registry.SERVE):
         return ""
-    return (f"; {name}: is AReaL's server section, read for another trainer's entry: with our "
-            f"recipe write rollout.{name}.KEY (the backend's options) or "
-            f"rollout.server_args.KEY (any other flag)")
+    return (
+        f"; {name}: is AReaL's server section, read for another trainer's entry: with our "
+        f"recipe write rollout.{name}.KEY (the backend's options) or "
+        f"rollout.server_args.KEY (any other flag)"
+    )

@@ -11,6 +11,7 @@ first: a run is validated (and every sweep point rehearsed) before anything exis
 mistake is one `error:` line. `run_spec` is the only place that reads the composed config:
 everything after it takes the dataclasses of launcher.config.schema.
 """
+
 from __future__ import annotations
 
 import copy
@@ -36,7 +37,9 @@ from launcher.spec.errors import ConfigError
 from launcher.spec.plan import ENGINES
 from launcher.spec.request import EngineAsk
 
-APP_MODULE = "launcher.cli"  # Hydra resolves a relative --config-path from its parent package (launcher/)
+APP_MODULE = (
+    "launcher.cli"  # Hydra resolves a relative --config-path from its parent package (launcher/)
+)
 CONFIG_PATH = "conf"
 TASK_NAME = "areal-launch"  # hydra.job.name
 ENGINE_GROUPS = ENGINES  # the config groups of the built-in engines
@@ -104,11 +107,16 @@ def open_config(source: ConfigSource = ConfigSource()) -> Any:
     from launcher.config.schema import register_configs
 
     register_configs()
-    if source.config_path is not None and not source.config_path.startswith("pkg://") and \
-            not Path(source.config_path).is_absolute():
-        raise ConfigError(f"--config-path {source.config_path}: Hydra reads a relative path from "
-                          "the app's package; give an absolute path (or pkg://module), or add "
-                          "a folder of your own with --config-dir DIR")
+    if (
+        source.config_path is not None
+        and not source.config_path.startswith("pkg://")
+        and not Path(source.config_path).is_absolute()
+    ):
+        raise ConfigError(
+            f"--config-path {source.config_path}: Hydra reads a relative path from "
+            "the app's package; give an absolute path (or pkg://module), or add "
+            "a folder of your own with --config-dir DIR"
+        )
     primary = str(compute_search_path_dir(None, APP_MODULE, source.config_path or CONFIG_PATH))
     if source.config_path and not primary.startswith("pkg://") and not Path(primary).is_dir():
         raise ConfigError(f"--config-path {source.config_path}: no such folder")
@@ -118,8 +126,11 @@ def open_config(source: ConfigSource = ConfigSource()) -> Any:
         if not folder.is_dir():
             raise ConfigError(f"--config-dir {source.config_dir}: no such folder")
         # where Hydra's own -cd goes: after the primary folder, before the schemas
-        search_path.prepend(provider="command-line", path=f"file://{folder}",
-                            anchor=SearchPathQuery(provider="schema"))
+        search_path.prepend(
+            provider="command-line",
+            path=f"file://{folder}",
+            anchor=SearchPathQuery(provider="schema"),
+        )
     GlobalHydra.instance().clear()
     _hydra = Hydra.create_main_hydra2(task_name=TASK_NAME, config_search_path=search_path)
     _source = source
@@ -130,8 +141,9 @@ def config_name() -> str:
     return _source.config_name
 
 
-def compose_config(overrides: Sequence[str], with_hydra: bool = False,
-                   multirun: bool = False) -> DictConfig:
+def compose_config(
+    overrides: Sequence[str], with_hydra: bool = False, multirun: bool = False
+) -> DictConfig:
     """Compose the config for `overrides` (Hydra command-line syntax); raise ConfigError.
 
     A peer's file as the primary config (-cn NAME, no defaults list: AReaL's) is laid over
@@ -247,14 +259,12 @@ def _from_cache(overrides: Sequence[str]) -> Optional[DictConfig]:
     return cfg
 
 
-def _composed(hydra: Any, name: str, overrides: list[str], mode: Any, opened: bool
-              ) -> DictConfig:
+def _composed(hydra: Any, name: str, overrides: list[str], mode: Any, opened: bool) -> DictConfig:
     from launcher.config.schema import register_base
 
     before = register_base(opened)
     try:
-        cfg: DictConfig = hydra.compose_config(config_name=name, overrides=overrides,
-                                               run_mode=mode)
+        cfg: DictConfig = hydra.compose_config(config_name=name, overrides=overrides, run_mode=mode)
     finally:
         register_base(before)
     return cfg
@@ -288,21 +298,28 @@ def _scheduler_runner(cfg: DictConfig, overrides: Sequence[str]) -> Optional[str
     if wanted is None or wanted == chosen:
         return None
     if str(wanted) not in registry.runner_names():
-        raise ConfigError(f"scheduler.type={wanted}: areal-launch runs on "
-                          f"{', '.join(registry.runner_names())} (scheduler.type chooses the "
-                          "runner, as launcher= does)")
-    explicit = next((o for o in overrides if o.lstrip("+").partition("=")[0] == "launcher"),
-                    None)
+        raise ConfigError(
+            f"scheduler.type={wanted}: areal-launch runs on "
+            f"{', '.join(registry.runner_names())} (scheduler.type chooses the "
+            "runner, as launcher= does)"
+        )
+    explicit = next((o for o in overrides if o.lstrip("+").partition("=")[0] == "launcher"), None)
     if explicit is not None:
-        raise ConfigError(f"scheduler.type={wanted} and {explicit} choose different runners: "
-                          "write one of them")
+        raise ConfigError(
+            f"scheduler.type={wanted} and {explicit} choose different runners: write one of them"
+        )
     return str(wanted)
 
 
 # AReaL's former `launcher` section (resources per GPU, environment per kind of process)
-OLD_LAUNCHER = ("inference_server_cpus_per_gpu", "inference_server_mem_per_gpu",
-                "trainer_cpus_per_gpu", "trainer_mem_per_gpu", "inference_server_env_vars",
-                "trainer_env_vars")
+OLD_LAUNCHER = (
+    "inference_server_cpus_per_gpu",
+    "inference_server_mem_per_gpu",
+    "trainer_cpus_per_gpu",
+    "trainer_mem_per_gpu",
+    "inference_server_env_vars",
+    "trainer_env_vars",
+)
 
 
 def _check_old_launcher(raw: dict, name: str) -> None:
@@ -311,10 +328,12 @@ def _check_old_launcher(raw: dict, name: str) -> None:
     section = raw.get("launcher")
     old = [k for k in section if k in OLD_LAUNCHER] if isinstance(section, dict) else []
     if old:
-        raise ConfigError(f"launcher.{old[0]} in config {name!r}: AReaL's former launcher "
-                          "section is not read (areal-launch's `launcher` holds its runner's "
-                          "options); write <engine>.scheduling_spec instead: cpu, mem, "
-                          "env_vars")
+        raise ConfigError(
+            f"launcher.{old[0]} in config {name!r}: AReaL's former launcher "
+            "section is not read (areal-launch's `launcher` holds its runner's "
+            "options); write <engine>.scheduling_spec instead: cpu, mem, "
+            "env_vars"
+        )
 
 
 def _primary(hydra: Any) -> tuple[str, Optional[dict]]:
@@ -338,9 +357,11 @@ def _primary(hydra: Any) -> tuple[str, Optional[dict]]:
             return source.config_name, None  # ours, or a config of ours; Hydra: a missing one
         found_config = found.config
     if source.config_path is not None:
-        raise ConfigError(f"--config-path {source.config_path}: {source.config_name!r} is a "
-                          "config of another launcher (no defaults list), laid over ours, and "
-                          "-cp replaces ours: give its folder with --config-dir/-cd instead")
+        raise ConfigError(
+            f"--config-path {source.config_path}: {source.config_name!r} is a "
+            "config of another launcher (no defaults list), laid over ours, and "
+            "-cp replaces ours: give its folder with --config-dir/-cd instead"
+        )
     raw = OmegaConf.to_container(found_config, resolve=False)
     assert isinstance(raw, dict)
     _check_old_launcher(raw, source.config_name)
@@ -389,8 +410,9 @@ def _typed_options(cfg: DictConfig, name: str, backend: str, values: DictConfig)
     extra = {k: v for k, v in values.items() if k not in known}
     if extra and ours_entry(str(OmegaConf.select(cfg, "trainer.entry", default=""))):
         extra = {}  # backend_options names the first
-    typed = OmegaConf.structured(backend_options(
-        name, backend, {k: v for k, v in values.items() if k not in extra}))
+    typed = OmegaConf.structured(
+        backend_options(name, backend, {k: v for k, v in values.items() if k not in extra})
+    )
     if extra:
         typed = OmegaConf.merge(OmegaConf.to_container(typed), extra)
     return typed
@@ -421,9 +443,11 @@ def run_spec(cfg: DictConfig) -> RunSpec:
     job = cfg
     if "hydra" in cfg:
         if OmegaConf.select(cfg, "hydra.job.chdir"):
-            raise ConfigError("hydra.job.chdir=true: areal-launch stays where it was started "
-                              "(relative paths are yours) and hands every process its run "
-                              "folder as AREAL_RUN_DIR; leave it false")
+            raise ConfigError(
+                "hydra.job.chdir=true: areal-launch stays where it was started "
+                "(relative paths are yours) and hands every process its run "
+                "folder as AREAL_RUN_DIR; leave it false"
+            )
         from hydra.core.hydra_config import HydraConfig
 
         HydraConfig.instance().set_config(cfg)  # for ${hydra:runtime.choices.X} in a config
@@ -439,11 +463,10 @@ def run_spec(cfg: DictConfig) -> RunSpec:
     assert isinstance(spec, LaunchConfig)
     for key, folder in (("hydra.run.dir", run_dir), ("hydra.sweep.dir", sweep_dir)):
         check_folder_name(key, folder)
-    runner = str(OmegaConf.select(cfg, "hydra.runtime.choices.launcher", default=None)
-                 or "local")
-    notes, asks = areal.apply_scheduling(spec, runner, [n for n in ENGINES
-                                                        if engine(spec, n).backend is not None],
-                                         os.environ)
+    runner = str(OmegaConf.select(cfg, "hydra.runtime.choices.launcher", default=None) or "local")
+    notes, asks = areal.apply_scheduling(
+        spec, runner, [n for n in ENGINES if engine(spec, n).backend is not None], os.environ
+    )
     return RunSpec(spec, run_dir, sweep_dir, cfg, handoff, tuple(notes), servers, asks)
 
 
@@ -457,8 +480,9 @@ def without_hydra(cfg: DictConfig) -> DictConfig:
     return job
 
 
-def _split_entry_keys(cfg: DictConfig, job: DictConfig, origin: Origin
-                      ) -> tuple[DictConfig, Optional[Handoff], dict[str, dict]]:
+def _split_entry_keys(
+    cfg: DictConfig, job: DictConfig, origin: Origin
+) -> tuple[DictConfig, Optional[Handoff], dict[str, dict]]:
     """(our part of `job`, what the entry gets, AReaL's server sections): the keys our
     schema does not declare are cut out; for our recipe the first of them is an error."""
     from launcher.config import areal
@@ -471,10 +495,15 @@ def _split_entry_keys(cfg: DictConfig, job: DictConfig, origin: Origin
             task = OmegaConf.select(cfg, "hydra.overrides.task", default=None)
             # as written: iterating a ListConfig resolves `${...}` in the overrides' text
             written = OmegaConf.to_container(task, resolve=False) if task is not None else []
-            given = any(str(o).lstrip("+").startswith(unknown[0])
-                        for o in (written if isinstance(written, list) else []))
-            where = "" if given or _source.config_name == "config" else \
-                f" in config {_source.config_name!r}"
+            given = any(
+                str(o).lstrip("+").startswith(unknown[0])
+                for o in (written if isinstance(written, list) else [])
+            )
+            where = (
+                ""
+                if given or _source.config_name == "config"
+                else f" in config {_source.config_name!r}"
+            )
             raise areal.unknown_error(unknown[0], ours, where, entry)
         return ours, None, {}
     areal.model_from_actor(ours, job, origin.raw)
@@ -520,10 +549,12 @@ def check_folder_name(key: str, folder: str) -> None:
 
     for part in Path(folder).parts:
         if len(os.fsencode(part)) > NAME_MAX:
-            raise ConfigError(f"{key}: the folder name {part[:40]!r}... is "
-                              f"{len(os.fsencode(part))} bytes, more than the {NAME_MAX} a "
-                              "file name may have; shorten experiment_name or trial_name "
-                              f"(they name the run folder) or set {key}")
+            raise ConfigError(
+                f"{key}: the folder name {part[:40]!r}... is "
+                f"{len(os.fsencode(part))} bytes, more than the {NAME_MAX} a "
+                "file name may have; shorten experiment_name or trial_name "
+                f"(they name the run folder) or set {key}"
+            )
 
 
 def hydra_record(spec: RunSpec, run_dir: Path) -> dict[str, str]:
@@ -539,9 +570,11 @@ def hydra_record(spec: RunSpec, run_dir: Path) -> dict[str, str]:
     for key in ("help", "hydra_help"):
         hydra.pop(key, None)
     hydra.setdefault("runtime", {})["output_dir"] = str(run_dir)
-    return {f"{subdir}/config.yaml": OmegaConf.to_yaml(job),
-            f"{subdir}/hydra.yaml": OmegaConf.to_yaml({"hydra": hydra}),
-            f"{subdir}/overrides.yaml": OmegaConf.to_yaml(cfg.hydra.overrides.task)}
+    return {
+        f"{subdir}/config.yaml": OmegaConf.to_yaml(job),
+        f"{subdir}/hydra.yaml": OmegaConf.to_yaml({"hydra": hydra}),
+        f"{subdir}/overrides.yaml": OmegaConf.to_yaml(cfg.hydra.overrides.task),
+    }
 
 
 def resolved(make: Callable[[], Any], overrides: Sequence[str] = ()) -> Any:
@@ -551,15 +584,21 @@ def resolved(make: Callable[[], Any], overrides: Sequence[str] = ()) -> Any:
     try:
         return make()
     except OmegaConfBaseException as exc:
-        raise ConfigError(unresolved(exc, overrides) or explain_hydra_error(exc, overrides,
-                                                                            suggest)) from None
+        raise ConfigError(
+            unresolved(exc, overrides) or explain_hydra_error(exc, overrides, suggest)
+        ) from None
 
 
 def choices_only(overrides: Sequence[str]) -> list[str]:
     """The overrides that pick config files (`rollout=sglang`, `experiment=...`), not values,
     and the entry (`trainer.entry`: whose keys an unknown one is)."""
-    return [o for o in overrides if "." not in o.partition("=")[0]
-            and not o.startswith(("hydra", "+", "~")) or o.startswith("trainer.entry=")]
+    return [
+        o
+        for o in overrides
+        if "." not in o.partition("=")[0]
+        and not o.startswith(("hydra", "+", "~"))
+        or o.startswith("trainer.entry=")
+    ]
 
 
 # ----------------------------------------------------------------------------- + and ~
@@ -569,10 +608,12 @@ def check_overrides(overrides: Sequence[str]) -> None:
         if o.startswith("~"):
             key = o[1:].partition("=")[0]
             if not key.startswith(FREE_FORM):
-                fix = (f"to turn {key} off write {key}=none" if key in ENGINE_GROUPS
-                       else "set it to another value instead")
-                raise ConfigError(f"{shown(o)}: removing a declared key is not supported; "
-                                  f"{fix}")
+                fix = (
+                    f"to turn {key} off write {key}=none"
+                    if key in ENGINE_GROUPS
+                    else "set it to another value instead"
+                )
+                raise ConfigError(f"{shown(o)}: removing a declared key is not supported; {fix}")
 
 
 def check_added_keys(cfg: DictConfig, overrides: Sequence[str]) -> None:
@@ -589,14 +630,19 @@ def check_added_keys(cfg: DictConfig, overrides: Sequence[str]) -> None:
         parts = key.split(".")
         for i, part in enumerate(parts):
             schema = OmegaConf.get_type(node) if isinstance(node, DictConfig) else None
-            if schema is None or not dataclasses.is_dataclass(schema) or \
-                    _backend_options_key(".".join(parts[:i])):
+            if (
+                schema is None
+                or not dataclasses.is_dataclass(schema)
+                or _backend_options_key(".".join(parts[:i]))
+            ):
                 break  # a free dict (launcher.env, components, a backend's options: typed later)
             if part not in {f.name for f in dataclasses.fields(schema)}:
-                wrong = ".".join(parts[:i + 1])
-                raise ConfigError(f"unknown config key {wrong!r}{suggest(wrong, overrides)}: "
-                                  f"`+` adds keys only to {FREE_FORM_SHOWN} "
-                                  "(`areal-launch --cfg job` prints every key)")
+                wrong = ".".join(parts[: i + 1])
+                raise ConfigError(
+                    f"unknown config key {wrong!r}{suggest(wrong, overrides)}: "
+                    f"`+` adds keys only to {FREE_FORM_SHOWN} "
+                    "(`areal-launch --cfg job` prints every key)"
+                )
             node = node.get(part)
 
 

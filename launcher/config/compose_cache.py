@@ -21,6 +21,7 @@ contract:
   only costs the speed. Entries are pickles, so a folder that another user owns or can write
   is not read.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -71,8 +72,15 @@ def _key(choices: Sequence[str], conf: Path) -> str:
     import hydra
     import omegaconf
 
-    what = (FORMAT, tuple(choices), str(conf), hydra.__version__, omegaconf.__version__,
-            sys.version, tuple(os.path.abspath(p or ".") for p in sys.path))
+    what = (
+        FORMAT,
+        tuple(choices),
+        str(conf),
+        hydra.__version__,
+        omegaconf.__version__,
+        sys.version,
+        tuple(os.path.abspath(p or ".") for p in sys.path),
+    )
     return hashlib.sha256(repr(what).encode()).hexdigest()[:32]
 
 
@@ -181,9 +189,11 @@ def applied(base: Any, overrides: Sequence[str], choices: Sequence[str]) -> Opti
                 job.env_set[key] = os.environ[key]
             base.hydra.runtime.cwd = os.getcwd()
             job.override_dirname = get_overrides_dirname(
-                overrides=parsed, kv_sep=job.config.override_dirname.kv_sep,
+                overrides=parsed,
+                kv_sep=job.config.override_dirname.kv_sep,
                 item_sep=job.config.override_dirname.item_sep,
-                exclude_keys=job.config.override_dirname.exclude_keys)
+                exclude_keys=job.config.override_dirname.exclude_keys,
+            )
     except Exception:  # noqa: BLE001 - Hydra composes it whole and says what is wrong
         return None
     return base

@@ -4,6 +4,7 @@ Hydra raises several unrelated exception types for user mistakes and spreads the
 over a chain of causes and several lines; each branch below recognises one mistake and says
 what to type instead (the quoted form, the closest key, the options of a group).
 """
+
 from __future__ import annotations
 
 import difflib
@@ -13,72 +14,100 @@ from typing import Callable, Optional, Sequence
 from launcher.spec.plan import ENGINES
 
 # dicts whose keys the user chooses: Hydra wants `+` there (a declared component, its env)
-FREE_FORM = ("launcher.env.", "components.", "cluster.component_placement.", "env.", "reward.",
-             "agent.", *(f"{name}.env." for name in ENGINES))
-FREE_FORM_SHOWN = ("launcher.env.*, <engine>.env.*, components.*, cluster.component_placement.*, "
-                   "env.*, reward.*, agent.*")
+FREE_FORM = (
+    "launcher.env.",
+    "components.",
+    "cluster.component_placement.",
+    "env.",
+    "reward.",
+    "agent.",
+    *(f"{name}.env." for name in ENGINES),
+)
+FREE_FORM_SHOWN = (
+    "launcher.env.*, <engine>.env.*, components.*, cluster.component_placement.*, "
+    "env.*, reward.*, agent.*"
+)
 
 
 Suggest = Callable[[str, Sequence[str]], str]  # key, overrides -> ": did you mean 'a.b'?" or ""
 
 
 def explain_hydra_error(exc: BaseException, overrides: Sequence[str], suggest: Suggest) -> str:
-    """One line for a Hydra/OmegaConf failure, with the quoted form to type where that is the fix."""
+    """One line for a Hydra/OmegaConf failure, with the quoted form to type where that is the
+    fix."""
     text = flatten(exc)
     kind = type(exc).__name__
     interpolation = unresolved(exc, overrides)
     if interpolation is not None:
         return interpolation
-    if kind == "OverrideParseException" or text.startswith("Error parsing override") or \
-            "Could not override ''" in text:
+    if (
+        kind == "OverrideParseException"
+        or text.startswith("Error parsing override")
+        or "Could not override ''" in text
+    ):
         failed = _failed_override(exc)  # Hydra names it: blame it, not an earlier one
         first = [failed] if failed is not None and failed in overrides else []
         return _parse_error(text, [*first, *overrides])
     if "Exceeds the limit" in text and "digits" in text:  # Python's int() refused a huge number
-        huge = max(overrides, key=lambda o: max((len(d) for d in re.findall(r"\d+", o)),
-                                                 default=0))
-        return (f"{huge.partition('=')[0]}: a number far too large ({len(huge)} characters); "
-                "sizes are GPU counts")
+        huge = max(overrides, key=lambda o: max((len(d) for d in re.findall(r"\d+", o)), default=0))
+        return (
+            f"{huge.partition('=')[0]}: a number far too large ({len(huge)} characters); "
+            "sizes are GPU counts"
+        )
     if "Ambiguous value" in text:
         bad = _first(overrides, lambda o: "," in o.partition("=")[2])
         if bad is not None:
             key, _, value = bad.partition("=")
             quoted = f"\"{key}='{value}'\"" if bad.isprintable() else "it in quotes"
-            return (f"{shown(bad)}: a comma list is a sweep to Hydra: quote it, {quoted} "
-                    f"(or run a sweep with -m)")
+            return (
+                f"{shown(bad)}: a comma list is a sweep to Hydra: quote it, {quoted} "
+                f"(or run a sweep with -m)"
+            )
     match = re.search(r"does not support sweep type : (\w+)", text)
     if match:
         sweep = match.group(1).lower().replace("_sweep", "")
         bad = _first(overrides, lambda o: f"{sweep}(" in o) or sweep
-        return (f"{shown(bad)}: Hydra's basic sweeper runs lists and ranges, not {sweep}(): "
-                "list the values (key=a,b,c), use range(start,stop,step), or choose a sweeper "
-                "that samples (hydra/sweeper=optuna)")
+        return (
+            f"{shown(bad)}: Hydra's basic sweeper runs lists and ranges, not {sweep}(): "
+            "list the values (key=a,b,c), use range(start,stop,step), or choose a sweeper "
+            "that samples (hydra/sweeper=optuna)"
+        )
     match = re.search(r"Could not append to config\. An item is already at '([^']+)'", text)
     if match:
         return f"{match.group(1)!r} exists already: set it without the leading +"
-    match = re.search(r"Could not override '([^']+)'", text) or \
-        re.search(r"Key '[^']+' not in '[^']+' full_key: (\S+)", text) or \
-        re.search(r"Key '([^']+)' not in", text)
+    match = (
+        re.search(r"Could not override '([^']+)'", text)
+        or re.search(r"Key '[^']+' not in '[^']+' full_key: (\S+)", text)
+        or re.search(r"Key '([^']+)' not in", text)
+    )
     if match:
         key = match.group(1)
         in_file = re.match(r"In '([^']+)': ", text)  # a config file's key, not an override's
         if in_file and not any(o.lstrip("+~").startswith(key) for o in overrides):
-            return (f"unknown config key {key!r} in config {in_file.group(1)!r}"
-                    f"{suggest(key, overrides)} (`areal-launch --cfg job` prints every key)")
+            return (
+                f"unknown config key {key!r} in config {in_file.group(1)!r}"
+                f"{suggest(key, overrides)} (`areal-launch --cfg job` prints every key)"
+            )
         if key.startswith(FREE_FORM):  # dicts whose keys are the user's own: Hydra wants `+`
             given = _first(overrides, lambda o: o.startswith(key)) or key
             return f"{key!r} adds a key to {key.rsplit('.', 1)[0]}: write it as +{shown(given)}"
-        return (f"unknown config key {key!r}{suggest(key, overrides)} "
-                "(`areal-launch --cfg job` prints every key)")
+        return (
+            f"unknown config key {key!r}{suggest(key, overrides)} "
+            "(`areal-launch --cfg job` prints every key)"
+        )
     match = re.search(r"Error merging override (\S+)", text)
     if match:
         detail = text.split("full_key:")[0].split(match.group(1), 1)[-1].strip(" .:")
         key, _, value = match.group(1).partition("=")
         if "is not a ListConfig" in detail and not value.startswith(("{", "[")):
-            return (f"invalid value in {match.group(1)!r}: {key} is a list of strings: write "
-                    f"{key}=[{value},...] ({LIST_HOW})")
+            return (
+                f"invalid value in {match.group(1)!r}: {key} is a list of strings: write "
+                f"{key}=[{value},...] ({LIST_HOW})"
+            )
         return f"invalid value in {match.group(1)!r}: {detail}"
-    match = re.search(r"Could not find '([^']+)'.*?Available options in '[^']+': ([^\n]*?) Config search", text)
+    match = re.search(
+        r"Could not find '([^']+)'.*?Available options in '[^']+': ([^\n]*?) Config search", text
+    )
     if match:
         wanted, options = match.group(1), match.group(2).split()
         close = difflib.get_close_matches(wanted.rpartition("/")[2], options, n=1)
@@ -99,13 +128,20 @@ def unresolved(exc: BaseException, overrides: Sequence[str] = ()) -> Optional[st
     while link is not None and link not in chain:
         chain.append(link)
         link = link.__cause__ or link.__context__
-    cur = next((c for c in chain if type(c).__name__.startswith("Interpolation")
-                or "resolving interpolation" in str(c)), None)
+    cur = next(
+        (
+            c
+            for c in chain
+            if type(c).__name__.startswith("Interpolation") or "resolving interpolation" in str(c)
+        ),
+        None,
+    )
     if cur is None:
         return None
     given = _first(overrides, lambda o: "${" in o)
-    key = next((str(k) for c in chain for k in [getattr(c, "full_key", None)] if k), None) \
-        or (given.lstrip("+").partition("=")[0] if given else "a value")
+    key = next((str(k) for c in chain for k in [getattr(c, "full_key", None)] if k), None) or (
+        given.lstrip("+").partition("=")[0] if given else "a value"
+    )
     message = str(cur).splitlines()[0].strip()
     fix = ""
     if "oc.env" in message or "Environment variable" in message:
@@ -118,23 +154,31 @@ def _parse_error(text: str, overrides: Sequence[str]) -> str:
     if bad is not None and bad.isprintable():
         key, _, value = bad.partition("=")
         if value.startswith("[") and not value.endswith("]"):  # split by the shell at a space
-            return (f"cannot parse override {bad!r}: the list is not closed; {key} is a list of "
-                    f"strings, one argument: '{key}={value},...]' ({LIST_HOW})")
+            return (
+                f"cannot parse override {bad!r}: the list is not closed; {key} is a list of "
+                f"strings, one argument: '{key}={value},...]' ({LIST_HOW})"
+            )
         if value.startswith("[") and value.endswith("]"):  # a list: quote each element
             items = ",".join(f"'{v.strip()}'" for v in value[1:-1].split(",") if v.strip())
-            return (f"cannot parse override {bad!r}: quote each list element that holds "
-                    f"'=', ':' or brackets: type \"{key}=[{items}]\"")
+            return (
+                f"cannot parse override {bad!r}: quote each list element that holds "
+                f"'=', ':' or brackets: type \"{key}=[{items}]\""
+            )
         bare = value.replace("(", "").replace(")", "")
         alt = f", or without parentheses: {key}={bare}" if "(" in value and "[" not in value else ""
-        return (f"cannot parse override {bad!r}: Hydra's override grammar needs quotes around "
-                f"values with ( ) or [ ]: type \"{key}='{value}'\"{alt}")
+        return (
+            f"cannot parse override {bad!r}: Hydra's override grammar needs quotes around "
+            f"values with ( ) or [ ]: type \"{key}='{value}'\"{alt}"
+        )
     odd = _first(overrides, lambda o: not o.isascii())
     if odd is not None:
         key, _, value = odd.partition("=")
         if key.isascii():
             quoted = f"\"{key}='{value}'\"" if odd.isprintable() else "the value in quotes"
-            return (f"cannot parse override {shown(odd)}: Hydra's override grammar takes "
-                    f"other than ASCII only in quotes: type {quoted}")
+            return (
+                f"cannot parse override {shown(odd)}: Hydra's override grammar takes "
+                f"other than ASCII only in quotes: type {quoted}"
+            )
         return f"cannot parse override {shown(odd)}: a config key is ASCII (--cfg job lists them)"
     word = _first(overrides, lambda o: o.startswith("=") or "=" not in o and not o.startswith("~"))
     if word is not None:
@@ -142,8 +186,10 @@ def _parse_error(text: str, overrides: Sequence[str]) -> str:
     return f"cannot parse override: {text}"
 
 
-LIST_HOW = ("no spaces, or the whole override in quotes for the shell; an element that holds "
-            "'=', ':' or brackets in quotes: \"k=['--config','a=b']\"")
+LIST_HOW = (
+    "no spaces, or the whole override in quotes for the shell; an element that holds "
+    "'=', ':' or brackets in quotes: \"k=['--config','a=b']\""
+)
 
 
 def _failed_override(exc: BaseException) -> Optional[str]:

@@ -10,6 +10,7 @@ chosen runner's own (launcher/runners/), the `recipe` group's the chosen recipe'
 `launcher.spec.run_spec` turns the composed config into these dataclasses once; nothing after
 that reads the Hydra config.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -44,11 +45,14 @@ class SchedulingStrategy:
 
     def __post_init__(self) -> None:
         if self.type is not None and self.type not in STRATEGIES:
-            raise ConfigError(f"scheduling_strategy.type={self.type!r}: choose "
-                              f"{' or '.join(STRATEGIES)}")
+            raise ConfigError(
+                f"scheduling_strategy.type={self.type!r}: choose {' or '.join(STRATEGIES)}"
+            )
         if self.type == "colocation" and not self.target:
-            raise ConfigError("scheduling_strategy.type=colocation needs a target: the "
-                              "component to share GPUs with, e.g. target: actor")
+            raise ConfigError(
+                "scheduling_strategy.type=colocation needs a target: the "
+                "component to share GPUs with, e.g. target: actor"
+            )
 
 
 @dataclass
@@ -140,8 +144,9 @@ class MicroBatchSpec:
     def __post_init__(self) -> None:
         n = self.max_tokens_per_mb
         if isinstance(n, bool) or not isinstance(n, int) or not 0 < n <= MAX_TOKENS_PER_MB:
-            raise ConfigError(f"mb_spec.max_tokens_per_mb={n}: a number of tokens from 1 to "
-                              f"{MAX_TOKENS_PER_MB}")
+            raise ConfigError(
+                f"mb_spec.max_tokens_per_mb={n}: a number of tokens from 1 to {MAX_TOKENS_PER_MB}"
+            )
 
 
 @dataclass
@@ -189,16 +194,16 @@ def _with_backend_options(base: type, kind: str, name: str) -> type:
     """`base` plus one sub-key per backend of `kind`: what is set under it, a free dict that
     `backend_options` types by the backend's Options for the engines that use it. Typing every
     backend's options on every engine here made composing the slowest part of a command."""
-    extra: list[tuple[str, Any, Any]] = [(b, Any, field(default_factory=dict))
-                                         for b in registry.backend_names(kind)]
+    extra: list[tuple[str, Any, Any]] = [
+        (b, Any, field(default_factory=dict)) for b in registry.backend_names(kind)
+    ]
     made = dataclasses.make_dataclass(name, extra, bases=(base,))
     made.__module__ = __name__  # found by pickle where it lives (launcher.config.compose_cache)
     return made
 
 
 RolloutConfig = _with_backend_options(RolloutBase, registry.SERVE, "RolloutConfig")
-TrainEngineConfig = _with_backend_options(TrainEngineBase, registry.TRAIN,
-                                          "TrainEngineConfig")
+TrainEngineConfig = _with_backend_options(TrainEngineBase, registry.TRAIN, "TrainEngineConfig")
 
 
 @dataclass
@@ -266,8 +271,9 @@ class NameResolveConfig:
 
     def __post_init__(self) -> None:
         if self.type not in NAME_RESOLVE_TYPES:
-            raise ConfigError(f"cluster.name_resolve.type={self.type!r}: choose "
-                              f"{', '.join(NAME_RESOLVE_TYPES)}")
+            raise ConfigError(
+                f"cluster.name_resolve.type={self.type!r}: choose {', '.join(NAME_RESOLVE_TYPES)}"
+            )
 
 
 NAME_RESOLVE_TYPES = ("nfs", "etcd3", "ray")
@@ -320,14 +326,18 @@ class ClusterConfig:
                 continue
             if alias == 0 and theirs == "n_gpus_per_node":  # AReaL's CPU template
                 if self.device not in ("auto", "cpu") or given:
-                    raise ConfigError("cluster.n_gpus_per_node=0 is a CPU cluster, but "
-                                      f"cluster.device={self.device} cluster.gpus_per_node="
-                                      f"{given}: write one of them")
+                    raise ConfigError(
+                        "cluster.n_gpus_per_node=0 is a CPU cluster, but "
+                        f"cluster.device={self.device} cluster.gpus_per_node="
+                        f"{given}: write one of them"
+                    )
                 self.device = "cpu"
                 continue
             if given is not None and given != alias:
-                raise ConfigError(f"cluster.{theirs}={alias} and cluster.{ours}={given} say "
-                                  f"the same thing differently: write one of them")
+                raise ConfigError(
+                    f"cluster.{theirs}={alias} and cluster.{ours}={given} say "
+                    f"the same thing differently: write one of them"
+                )
             setattr(self, ours, alias)
 
 
@@ -386,8 +396,11 @@ def engine(spec: LaunchConfig, name: str, kind: Optional[str] = None) -> Any:
         kind = str(raw.pop("kind", kind or registry.TRAIN))
         raw.pop("feeds", None)
         schema = RolloutConfig if kind == registry.SERVE else TrainEngineConfig
-        typed_nodes[name] = typed(f"components.{name}", schema, raw, "an engine's keys") \
-            if raw else schema(backend=None)
+        typed_nodes[name] = (
+            typed(f"components.{name}", schema, raw, "an engine's keys")
+            if raw
+            else schema(backend=None)
+        )
     return typed_nodes[name]
 
 
@@ -402,14 +415,20 @@ def declared_kind(raw: Any) -> str:
 
 def declared_engines(spec: LaunchConfig) -> dict[str, str]:
     """name -> kind of the serving and training components declared under `components`."""
-    return {str(n): declared_kind(raw) for n, raw in spec.components.items()
-            if declared_kind(raw) in ENGINE_KINDS}
+    return {
+        str(n): declared_kind(raw)
+        for n, raw in spec.components.items()
+        if declared_kind(raw) in ENGINE_KINDS
+    }
 
 
 def declared_feeds(spec: LaunchConfig) -> dict[str, str]:
     """training component -> the serving component it pushes weights to (`feeds`)."""
-    return {str(n): str(raw["feeds"]) for n, raw in spec.components.items()
-            if isinstance(raw, Mapping) and raw.get("feeds") is not None}
+    return {
+        str(n): str(raw["feeds"])
+        for n, raw in spec.components.items()
+        if isinstance(raw, Mapping) and raw.get("feeds") is not None
+    }
 
 
 def backend_of(spec: Optional[str]) -> Optional[str]:
@@ -422,8 +441,9 @@ def backend_of(spec: Optional[str]) -> Optional[str]:
 def backend_options(name: str, backend: str, values: Any) -> Any:
     """`<name>.<backend>.*` as the backend's typed Options: the values set there (a dict, or
     the Options already) over its defaults."""
-    return typed(f"{name}.{backend}", registry.backend(backend).Options, values,
-                 f"{backend}'s options")
+    return typed(
+        f"{name}.{backend}", registry.backend(backend).Options, values, f"{backend}'s options"
+    )
 
 
 def typed(where: str, schema: type, values: Any, what: str) -> Any:
@@ -441,22 +461,26 @@ def typed(where: str, schema: type, values: Any, what: str) -> Any:
     if isinstance(values, Mapping) and not values:
         return schema()
     if not isinstance(values, Mapping):
-        raise ConfigError(f"invalid value in '{where}={values}': {where} holds {what}, e.g. "
-                          f"{where}.KEY=VALUE")
+        raise ConfigError(
+            f"invalid value in '{where}={values}': {where} holds {what}, e.g. {where}.KEY=VALUE"
+        )
     known = [f.name for f in dataclasses.fields(schema)]
     for key in values:
         if key not in known:
             close = difflib.get_close_matches(str(key), known, n=1)
             hint = f": did you mean '{where}.{close[0]}'?" if close else ""
-            raise ConfigError(f"unknown config key '{where}.{key}'{hint} "
-                              "(`areal-launch --cfg job` prints every key)")
+            raise ConfigError(
+                f"unknown config key '{where}.{key}'{hint} "
+                "(`areal-launch --cfg job` prints every key)"
+            )
     try:
         return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), values))
     except OmegaConfBaseException as exc:
         key = str(getattr(exc, "full_key", "") or "")
         message = str(exc).splitlines()[0].strip()
-        raise ConfigError(f"invalid value in '{where}.{key}={values.get(key)}': {message}") \
-            from None
+        raise ConfigError(
+            f"invalid value in '{where}.{key}={values.get(key)}': {message}"
+        ) from None
 
 
 def register_configs() -> None:
@@ -472,8 +496,11 @@ def register_configs() -> None:
         # a built-in's YAML (conf/launcher/<name>.yaml) starts from <name>_schema; another
         # package's runner has no YAML here, so its schema is the option `launcher=<name>`
         builtin = name in registry.BUILTIN_RUNNERS
-        store.store(group="launcher", name=f"{name}_schema" if builtin else name,
-                    node=registry.runner_module(name).Config)
+        store.store(
+            group="launcher",
+            name=f"{name}_schema" if builtin else name,
+            node=registry.runner_module(name).Config,
+        )
     for name, schema in registry.recipe_schemas().items():
         store.store(group="recipe", name=f"{name}_schema", node=schema)
 

@@ -9,6 +9,7 @@ the partition's gres type fills in, such as `h100`); on cpu, the host's MemAvail
 cpu check adds (vLLM CPU server, torchrun ranks) are measured constants in
 launcher/memory/parts.py.
 """
+
 from __future__ import annotations
 
 import re
@@ -26,24 +27,58 @@ MAX_GPU_GIB = 4096.0  # no card comes near; a larger cluster.gpu_memory_gib is a
 # V100 32GB: hiyouga/LlamaFactory#6800 "31.74 GiB"; L4: instructlab/instructlab#2666
 # "22.05 GiB"); the others are nvidia-smi's MiB / 1024 less the ~0.5 GiB the driver keeps.
 GPU_MEMORY_GIB = {
-    "b200": 178.4, "h200": 139.81, "h100 nvl": 93.1, "h100": 79.11, "h800": 79.11,
-    "h20": 94.5, "gh200": 94.5, "a100 80gb": 79.15, "a800 80gb": 79.15, "a100 40gb": 39.39,
-    "a800 40gb": 39.39, "l40s": 44.4, "l40": 44.4, "a40": 44.4, "a6000": 47.4, "a10g": 22.06,
-    "a10": 22.06, "l4": 22.05, "v100 32gb": 31.74, "v100 16gb": 15.77, "t4": 14.58,
-    "rtx 4090": 23.55, "rtx 3090": 23.69, "mi300x": 191.5,
+    "b200": 178.4,
+    "h200": 139.81,
+    "h100 nvl": 93.1,
+    "h100": 79.11,
+    "h800": 79.11,
+    "h20": 94.5,
+    "gh200": 94.5,
+    "a100 80gb": 79.15,
+    "a800 80gb": 79.15,
+    "a100 40gb": 39.39,
+    "a800 40gb": 39.39,
+    "l40s": 44.4,
+    "l40": 44.4,
+    "a40": 44.4,
+    "a6000": 47.4,
+    "a10g": 22.06,
+    "a10": 22.06,
+    "l4": 22.05,
+    "v100 32gb": 31.74,
+    "v100 16gb": 15.77,
+    "t4": 14.58,
+    "rtx 4090": 23.55,
+    "rtx 3090": 23.69,
+    "mi300x": 191.5,
 }
 # name patterns (on the normalized name: lowercase, words, "80g" -> "80gb") -> table key,
 # most specific first; a family name without its size (`a100`) matches none: unknown
 NAME_PATTERNS = (
-    (r"\bb200\b", "b200"), (r"\bgh200\b", "gh200"), (r"\bh200\b", "h200"),
-    (r"\bh100\b.*\bnvl\b", "h100 nvl"), (r"\bh100\b", "h100"), (r"\bh800\b", "h800"),
-    (r"\bh20\b", "h20"), (r"\ba100\b.*\b80gb\b", "a100 80gb"),
-    (r"\ba100\b.*\b40gb\b", "a100 40gb"), (r"\ba800\b.*\b80gb\b", "a800 80gb"),
-    (r"\ba800\b.*\b40gb\b", "a800 40gb"), (r"\bl40s\b", "l40s"), (r"\bl40\b", "l40"),
-    (r"\ba40\b", "a40"), (r"\ba6000\b", "a6000"), (r"\ba10g\b", "a10g"), (r"\ba10\b", "a10"),
-    (r"\bl4\b", "l4"), (r"\bv100\b.*\b32gb\b", "v100 32gb"),
-    (r"\bv100\b.*\b16gb\b", "v100 16gb"), (r"\bt4\b", "t4"), (r"\b4090\b", "rtx 4090"),
-    (r"\b3090\b", "rtx 3090"), (r"\bmi300x\b", "mi300x"),
+    (r"\bb200\b", "b200"),
+    (r"\bgh200\b", "gh200"),
+    (r"\bh200\b", "h200"),
+    (r"\bh100\b.*\bnvl\b", "h100 nvl"),
+    (r"\bh100\b", "h100"),
+    (r"\bh800\b", "h800"),
+    (r"\bh20\b", "h20"),
+    (r"\ba100\b.*\b80gb\b", "a100 80gb"),
+    (r"\ba100\b.*\b40gb\b", "a100 40gb"),
+    (r"\ba800\b.*\b80gb\b", "a800 80gb"),
+    (r"\ba800\b.*\b40gb\b", "a800 40gb"),
+    (r"\bl40s\b", "l40s"),
+    (r"\bl40\b", "l40"),
+    (r"\ba40\b", "a40"),
+    (r"\ba6000\b", "a6000"),
+    (r"\ba10g\b", "a10g"),
+    (r"\ba10\b", "a10"),
+    (r"\bl4\b", "l4"),
+    (r"\bv100\b.*\b32gb\b", "v100 32gb"),
+    (r"\bv100\b.*\b16gb\b", "v100 16gb"),
+    (r"\bt4\b", "t4"),
+    (r"\b4090\b", "rtx 4090"),
+    (r"\b3090\b", "rtx 3090"),
+    (r"\bmi300x\b", "mi300x"),
 )
 
 
@@ -93,8 +128,10 @@ def detect_gpu_memory_gib() -> Optional[float]:
     except Exception:  # NVMLError: no driver here
         return None
     try:
-        sizes = [_usable_bytes(pynvml, pynvml.nvmlDeviceGetHandleByIndex(i))
-                 for i in range(pynvml.nvmlDeviceGetCount())]
+        sizes = [
+            _usable_bytes(pynvml, pynvml.nvmlDeviceGetHandleByIndex(i))
+            for i in range(pynvml.nvmlDeviceGetCount())
+        ]
     except Exception:
         return None
     finally:
@@ -141,14 +178,20 @@ def check_configured(value: Any, key: str = "cluster.gpu_memory_gib") -> Optiona
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
         raise ConfigError(f"{key}={value!r}: give the GPU memory in GiB, e.g. {key}=79.1")
     if not 0 < value <= MAX_GPU_GIB:
-        raise ConfigError(f"{key}={value}: must be between 0 and {MAX_GPU_GIB:.0f} GiB "
-                          f"(an 80 GB card reports about 79.1)")
+        raise ConfigError(
+            f"{key}={value}: must be between 0 and {MAX_GPU_GIB:.0f} GiB "
+            f"(an 80 GB card reports about 79.1)"
+        )
     return float(value)
 
 
-def resolve_capacity(device: str, configured: Any = None, gpu_name: Optional[str] = None,
-                     detect: bool = True,
-                     local_names: Callable[[], Sequence[str]] = lambda: ()) -> Capacity:
+def resolve_capacity(
+    device: str,
+    configured: Any = None,
+    gpu_name: Optional[str] = None,
+    detect: bool = True,
+    local_names: Callable[[], Sequence[str]] = lambda: (),
+) -> Capacity:
     """The capacity the memory check uses, and its source (see the module docstring).
     detect: this machine's GPUs are the run's; local_names: their names (nvidia-smi -L), asked
     only when NVML cannot say."""

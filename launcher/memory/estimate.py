@@ -1,4 +1,5 @@
-"""Will it fit? Per-GPU memory of every engine in a plan, against the card (docs/architecture.md §10).
+"""Will it fit? Per-GPU memory of every engine in a plan, against the card (docs/architecture.md
+§10).
 
 Pure: engines come in as the plan's ComponentPlans (allocation + global GPU list) with a
 ModelShape and typed options; nothing here reads a file, the environment or the Hydra config.
@@ -17,6 +18,7 @@ On cpu every "GPU" is a process slot on the host: the check is the sum of all pr
 a torchrun agent per trainer job and node) against the host's memory, since the local
 runner runs every virtual node on this machine.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,8 +34,17 @@ from launcher.spec.cluster import ClusterSpec
 from launcher.spec.errors import LaunchError
 from launcher.spec.plan import ComponentPlan
 
-__all__ = ["EngineInput", "EngineMemory", "GPUGroup", "MemoryProblem", "MemoryReport",
-           "margin_gib", "TrainOptions", "InferenceOptions", "Offload"]
+__all__ = [
+    "EngineInput",
+    "EngineMemory",
+    "GPUGroup",
+    "MemoryProblem",
+    "MemoryReport",
+    "margin_gib",
+    "TrainOptions",
+    "InferenceOptions",
+    "Offload",
+]
 
 EngineOptions = Union[TrainOptions, InferenceOptions]
 MARGIN_FRACTION = 0.05
@@ -58,8 +69,10 @@ class EngineInput:
         if self.options is None:
             object.__setattr__(self, "options", want())
         elif not isinstance(self.options, want):
-            raise LaunchError(f"{self.component.name} ({self.component.alloc}) takes "
-                              f"{want.__name__}, not {type(self.options).__name__}")
+            raise LaunchError(
+                f"{self.component.name} ({self.component.alloc}) takes "
+                f"{want.__name__}, not {type(self.options).__name__}"
+            )
 
     @property
     def name(self) -> str:
@@ -86,12 +99,20 @@ class EngineMemory:
         return max(self.parts, key=lambda k: self.parts[k])
 
     def to_dict(self) -> dict:
-        out = {"spec": self.spec, "phase": self.phase, "per_gpu_gib": self.per_gpu_gib,
-               "released_gib": self.released_gib, "parts": dict(self.parts),
-               "largest_part": self.largest_part}
+        out = {
+            "spec": self.spec,
+            "phase": self.phase,
+            "per_gpu_gib": self.per_gpu_gib,
+            "released_gib": self.released_gib,
+            "parts": dict(self.parts),
+            "largest_part": self.largest_part,
+        }
         if self.phase == "rollout":
-            out.update(kv_tokens=self.kv_tokens, context_tokens=self.context_tokens,
-                       mem_fraction=self.mem_fraction)
+            out.update(
+                kv_tokens=self.kv_tokens,
+                context_tokens=self.context_tokens,
+                mem_fraction=self.mem_fraction,
+            )
         return out
 
 
@@ -121,9 +142,16 @@ class MemoryProblem:
     fix: Optional[str] = None
 
     def to_dict(self) -> dict:
-        return {"kind": self.kind, "engine": self.engine, "gpu": self.gpu, "node": self.node,
-                "need_gib": self.need_gib, "have_gib": self.have_gib, "message": self.message,
-                "fix": self.fix}
+        return {
+            "kind": self.kind,
+            "engine": self.engine,
+            "gpu": self.gpu,
+            "node": self.node,
+            "need_gib": self.need_gib,
+            "have_gib": self.have_gib,
+            "message": self.message,
+            "fix": self.fix,
+        }
 
     def line(self) -> str:
         """One line for the user: what, where, need vs have, and the override to try."""
@@ -155,15 +183,22 @@ class MemoryReport:
             group_of.update(dict.fromkeys(group.gpus, k))
         total = [g.total_gib for g in self.groups]
         engines = [dict(g.engines) for g in self.groups]  # one dict per group, shared by rows
-        return [{"node": g // per, "gpu": g, "total_gib": total[k], "engines": engines[k]}
-                for g, k in sorted(group_of.items())]
+        return [
+            {"node": g // per, "gpu": g, "total_gib": total[k], "engines": engines[k]}
+            for g, k in sorted(group_of.items())
+        ]
 
     def to_dict(self) -> dict:
-        out = {"gpu_capacity_gib": self.capacity_gib, "fits": self.fits, "device": self.device,
-               "margin_gib": self.margin_gib, "gpus": self.gpus(),
-               "engines": {n: e.to_dict() for n, e in self.engines.items()},
-               "problems": [p.to_dict() for p in self.problems],
-               "warnings": list(self.warnings)}
+        out = {
+            "gpu_capacity_gib": self.capacity_gib,
+            "fits": self.fits,
+            "device": self.device,
+            "margin_gib": self.margin_gib,
+            "gpus": self.gpus(),
+            "engines": {n: e.to_dict() for n, e in self.engines.items()},
+            "problems": [p.to_dict() for p in self.problems],
+            "warnings": list(self.warnings),
+        }
         if self.device == "cpu":
             out["host_need_gib"] = self.host_need_gib
         return out
@@ -185,8 +220,13 @@ def margin_gib(capacity_gib: float, device: str = "cuda") -> float:
 
 
 @lru_cache(maxsize=4096)
-def estimate(shape: ModelShape, alloc: ModelAllocation, options: EngineOptions,
-             capacity_gib: Optional[float], device: str) -> EngineNeed:
+def estimate(
+    shape: ModelShape,
+    alloc: ModelAllocation,
+    options: EngineOptions,
+    capacity_gib: Optional[float],
+    device: str,
+) -> EngineNeed:
     """One engine's need per GPU (cached: plans and suggestions ask for the same ones often)."""
     if isinstance(options, InferenceOptions):
         return estimate_inference(shape, alloc, options, capacity_gib, device)
@@ -215,27 +255,38 @@ def _phases(names: Sequence[str], needs: dict[str, EngineNeed]) -> dict[str, tup
 
 
 def _engine_memory(inp: EngineInput, need: EngineNeed) -> EngineMemory:
-    return EngineMemory(name=inp.name, spec=str(inp.component.alloc), phase=need.phase,
-                        per_gpu_gib=gib(need.peak), released_gib=gib(need.residue),
-                        parts={k: gib(v) for k, v in need.parts.items()},
-                        kv_tokens=need.kv_tokens, context_tokens=need.context_tokens,
-                        mem_fraction=need.mem_fraction)
+    return EngineMemory(
+        name=inp.name,
+        spec=str(inp.component.alloc),
+        phase=need.phase,
+        per_gpu_gib=gib(need.peak),
+        released_gib=gib(need.residue),
+        parts={k: gib(v) for k, v in need.parts.items()},
+        kv_tokens=need.kv_tokens,
+        context_tokens=need.context_tokens,
+        mem_fraction=need.mem_fraction,
+    )
 
 
-def _describe(phase: str, held: dict[str, float], running: str, specs: dict[str, str],
-              terms: dict[str, float]) -> str:
+def _describe(
+    phase: str, held: dict[str, float], running: str, specs: dict[str, str], terms: dict[str, float]
+) -> str:
     """`train phase: actor (fsdp:d8) 60.1 [largest: logits 27.8] + rollout keeps 2.0`: the
     running engine with its largest term, and what the others keep."""
     top = max(terms, key=lambda k: terms[k])
-    parts = [f"{running} ({specs[running]}) {held[running] / GIB:.1f} "
-             f"[largest: {top} {terms[top] / GIB:.1f}]"]
-    parts += [f"{n} keeps {v / GIB:.1f}" for n, v in held.items()
-              if n != running and v >= 0.05 * GIB]
+    parts = [
+        f"{running} ({specs[running]}) {held[running] / GIB:.1f} "
+        f"[largest: {top} {terms[top] / GIB:.1f}]"
+    ]
+    parts += [
+        f"{n} keeps {v / GIB:.1f}" for n, v in held.items() if n != running and v >= 0.05 * GIB
+    ]
     return f"{phase} phase: " + " + ".join(parts)
 
 
-def evaluate(engines: Sequence[EngineInput], cluster: ClusterSpec,
-             capacity_gib: Optional[float]) -> MemoryReport:
+def evaluate(
+    engines: Sequence[EngineInput], cluster: ClusterSpec, capacity_gib: Optional[float]
+) -> MemoryReport:
     """The report without the fix search (memory_report adds fixes)."""
     device = cluster.device
     margin = margin_gib(capacity_gib, device) if capacity_gib is not None else 0.0
@@ -252,8 +303,10 @@ def evaluate(engines: Sequence[EngineInput], cluster: ClusterSpec,
             memories[inp.name] = _engine_memory(inp, needs[inp.name])
             continue
         if inp.shape is None:
-            warnings.append(f"memory of {inp.name} unknown: no config.json for its model, so "
-                            "its GPUs are not checked")
+            warnings.append(
+                f"memory of {inp.name} unknown: no config.json for its model, so "
+                "its GPUs are not checked"
+            )
             continue
         need = estimate(inp.shape, inp.component.alloc, inp.options, capacity_gib, device)
         if _joins_a_trainer_job(inp, engines, needs):
@@ -263,13 +316,19 @@ def evaluate(engines: Sequence[EngineInput], cluster: ClusterSpec,
         first = inp.component.gpus[0] if inp.component.gpus else None
         for note in need.notes:
             kind = "weights" if note.startswith("weights") else "kv"
-            problems.append(MemoryProblem(
-                kind=kind, engine=inp.name, gpu=first,
-                node=None if first is None else first // per,
-                need_gib=gib(need.parts["weights"] + need.kv_bytes_per_token
-                             * (need.context_tokens or 0)),
-                have_gib=gib(need.parts["weights"] + need.parts["kv_cache"]),
-                message=f"{inp.name} ({specs[inp.name]}) on GPU {first}: {note}"))
+            problems.append(
+                MemoryProblem(
+                    kind=kind,
+                    engine=inp.name,
+                    gpu=first,
+                    node=None if first is None else first // per,
+                    need_gib=gib(
+                        need.parts["weights"] + need.kv_bytes_per_token * (need.context_tokens or 0)
+                    ),
+                    have_gib=gib(need.parts["weights"] + need.parts["kv_cache"]),
+                    message=f"{inp.name} ({specs[inp.name]}) on GPU {first}: {note}",
+                )
+            )
     by_set = _gpu_groups([inp for inp in engines if inp.name in needs])
     groups = []
     limit = None if capacity_gib is None else (capacity_gib - margin) * GIB
@@ -277,45 +336,80 @@ def evaluate(engines: Sequence[EngineInput], cluster: ClusterSpec,
         phases = _phases(names, needs)
         phase = max(phases, key=lambda k: phases[k][0])
         total, held = phases[phase]
-        groups.append(GPUGroup(gpus=gpus, total_gib=gib(total), phase=phase,
-                               engines={n: gib(v) for n, v in held.items()},
-                               phases={k: gib(v[0]) for k, v in phases.items()}))
+        groups.append(
+            GPUGroup(
+                gpus=gpus,
+                total_gib=gib(total),
+                phase=phase,
+                engines={n: gib(v) for n, v in held.items()},
+                phases={k: gib(v[0]) for k, v in phases.items()},
+            )
+        )
         if limit is None or device == "cpu":
             continue
         for name, (value, parts) in phases.items():
             if value <= limit:
                 continue
-            running = max((n for n in parts if needs[n].phase == name),
-                          key=lambda n: parts[n])
+            running = max((n for n in parts if needs[n].phase == name), key=lambda n: parts[n])
             g = gpus[0]
-            alike = f" (and {len(gpus) - 1} more GPUs with the same engines)" if len(gpus) > 1 \
-                else ""
-            problems.append(MemoryProblem(
-                kind=name, engine=running, gpu=g, node=g // per,
-                need_gib=gib(value + margin * GIB), have_gib=capacity_gib or 0.0,
-                engines=names,
-                message=(f"GPU {g} (node {g // per}) does not fit: "
-                         f"{_describe(name, parts, running, specs, needs[running].parts)} GiB + margin {margin} GiB "
-                         f"= {(value / GIB + margin):.1f} GiB > {capacity_gib} GiB{alike}")))
+            alike = (
+                f" (and {len(gpus) - 1} more GPUs with the same engines)" if len(gpus) > 1 else ""
+            )
+            problems.append(
+                MemoryProblem(
+                    kind=name,
+                    engine=running,
+                    gpu=g,
+                    node=g // per,
+                    need_gib=gib(value + margin * GIB),
+                    have_gib=capacity_gib or 0.0,
+                    engines=names,
+                    message=(
+                        f"GPU {g} (node {g // per}) does not fit: "
+                        f"{_describe(name, parts, running, specs, needs[running].parts)} GiB "
+                        f"+ margin {margin} GiB "
+                        f"= {(value / GIB + margin):.1f} GiB > {capacity_gib} GiB{alike}"
+                    ),
+                )
+            )
     host_need = None
     if device == "cpu":
         host_need = _host_need(engines, needs, cluster)
         if capacity_gib is not None and host_need + margin > capacity_gib:
-            problems.append(MemoryProblem(
-                kind="host", engine=max(needs, key=lambda n: needs[n].peak), gpu=None, node=None,
-                need_gib=round(host_need + margin, 2), have_gib=capacity_gib,
-                engines=tuple(needs),
-                message=(f"this machine's memory does not fit the run: processes "
-                         f"{host_need:.1f} GiB + margin {margin} GiB > {capacity_gib} GiB")))
+            problems.append(
+                MemoryProblem(
+                    kind="host",
+                    engine=max(needs, key=lambda n: needs[n].peak),
+                    gpu=None,
+                    node=None,
+                    need_gib=round(host_need + margin, 2),
+                    have_gib=capacity_gib,
+                    engines=tuple(needs),
+                    message=(
+                        f"this machine's memory does not fit the run: processes "
+                        f"{host_need:.1f} GiB + margin {margin} GiB > {capacity_gib} GiB"
+                    ),
+                )
+            )
     if capacity_gib is None:
-        warnings.append("GPU memory unknown: set cluster.gpu_memory_gib to check that the plan "
-                        "fits")
+        warnings.append(
+            "GPU memory unknown: set cluster.gpu_memory_gib to check that the plan fits"
+        )
     unknown = capacity_gib is None or len(needs) < len(engines)
     fits = False if problems else (None if unknown else True)
     groups.sort(key=lambda grp: grp.gpus[0])
-    return MemoryReport(device=device, capacity_gib=capacity_gib, margin_gib=margin, fits=fits,
-                        engines=memories, groups=tuple(groups), problems=tuple(problems),
-                        warnings=tuple(warnings), gpus_per_node=per, host_need_gib=host_need)
+    return MemoryReport(
+        device=device,
+        capacity_gib=capacity_gib,
+        margin_gib=margin,
+        fits=fits,
+        engines=memories,
+        groups=tuple(groups),
+        problems=tuple(problems),
+        warnings=tuple(warnings),
+        gpus_per_node=per,
+        host_need_gib=host_need,
+    )
 
 
 def worker_need(inp: EngineInput) -> EngineNeed:
@@ -328,8 +422,11 @@ def worker_need(inp: EngineInput) -> EngineNeed:
             per_gpu[g] = per_gpu.get(g, 0) + 1
     count = max(per_gpu.values(), default=len(inp.component.instances))
     held = (inp.process_gib or 0.0) * GIB * count
-    return EngineNeed(phase="rollout", parts={"processes": held},
-                      released={"processes": 0.0 if inp.releases else held})
+    return EngineNeed(
+        phase="rollout",
+        parts={"processes": held},
+        released={"processes": 0.0 if inp.releases else held},
+    )
 
 
 def _gpu_groups(engines: Sequence[EngineInput]) -> dict[tuple[str, ...], tuple[int, ...]]:
@@ -355,20 +452,26 @@ def _gpu_groups(engines: Sequence[EngineInput]) -> dict[tuple[str, ...], tuple[i
     return {names: tuple(sorted(part)) for part, names in parts}
 
 
-def _joins_a_trainer_job(inp: EngineInput, engines: Sequence[EngineInput],
-                         done: dict[str, EngineNeed]) -> bool:
+def _joins_a_trainer_job(
+    inp: EngineInput, engines: Sequence[EngineInput], done: dict[str, EngineNeed]
+) -> bool:
     """Whether a training engine runs inside an earlier one's processes: same GPUs and the
     same allocation make one torchrun job (launcher.engines.torchrun, when their flags agree),
     which builds both models in the same workers."""
     comp = inp.component
     return not comp.is_inference and any(
-        other.name in done and not other.component.is_inference
-        and other.component.alloc == comp.alloc and other.component.gpus == comp.gpus
-        for other in engines if other is not inp)
+        other.name in done
+        and not other.component.is_inference
+        and other.component.alloc == comp.alloc
+        and other.component.gpus == comp.gpus
+        for other in engines
+        if other is not inp
+    )
 
 
-def _host_need(engines: Sequence[EngineInput], needs: dict[str, EngineNeed],
-               cluster: ClusterSpec) -> float:
+def _host_need(
+    engines: Sequence[EngineInput], needs: dict[str, EngineNeed], cluster: ClusterSpec
+) -> float:
     """GiB of every process of the run on the host (cpu): each slot's peak, plus one torchrun
     agent per trainer job and node. No release on cpu (vLLM's sleep mode is refused there)."""
     total = 0.0

@@ -6,6 +6,7 @@ a different parallel layout on the same GPUs. Each candidate is checked by evalu
 plan again (pure and fast); the first that removes the problem without adding another wins.
 Knob names live in KNOBS (one home: the lead maps them to config keys).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -43,8 +44,11 @@ def override(engine: str, knob: str, value: object, backend: str = "") -> str:
     """`actor.mb_spec.max_tokens_per_mb=8192`: what the user pastes (`backend`: the engine's,
     for a knob of its own options)."""
     text = str(value).lower() if isinstance(value, bool) else str(value)
-    key = KNOBS[knob].format(e=engine) if knob in KNOBS else \
-        f"{engine}.{backend}.{memory_keys(backend)[knob]}"
+    key = (
+        KNOBS[knob].format(e=engine)
+        if knob in KNOBS
+        else f"{engine}.{backend}.{memory_keys(backend)[knob]}"
+    )
     return f"{key}={text}"
 
 
@@ -59,18 +63,19 @@ def _swap(engines: Sequence[EngineInput], name: str, **changes: object) -> list[
     for inp in engines:
         if inp.name == name:
             alloc = changes.pop("alloc", None)
-            component = inp.component if alloc is None else ComponentPlan(
-                inp.name, alloc, inp.component.inherited_from, inp.component.gpus)  # type: ignore[arg-type]
+            component = inp.component
+            if isinstance(alloc, ModelAllocation):
+                component = ComponentPlan(
+                    inp.name, alloc, inp.component.inherited_from, inp.component.gpus
+                )
             releases = bool(changes.pop("releases", inp.releases))
             options = dataclasses.replace(inp.options, **changes) if changes else inp.options  # type: ignore[type-var]
-            inp = dataclasses.replace(inp, component=component, options=options,
-                                      releases=releases)
+            inp = dataclasses.replace(inp, component=component, options=options, releases=releases)
         out.append(inp)
     return out
 
 
-def _worker_release(names: Sequence[str], by_name: dict[str, EngineInput]
-                    ) -> Iterator[Candidate]:
+def _worker_release(names: Sequence[str], by_name: dict[str, EngineInput]) -> Iterator[Candidate]:
     """A worker that keeps its memory on shared GPUs releases it while the trainers train."""
     engines = list(by_name.values())
     for other in names:
@@ -121,22 +126,32 @@ def _reshapes(alloc: ModelAllocation, cluster: ClusterSpec) -> Iterator[ModelAll
             continue
 
 
-def _train_candidates(problem: MemoryProblem, engines: Sequence[EngineInput],
-                      cluster: ClusterSpec, works: Callable[[list[EngineInput]], bool]
-                      ) -> Iterator[Candidate]:
+def _train_candidates(
+    problem: MemoryProblem,
+    engines: Sequence[EngineInput],
+    cluster: ClusterSpec,
+    works: Callable[[list[EngineInput]], bool],
+) -> Iterator[Candidate]:
     by_name = {inp.name: inp for inp in engines}
     inp = by_name[problem.engine]
     opts = inp.options
     assert isinstance(opts, TrainOptions)
     name = inp.name
     if opts.trainable and opts.recompute_mode == "none":
-        yield override(name, "gradient_checkpointing", True), _swap(engines, name,
-                                                                    gradient_checkpointing=True)
-    tokens = _search_int(TOKEN_STEP, opts.max_tokens_per_mb - 1, lambda n: works(
-        _swap(engines, name, max_tokens_per_mb=n)))
+        yield (
+            override(name, "gradient_checkpointing", True),
+            _swap(engines, name, gradient_checkpointing=True),
+        )
+    tokens = _search_int(
+        TOKEN_STEP,
+        opts.max_tokens_per_mb - 1,
+        lambda n: works(_swap(engines, name, max_tokens_per_mb=n)),
+    )
     if tokens:
-        yield override(name, "max_tokens_per_mb", tokens), _swap(engines, name,
-                                                                 max_tokens_per_mb=tokens)
+        yield (
+            override(name, "max_tokens_per_mb", tokens),
+            _swap(engines, name, max_tokens_per_mb=tokens),
+        )
     yield from _worker_release(problem.engines, by_name)
     for other in problem.engines:
         o = by_name[other].options
@@ -146,40 +161,61 @@ def _train_candidates(problem: MemoryProblem, engines: Sequence[EngineInput],
             yield override(other, "release", True), _swap(engines, other, release=True)
         elif isinstance(o, TrainOptions) and other != name and not o.offload.any:
             full = Offload(True, True, True)
-            yield (" ".join(override(other, f"offload.{k}", True) for k in ("weight", "optimizer",
-                                                                              "grad")),
-                   _swap(engines, other, offload=full))
+            yield (
+                " ".join(
+                    override(other, f"offload.{k}", True) for k in ("weight", "optimizer", "grad")
+                ),
+                _swap(engines, other, offload=full),
+            )
     backend = inp.component.backend
     if _has(inp, "optimizer_cpu_offload") and not opts.optimizer_cpu_offload:
-        yield override(name, "optimizer_cpu_offload", True, backend), _swap(
-            engines, name, optimizer_cpu_offload=True)
+        yield (
+            override(name, "optimizer_cpu_offload", True, backend),
+            _swap(engines, name, optimizer_cpu_offload=True),
+        )
     for alloc in _reshapes(inp.component.alloc, cluster):
         yield override(name, "backend", alloc), _swap(engines, name, alloc=alloc)
     if _has(inp, "params_cpu_offload") and not opts.params_cpu_offload:
-        yield (override(name, "params_cpu_offload", True, backend),
-               _swap(engines, name, params_cpu_offload=True))
+        yield (
+            override(name, "params_cpu_offload", True, backend),
+            _swap(engines, name, params_cpu_offload=True),
+        )
 
 
-def _rollout_candidates(problem: MemoryProblem, engines: Sequence[EngineInput],
-                        cluster: ClusterSpec, works: Callable[[list[EngineInput]], bool],
-                        report: MemoryReport) -> Iterator[Candidate]:
+def _rollout_candidates(
+    problem: MemoryProblem,
+    engines: Sequence[EngineInput],
+    cluster: ClusterSpec,
+    works: Callable[[list[EngineInput]], bool],
+    report: MemoryReport,
+) -> Iterator[Candidate]:
     by_name = {inp.name: inp for inp in engines}
     for other in problem.engines:
         o = by_name[other].options
         if by_name[other].process_gib is not None:
             continue
-        if isinstance(o, TrainOptions) and not (o.offload.weight and o.offload.optimizer
-                                                and o.offload.grad):
+        if isinstance(o, TrainOptions) and not (
+            o.offload.weight and o.offload.optimizer and o.offload.grad
+        ):
             for knob in ("optimizer", "weight", "grad"):
                 if not getattr(o.offload, knob):
-                    yield (override(other, f"offload.{knob}", True),
-                           _swap(engines, other, offload=dataclasses.replace(o.offload,
-                                                                               **{knob: True})))
-            yield (" ".join(override(other, f"offload.{k}", True) for k in ("weight", "optimizer",
-                                                                              "grad")),
-                   _swap(engines, other, offload=Offload(True, True, True)))
-    servers = [n for n in problem.engines if isinstance(by_name[n].options, InferenceOptions)
-               and by_name[n].process_gib is None]
+                    yield (
+                        override(other, f"offload.{knob}", True),
+                        _swap(
+                            engines, other, offload=dataclasses.replace(o.offload, **{knob: True})
+                        ),
+                    )
+            yield (
+                " ".join(
+                    override(other, f"offload.{k}", True) for k in ("weight", "optimizer", "grad")
+                ),
+                _swap(engines, other, offload=Offload(True, True, True)),
+            )
+    servers = [
+        n
+        for n in problem.engines
+        if isinstance(by_name[n].options, InferenceOptions) and by_name[n].process_gib is None
+    ]
     if by_name[problem.engine].process_gib is not None:  # a worker is the largest: a server
         if not servers:  # beside it gives way, or nothing of ours can
             return
@@ -194,15 +230,24 @@ def _resolved(inp: EngineInput, report: MemoryReport) -> EngineInput:
     """The engine with the memory fraction it runs with written out (SGLang's auto value)."""
     opts = inp.options
     memory = report.engines.get(inp.name)
-    if (isinstance(opts, InferenceOptions) and opts.mem_fraction is None and memory is not None
-            and memory.mem_fraction is not None):
-        return dataclasses.replace(inp, options=dataclasses.replace(
-            opts, mem_fraction=memory.mem_fraction))
+    if (
+        isinstance(opts, InferenceOptions)
+        and opts.mem_fraction is None
+        and memory is not None
+        and memory.mem_fraction is not None
+    ):
+        return dataclasses.replace(
+            inp, options=dataclasses.replace(opts, mem_fraction=memory.mem_fraction)
+        )
     return inp
 
 
-def _fraction(inp: EngineInput, engines: Sequence[EngineInput],
-              works: Callable[[list[EngineInput]], bool], lower: bool) -> Iterator[Candidate]:
+def _fraction(
+    inp: EngineInput,
+    engines: Sequence[EngineInput],
+    works: Callable[[list[EngineInput]], bool],
+    lower: bool,
+) -> Iterator[Candidate]:
     """The memory fraction closest to the current one (2 decimals) that fits."""
     opts = inp.options
     assert isinstance(opts, InferenceOptions)
@@ -217,26 +262,42 @@ def _fraction(inp: EngineInput, engines: Sequence[EngineInput],
             return
 
 
-def _engine_candidates(problem: MemoryProblem, engines: Sequence[EngineInput],
-                       cluster: ClusterSpec, works: Callable[[list[EngineInput]], bool],
-                       report: MemoryReport) -> Iterator[Candidate]:
+def _engine_candidates(
+    problem: MemoryProblem,
+    engines: Sequence[EngineInput],
+    cluster: ClusterSpec,
+    works: Callable[[list[EngineInput]], bool],
+    report: MemoryReport,
+) -> Iterator[Candidate]:
     inp = _resolved({i.name: i for i in engines}[problem.engine], report)
     yield from _fraction(inp, engines, works, lower=False)
     for alloc in _reshapes(inp.component.alloc, cluster):
         yield override(inp.name, "backend", alloc), _swap(engines, inp.name, alloc=alloc)
     memory = report.engines.get(problem.engine)
-    if problem.kind == "kv" and memory is not None and memory.kv_tokens and \
-            _has(inp, "context_length"):
+    if (
+        problem.kind == "kv"
+        and memory is not None
+        and memory.kv_tokens
+        and _has(inp, "context_length")
+    ):
         tokens = (memory.kv_tokens // TOKEN_STEP) * TOKEN_STEP
         if tokens:
-            yield (override(inp.name, "context_length", tokens, inp.component.backend),
-                   _swap(engines, inp.name, context_length=tokens))
+            yield (
+                override(inp.name, "context_length", tokens, inp.component.backend),
+                _swap(engines, inp.name, context_length=tokens),
+            )
 
 
-def find_fix(problem: MemoryProblem, engines: Sequence[EngineInput], cluster: ClusterSpec,
-             evaluate: Evaluate, before: MemoryReport) -> Optional[str]:
+def find_fix(
+    problem: MemoryProblem,
+    engines: Sequence[EngineInput],
+    cluster: ClusterSpec,
+    evaluate: Evaluate,
+    before: MemoryReport,
+) -> Optional[str]:
     """The first candidate change (as override text) after which `problem` is gone and no new
     problem appears; None when no single knob or layout on these GPUs does it."""
+
     def works(changed: list[EngineInput]) -> bool:
         return _solves(problem, before, evaluate(changed))
 
@@ -254,16 +315,22 @@ def find_fix(problem: MemoryProblem, engines: Sequence[EngineInput], cluster: Cl
     return None
 
 
-def memory_report(engines: Sequence[EngineInput], cluster: ClusterSpec,
-                  capacity_gib: Optional[float]) -> MemoryReport:
+def memory_report(
+    engines: Sequence[EngineInput], cluster: ClusterSpec, capacity_gib: Optional[float]
+) -> MemoryReport:
     """Every GPU's need against `capacity_gib` (None: unknown), each problem with the smallest
     change that would fit, as a copy-pasteable override."""
     report = evaluate(engines, cluster, capacity_gib)
     if not report.problems:
         return report
+
     def again(changed: Sequence[EngineInput]) -> MemoryReport:
         return evaluate(changed, cluster, capacity_gib)
 
-    fixed = [MemoryProblem(**{**p.__dict__, "fix": find_fix(p, engines, cluster, again, report)})
-             if i < MAX_FIXES else p for i, p in enumerate(report.problems)]
+    fixed = [
+        MemoryProblem(**{**p.__dict__, "fix": find_fix(p, engines, cluster, again, report)})
+        if i < MAX_FIXES
+        else p
+        for i, p in enumerate(report.problems)
+    ]
     return MemoryReport(**{**report.__dict__, "problems": tuple(fixed)})

@@ -16,6 +16,7 @@
   max_position_embeddings) is a failure, like a static budget smaller than the weights.
 - On cpu (vLLM's CPU build): weights + VLLM_CPU_KVCACHE_SPACE + the measured server overhead.
 """
+
 from __future__ import annotations
 
 import math
@@ -53,26 +54,37 @@ class InferenceOptions:
     dtype: Optional[str] = None  # None: the checkpoint's (an fp8-quantized one serves 1 B/param)
     kv_cache_dtype: str = "auto"  # auto: the model dtype; fp8: 1 byte
     chunked_prefill_size: Optional[int] = None  # sglang; vllm max_num_batched_tokens
-    release: bool = False  # rollout.offload: memory saver / sleep frees weights and KV between phases
+    release: bool = (
+        False  # rollout.offload: memory saver / sleep frees weights and KV between phases
+    )
     cpu_kvcache_space_gib: float = DEFAULT_CPU_KVCACHE_GIB  # vLLM CPU: VLLM_CPU_KVCACHE_SPACE
 
     def __post_init__(self) -> None:
         f = self.mem_fraction
-        if f is not None and (isinstance(f, bool) or not isinstance(f, (int, float))
-                              or not 0 < f < 1):
+        if f is not None and (
+            isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f < 1
+        ):
             raise ConfigError(f"memory fraction {f!r}: must be between 0 and 1 (e.g. 0.8)")
         for name in ("context_length", "chunked_prefill_size"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                      or not 0 < value <= MAX_CONTEXT):
-                raise ConfigError(f"{name}={value!r}: must be a whole number of tokens from 1 "
-                                  f"to {MAX_CONTEXT}")
+            if value is not None and (
+                isinstance(value, bool)
+                or not isinstance(value, int)
+                or not 0 < value <= MAX_CONTEXT
+            ):
+                raise ConfigError(
+                    f"{name}={value!r}: must be a whole number of tokens from 1 to {MAX_CONTEXT}"
+                )
         if self.dtype is not None:
             dtype_bytes(self.dtype, "dtype")
         if self.kv_cache_dtype != "auto":
             dtype_bytes(self.kv_cache_dtype, "kv_cache_dtype")
         space = self.cpu_kvcache_space_gib
-        if isinstance(space, bool) or not isinstance(space, (int, float)) or not 0 < space <= 1 << 16:
+        if (
+            isinstance(space, bool)
+            or not isinstance(space, (int, float))
+            or not 0 < space <= 1 << 16
+        ):
             raise ConfigError(f"cpu_kvcache_space_gb={space!r}: must be a positive number of GiB")
 
 
@@ -90,15 +102,26 @@ def _sglang_defaults(capacity_mb: float, tp: int) -> tuple[int, int]:
 
 
 def _prefill_graph_sizes(max_tokens: int) -> int:
-    """How many prefill graphs SGLang captures up to max_tokens (generate_prefill_cuda_graph_batch_sizes)."""
-    sizes = (list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32))
-             + list(range(576, 1025, 64)) + list(range(1280, 4097, 256))
-             + list(range(4608, max_tokens + 1, 512)))
+    """How many prefill graphs SGLang captures up to max_tokens
+    (generate_prefill_cuda_graph_batch_sizes)."""
+    sizes = (
+        list(range(4, 33, 4))
+        + list(range(48, 257, 16))
+        + list(range(288, 513, 32))
+        + list(range(576, 1025, 64))
+        + list(range(1280, 4097, 256))
+        + list(range(4608, max_tokens + 1, 512))
+    )
     return sum(1 for s in sizes if s <= max_tokens)
 
 
-def sglang_auto_mem_fraction(capacity_gib: float, tp: int = 1, pp: int = 1,
-                             chunked_prefill: Optional[int] = None, mla: bool = False) -> float:
+def sglang_auto_mem_fraction(
+    capacity_gib: float,
+    tp: int = 1,
+    pp: int = 1,
+    chunked_prefill: Optional[int] = None,
+    mla: bool = False,
+) -> float:
     """SGLang's default mem_fraction_static for a card of this size (SGLang 0.5.x,
     srt/arg_groups/memory_hook.py handle_gpu_memory_settings, without post-capture sizing):
     reserved MB = 512 + 1.5*max(chunked_prefill, 2048) + 1024*tp*pp/8 + graphs, at least
@@ -106,16 +129,18 @@ def sglang_auto_mem_fraction(capacity_gib: float, tp: int = 1, pp: int = 1,
     mb = capacity_gib * 1024
     default_chunk, max_bs = _sglang_defaults(mb, tp)
     chunk = chunked_prefill or default_chunk
-    graphs = 2 * max_bs + (1.5 * 1024 if mla else 8 * _prefill_graph_sizes(
-        min(chunk, 8192) if mla else chunk))
+    graphs = 2 * max_bs + (
+        1.5 * 1024 if mla else 8 * _prefill_graph_sizes(min(chunk, 8192) if mla else chunk)
+    )
     reserved = 512 + 1.5 * max(chunk, 2048) + tp * pp / 8 * 1024 + graphs
     if mb > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
     return round((mb - reserved) / mb, 3)
 
 
-def inference_weight_bytes(shape: ModelShape, alloc: ModelAllocation,
-                           dtype: Optional[str] = None) -> float:
+def inference_weight_bytes(
+    shape: ModelShape, alloc: ModelAllocation, dtype: Optional[str] = None
+) -> float:
     """Weights on the most loaded GPU of one instance."""
     p = shape.params
     per = dtype_bytes(dtype) if dtype else shape.weight_bytes
@@ -137,10 +162,16 @@ def kv_bytes_per_token(shape: ModelShape, alloc: ModelAllocation, kv_bytes: int)
 def _activation_bytes(shape: ModelShape, alloc: ModelAllocation, tokens: int, act: int) -> float:
     """Peak of one prefill chunk through one layer (the forward frees each layer's activations)."""
     t = alloc.tp
-    width = (shape.experts_per_token * shape.moe_intermediate_size if shape.is_moe
-             else shape.intermediate_size)
-    per_token = 4 * shape.hidden_size + (2 * shape.num_heads + 2 * shape.num_kv_heads) * \
-        shape.head_dim / t + 3 * width / t
+    width = (
+        shape.experts_per_token * shape.moe_intermediate_size
+        if shape.is_moe
+        else shape.intermediate_size
+    )
+    per_token = (
+        4 * shape.hidden_size
+        + (2 * shape.num_heads + 2 * shape.num_kv_heads) * shape.head_dim / t
+        + 3 * width / t
+    )
     return tokens * per_token * act
 
 
@@ -150,8 +181,13 @@ def _kv_bytes(shape: ModelShape, opts: InferenceOptions) -> int:
     return dtype_bytes(opts.dtype or ("bfloat16" if shape.weight_bytes == 1 else shape.dtype))
 
 
-def estimate_inference(shape: ModelShape, alloc: ModelAllocation, opts: InferenceOptions,
-                       capacity_gib: Optional[float], device: str = "cuda") -> EngineNeed:
+def estimate_inference(
+    shape: ModelShape,
+    alloc: ModelAllocation,
+    opts: InferenceOptions,
+    capacity_gib: Optional[float],
+    device: str = "cuda",
+) -> EngineNeed:
     """Bytes per GPU of one rollout engine while it serves, and after it releases its memory.
 
     capacity_gib None (unknown card): the engine's fraction cannot be resolved, so the KV part
@@ -167,10 +203,12 @@ def estimate_inference(shape: ModelShape, alloc: ModelAllocation, opts: Inferenc
     if static_budget:
         fraction = opts.mem_fraction
         if fraction is None and capacity_gib is not None:
-            fraction = sglang_auto_mem_fraction(capacity_gib, alloc.tp, alloc.pp,
-                                                opts.chunked_prefill_size, shape.is_mla)
-        chunk = opts.chunked_prefill_size or _sglang_defaults(
-            (capacity_gib or 80) * 1024, alloc.tp)[0]
+            fraction = sglang_auto_mem_fraction(
+                capacity_gib, alloc.tp, alloc.pp, opts.chunked_prefill_size, shape.is_mla
+            )
+        chunk = (
+            opts.chunked_prefill_size or _sglang_defaults((capacity_gib or 80) * 1024, alloc.tp)[0]
+        )
     else:
         fraction = opts.mem_fraction or VLLM_DEFAULT_UTILIZATION
         chunk = opts.chunked_prefill_size or VLLM_DEFAULT_BATCHED_TOKENS
@@ -191,16 +229,30 @@ def estimate_inference(shape: ModelShape, alloc: ModelAllocation, opts: Inferenc
         kv = static - weights
         tokens = max(0, int(kv // kv_token))
     if tokens is not None and kv <= 0:
-        notes.append(f"weights {weights / GIB:.1f} GiB per GPU exceed the {_budget(alloc)} of "
-                     f"{static / GIB:.1f} GiB (fraction {fraction})")
+        notes.append(
+            f"weights {weights / GIB:.1f} GiB per GPU exceed the {_budget(alloc)} of "
+            f"{static / GIB:.1f} GiB (fraction {fraction})"
+        )
     elif tokens is not None and tokens < context:
         notes.append(f"KV cache holds {tokens} tokens, less than one context of {context}")
-    parts = {"weights": weights, "kv_cache": max(kv, 0.0), "activations": runtime,
-             "cuda_graphs": graphs, "overhead": overhead}
+    parts = {
+        "weights": weights,
+        "kv_cache": max(kv, 0.0),
+        "activations": runtime,
+        "cuda_graphs": graphs,
+        "overhead": overhead,
+    }
     released = {"cuda_graphs": graphs, "overhead": overhead} if opts.release else dict(parts)
-    return EngineNeed(phase="rollout", parts=parts, released=released, kv_tokens=tokens,
-                      kv_bytes_per_token=kv_token, context_tokens=context,
-                      mem_fraction=fraction, notes=tuple(notes))
+    return EngineNeed(
+        phase="rollout",
+        parts=parts,
+        released=released,
+        kv_tokens=tokens,
+        kv_bytes_per_token=kv_token,
+        context_tokens=context,
+        mem_fraction=fraction,
+        notes=tuple(notes),
+    )
 
 
 def _budget(alloc: ModelAllocation) -> str:
@@ -208,8 +260,9 @@ def _budget(alloc: ModelAllocation) -> str:
     return "static budget" if static else "memory budget"
 
 
-def _cpu_server(alloc: ModelAllocation, opts: InferenceOptions, weights: float,
-                kv_token: float, context: int) -> EngineNeed:
+def _cpu_server(
+    alloc: ModelAllocation, opts: InferenceOptions, weights: float, kv_token: float, context: int
+) -> EngineNeed:
     """vLLM's CPU build: weights, its KV space (VLLM_CPU_KVCACHE_SPACE, taken by each worker),
     and the measured process overhead spread over the instance's t*p slots (the host check
     adds the slots back up)."""
@@ -217,9 +270,21 @@ def _cpu_server(alloc: ModelAllocation, opts: InferenceOptions, weights: float,
     space = opts.cpu_kvcache_space_gib * GIB
     overhead = (CPU_VLLM_SERVER_OVERHEAD_GIB + (slots - 1) * CPU_VLLM_TP_WORKER_GIB) * GIB / slots
     tokens = int(space // kv_token) if kv_token else 0
-    notes = () if tokens >= context else (
-        f"KV space of {opts.cpu_kvcache_space_gib} GiB holds {tokens} tokens, less than one "
-        f"context of {context}",)
+    notes = (
+        ()
+        if tokens >= context
+        else (
+            f"KV space of {opts.cpu_kvcache_space_gib} GiB holds {tokens} tokens, less than one "
+            f"context of {context}",
+        )
+    )
     parts = {"weights": weights, "kv_cache": space, "overhead": overhead}
-    return EngineNeed(phase="rollout", parts=parts, released=dict(parts), kv_tokens=tokens,
-                      kv_bytes_per_token=kv_token, context_tokens=context, notes=notes)
+    return EngineNeed(
+        phase="rollout",
+        parts=parts,
+        released=dict(parts),
+        kv_tokens=tokens,
+        kv_bytes_per_token=kv_token,
+        context_tokens=context,
+        notes=notes,
+    )

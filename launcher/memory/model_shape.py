@@ -8,6 +8,7 @@ MLA norms), so totals match the published counts. Families: Llama, Mistral, Qwen
 Qwen2-MoE/Qwen3-MoE, Mixtral, DeepSeek-V2/V3 (MLA, shared experts, dense first layers).
 Multi-token-prediction layers (`num_nextn_predict_layers`) are not counted: RL runs disable them.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,13 +21,31 @@ from typing import Any, Mapping, Optional
 from launcher.spec.errors import ConfigError
 
 # bytes per element of each dtype name that configs and users write
-DTYPE_BYTES = {"float32": 4, "fp32": 4, "float": 4, "bfloat16": 2, "bf16": 2, "float16": 2,
-               "fp16": 2, "half": 2, "float8": 1, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1,
-               "int8": 1}
+DTYPE_BYTES = {
+    "float32": 4,
+    "fp32": 4,
+    "float": 4,
+    "bfloat16": 2,
+    "bf16": 2,
+    "float16": 2,
+    "fp16": 2,
+    "half": 2,
+    "float8": 1,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "int8": 1,
+}
 # bounds on config values: no published model comes near them; past them the file is wrong
-LIMITS = {"hidden_size": 1 << 20, "num_hidden_layers": 10_000, "num_attention_heads": 1 << 14,
-          "vocab_size": 1 << 27, "intermediate_size": 1 << 24, "experts": 1 << 16,
-          "max_position_embeddings": 1 << 30}
+LIMITS = {
+    "hidden_size": 1 << 20,
+    "num_hidden_layers": 10_000,
+    "num_attention_heads": 1 << 14,
+    "vocab_size": 1 << 27,
+    "intermediate_size": 1 << 24,
+    "experts": 1 << 16,
+    "max_position_embeddings": 1 << 30,
+}
 QKV_BIAS_TYPES = ("qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl")  # bias on q, k, v always
 QK_NORM_TYPES = ("qwen3", "qwen3_moe")  # RMSNorm over head_dim on q and k
 
@@ -39,8 +58,9 @@ def dtype_bytes(name: str, what: str = "dtype") -> int:
     """Bytes per element of a dtype name (`bfloat16`, `torch.float32`, `fp8`)."""
     key = str(name).lower().removeprefix("torch.")
     if key not in DTYPE_BYTES:
-        raise ConfigError(f"{what}={name!r}: unknown dtype (use one of bfloat16, float16, "
-                          f"float32, fp8)")
+        raise ConfigError(
+            f"{what}={name!r}: unknown dtype (use one of bfloat16, float16, float32, fp8)"
+        )
     return DTYPE_BYTES[key]
 
 
@@ -60,8 +80,16 @@ class ParamCounts:
 
     @property
     def total(self) -> int:
-        return (self.embedding + self.output + self.attention + self.dense_mlp
-                + self.shared_experts + self.routed_experts + self.router + self.norms)
+        return (
+            self.embedding
+            + self.output
+            + self.attention
+            + self.dense_mlp
+            + self.shared_experts
+            + self.routed_experts
+            + self.router
+            + self.norms
+        )
 
     @property
     def active(self) -> int:
@@ -73,10 +101,18 @@ class ParamCounts:
         return self.total - self.embedding - self.output
 
     def to_dict(self) -> dict:
-        return {"total": self.total, "active": self.active, "embedding": self.embedding,
-                "output": self.output, "attention": self.attention, "dense_mlp": self.dense_mlp,
-                "shared_experts": self.shared_experts, "routed_experts": self.routed_experts,
-                "router": self.router, "norms": self.norms}
+        return {
+            "total": self.total,
+            "active": self.active,
+            "embedding": self.embedding,
+            "output": self.output,
+            "attention": self.attention,
+            "dense_mlp": self.dense_mlp,
+            "shared_experts": self.shared_experts,
+            "routed_experts": self.routed_experts,
+            "router": self.router,
+            "norms": self.norms,
+        }
 
 
 @dataclass(frozen=True)
@@ -143,8 +179,11 @@ class ModelShape:
                 q = h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * a * qk
             else:
                 q = h * a * qk
-            kv = (h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
-                  + self.kv_lora_rank * a * (self.qk_nope_head_dim + self.v_head_dim))
+            kv = (
+                h * (self.kv_lora_rank + self.qk_rope_head_dim)
+                + self.kv_lora_rank
+                + self.kv_lora_rank * a * (self.qk_nope_head_dim + self.v_head_dim)
+            )
             return q + kv + a * self.v_head_dim * h
         k, d = self.num_kv_heads, self.head_dim
         params = 2 * h * a * d + 2 * h * k * d
@@ -185,8 +224,16 @@ class ModelShape:
         """The largest decoder layer (one FSDP unit): a MoE layer when there are any."""
         base = self.attention_per_layer + 2 * self.hidden_size
         dense = base + self.dense_mlp_per_layer if self.num_dense_layers else 0
-        moe = (base + self.routed_per_moe_layer + self.shared_per_moe_layer
-               + self.router_per_moe_layer) if self.num_moe_layers else 0
+        moe = (
+            (
+                base
+                + self.routed_per_moe_layer
+                + self.shared_per_moe_layer
+                + self.router_per_moe_layer
+            )
+            if self.num_moe_layers
+            else 0
+        )
         return max(dense, moe)
 
     @cached_property
@@ -206,15 +253,23 @@ class ModelShape:
         )
 
     def to_dict(self) -> dict:
-        out = {k: v for k, v in self.__dict__.items() if not k.startswith("_")
-               and k not in ("attention_per_layer", "layer_params", "params")}
+        out = {
+            k: v
+            for k, v in self.__dict__.items()
+            if not k.startswith("_") and k not in ("attention_per_layer", "layer_params", "params")
+        }
         out["params"] = self.params.to_dict()
         return out
 
 
 # ---------------------------------------------------------------------- from config.json
-def _int(cfg: Mapping[str, Any], key: str, where: str, default: Optional[int] = None,
-         limit: Optional[int] = None) -> int:
+def _int(
+    cfg: Mapping[str, Any],
+    key: str,
+    where: str,
+    default: Optional[int] = None,
+    limit: Optional[int] = None,
+) -> int:
     value = cfg.get(key, default)
     if value is None:
         raise ModelShapeError(f"{where}: missing {key!r} (is this a decoder-only LM's config?)")
@@ -222,8 +277,9 @@ def _int(cfg: Mapping[str, Any], key: str, where: str, default: Optional[int] = 
         raise ModelShapeError(f"{where}: {key}={value!r} is not a non-negative integer")
     bound = limit or LIMITS.get(key)
     if bound is not None and value > bound:
-        raise ModelShapeError(f"{where}: {key}={value} is larger than any model ({bound}); "
-                              "is the file corrupt?")
+        raise ModelShapeError(
+            f"{where}: {key}={value} is larger than any model ({bound}); is the file corrupt?"
+        )
     return value
 
 
@@ -253,15 +309,24 @@ def shape_from_config(config: Mapping[str, Any], where: str = "config.json") -> 
     layers = _int(cfg, "num_hidden_layers", where)
     heads = _int(cfg, "num_attention_heads", where)
     if not (h and layers and heads):
-        raise ModelShapeError(f"{where}: hidden_size, num_hidden_layers and num_attention_heads "
-                              "must be positive")
-    kv_heads = _int(cfg, "num_key_value_heads", where, heads, LIMITS["num_attention_heads"]) or heads
+        raise ModelShapeError(
+            f"{where}: hidden_size, num_hidden_layers and num_attention_heads must be positive"
+        )
+    kv_heads = (
+        _int(cfg, "num_key_value_heads", where, heads, LIMITS["num_attention_heads"]) or heads
+    )
     head_dim = cfg.get("head_dim") or h // heads
     head_dim = _int({"head_dim": head_dim}, "head_dim", where, limit=LIMITS["hidden_size"])
     model_type = str(cfg.get("model_type", ""))
     # DeepSeek: n_routed_experts; Mixtral: num_local_experts; Qwen-MoE: num_experts
-    key = next((k for k in ("n_routed_experts", "num_local_experts", "num_experts")
-                if cfg.get(k) is not None), "num_experts")
+    key = next(
+        (
+            k
+            for k in ("n_routed_experts", "num_local_experts", "num_experts")
+            if cfg.get(k) is not None
+        ),
+        "num_experts",
+    )
     experts = _int(cfg, key, where, 0, LIMITS["experts"])
     intermediate = _int(cfg, "intermediate_size", where, 0)
     moe_width = _int(cfg, "moe_intermediate_size", where, 0, LIMITS["intermediate_size"])
@@ -273,8 +338,12 @@ def shape_from_config(config: Mapping[str, Any], where: str = "config.json") -> 
     mla = cfg.get("kv_lora_rank") is not None
     bias = cfg.get("attention_bias")
     return ModelShape(
-        hidden_size=h, num_layers=layers, num_heads=heads, num_kv_heads=kv_heads,
-        head_dim=head_dim, intermediate_size=intermediate,
+        hidden_size=h,
+        num_layers=layers,
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate_size=intermediate,
         vocab_size=_int(cfg, "vocab_size", where),
         tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         dtype=dtype,
@@ -285,19 +354,31 @@ def shape_from_config(config: Mapping[str, Any], where: str = "config.json") -> 
         qk_norm=model_type in QK_NORM_TYPES,
         quant_method=str(quant.get("quant_method")) if isinstance(quant, Mapping) else None,
         num_experts=experts,
-        experts_per_token=_int(cfg, "num_experts_per_tok", where, 0, LIMITS["experts"]) if experts else 0,
+        experts_per_token=_int(cfg, "num_experts_per_tok", where, 0, LIMITS["experts"])
+        if experts
+        else 0,
         moe_intermediate_size=moe_width if experts else 0,
-        num_shared_experts=_int(cfg, "n_shared_experts", where, 0, LIMITS["experts"]) if experts else 0,
-        shared_expert_intermediate_size=_int(cfg, "shared_expert_intermediate_size", where, 0,
-                                             LIMITS["intermediate_size"]) if experts else 0,
+        num_shared_experts=_int(cfg, "n_shared_experts", where, 0, LIMITS["experts"])
+        if experts
+        else 0,
+        shared_expert_intermediate_size=_int(
+            cfg, "shared_expert_intermediate_size", where, 0, LIMITS["intermediate_size"]
+        )
+        if experts
+        else 0,
         shared_expert_gate=bool(experts and cfg.get("shared_expert_intermediate_size")),
         router_bias=cfg.get("topk_method") == "noaux_tc",
         num_moe_layers=_moe_layers(cfg, layers, experts, where),
         q_lora_rank=_int(cfg, "q_lora_rank", where, None, LIMITS["hidden_size"])
-        if mla and cfg.get("q_lora_rank") is not None else None,
+        if mla and cfg.get("q_lora_rank") is not None
+        else None,
         kv_lora_rank=_int(cfg, "kv_lora_rank", where, 0, LIMITS["hidden_size"]) if mla else 0,
-        qk_nope_head_dim=_int(cfg, "qk_nope_head_dim", where, 0, LIMITS["hidden_size"]) if mla else 0,
-        qk_rope_head_dim=_int(cfg, "qk_rope_head_dim", where, 0, LIMITS["hidden_size"]) if mla else 0,
+        qk_nope_head_dim=_int(cfg, "qk_nope_head_dim", where, 0, LIMITS["hidden_size"])
+        if mla
+        else 0,
+        qk_rope_head_dim=_int(cfg, "qk_rope_head_dim", where, 0, LIMITS["hidden_size"])
+        if mla
+        else 0,
         v_head_dim=_int(cfg, "v_head_dim", where, 0, LIMITS["hidden_size"]) if mla else 0,
     )
 

@@ -4,6 +4,7 @@ Every estimate in launcher.memory.train / memory_infer returns an EngineNeed: th
 holds while its own phase runs (`parts`), and what it keeps while the other phase runs
 (`released`). Bytes, not GiB, until the report rounds them.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -68,9 +69,9 @@ class EngineNeed:
     def in_shared_process(self) -> "EngineNeed":
         """This need inside another engine's processes (ref in the actor's trainer job): the
         process overhead is counted once, by the other engine."""
-        return dataclasses.replace(self, parts={**self.parts, "overhead": 0.0},
-                                   released={**self.released, "overhead": 0.0})
-
+        return dataclasses.replace(
+            self, parts={**self.parts, "overhead": 0.0}, released={**self.released, "overhead": 0.0}
+        )
 
 
 def gib(value: float) -> float:

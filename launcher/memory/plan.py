@@ -6,6 +6,7 @@ backend maps its own options (memory fraction, context length, during-compute of
 Megatron's layout options) in its module (`inference_options`, `train_options`). ref and
 teacher only run forwards; the critic has a value head.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -26,7 +27,8 @@ def inference_options(engine: Engine) -> InferenceOptions:
     """The server's options as the estimator's inputs: its backend maps them (by name through
     the registry, memory/ being below backends/)."""
     found: InferenceOptions = registry.backend(engine.backend).inference_options(
-        engine.options, engine.offload)
+        engine.options, engine.offload
+    )
     return found
 
 
@@ -38,14 +40,17 @@ def train_options(engine: Engine) -> TrainOptions:
         dtype=engine.training.dtype,
         max_tokens_per_mb=engine.training.max_tokens_per_mb,
         gradient_checkpointing=engine.training.gradient_checkpointing,
-        trainable=engine.name not in FORWARD_ONLY, value_head=engine.name == "critic",
-        offload=Offload(parts.weight, parts.optimizer, parts.grad))
+        trainable=engine.name not in FORWARD_ONLY,
+        value_head=engine.name == "critic",
+        offload=Offload(parts.weight, parts.optimizer, parts.grad),
+    )
     found: TrainOptions = registry.backend(engine.backend).train_options(engine.options, base)
     return found
 
 
-def engine_inputs(plan: Plan, engines: dict[str, Engine],
-                  shape: Optional[ModelShape]) -> list[EngineInput]:
+def engine_inputs(
+    plan: Plan, engines: dict[str, Engine], shape: Optional[ModelShape]
+) -> list[EngineInput]:
     """The memory model's view of every engine of the plan (shape None: memory unknown).
     Worker components hold no model: one with `mem_gib` counts that much a process."""
     out = []
@@ -54,8 +59,14 @@ def engine_inputs(plan: Plan, engines: dict[str, Engine],
         if comp.is_worker:
             mine = given.get(name, {})
             if mine.get("mem_gib") is not None:
-                out.append(EngineInput(comp, None, process_gib=float(mine["mem_gib"]),
-                                       releases=bool(mine.get("offload"))))
+                out.append(
+                    EngineInput(
+                        comp,
+                        None,
+                        process_gib=float(mine["mem_gib"]),
+                        releases=bool(mine.get("offload")),
+                    )
+                )
             continue
         engine = engines[name]
         options = inference_options(engine) if comp.is_inference else train_options(engine)
@@ -63,8 +74,11 @@ def engine_inputs(plan: Plan, engines: dict[str, Engine],
     return out
 
 
-def plan_memory(plan: Plan, engines: dict[str, Engine], shape: Optional[ModelShape],
-                capacity_gib: Optional[float]) -> MemoryReport:
+def plan_memory(
+    plan: Plan,
+    engines: dict[str, Engine],
+    shape: Optional[ModelShape],
+    capacity_gib: Optional[float],
+) -> MemoryReport:
     """The memory report of the plan (pure: the shape and capacity come from the edge)."""
     return memory_report(engine_inputs(plan, engines, shape), plan.cluster, capacity_gib)
-

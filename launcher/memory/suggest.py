@@ -19,6 +19,7 @@ disaggregated engines run at the same time (AReaL's asynchronous RL). Ties go to
 parallelism, then to the first backend listed; a layout that differs from a better one only
 by its backends is left out.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -57,9 +58,11 @@ class SuggestOptions:
     infer: InferenceOptions = field(default_factory=InferenceOptions)
     # every registered backend of the kind, in the registry's order
     rollout_backends: tuple[str, ...] = field(
-        default_factory=lambda: registry.backend_names(registry.SERVE))
+        default_factory=lambda: registry.backend_names(registry.SERVE)
+    )
     actor_backends: tuple[str, ...] = field(
-        default_factory=lambda: registry.backend_names(registry.TRAIN))
+        default_factory=lambda: registry.backend_names(registry.TRAIN)
+    )
     top: int = 5
     budget_s: float = BUDGET_S  # seconds of search; the layouts found by then are ranked
 
@@ -83,11 +86,19 @@ class Suggestion:
     @property
     def overrides(self) -> tuple[str, ...]:
         """What to type: backends, collocated placement with offload, the micro-batch size."""
-        out = [override("rollout", "backend", self.rollout), override("actor", "backend", self.actor)]
+        out = [
+            override("rollout", "backend", self.rollout),
+            override("actor", "backend", self.actor),
+        ]
         if self.mode == "collocated":
-            out += ["cluster.component_placement.rollout=all",
-                    "cluster.component_placement.actor=all", override("rollout", "release", True)]
-            out += [override("actor", f"offload.{k}", True) for k in ("weight", "optimizer", "grad")]
+            out += [
+                "cluster.component_placement.rollout=all",
+                "cluster.component_placement.actor=all",
+                override("rollout", "release", True),
+            ]
+            out += [
+                override("actor", f"offload.{k}", True) for k in ("weight", "optimizer", "grad")
+            ]
         if self.checkpointing:
             out.append(override("actor", "gradient_checkpointing", True))
         if self.max_tokens_per_mb != self.requested_tokens:
@@ -99,22 +110,30 @@ class Suggestion:
         return " ".join([program] + [shlex.quote(o) for o in self.overrides])
 
     def to_dict(self) -> dict:
-        return {"mode": self.mode, "rollout": str(self.rollout), "actor": str(self.actor),
-                "max_tokens_per_mb": self.max_tokens_per_mb, "kv_tokens": self.kv_tokens,
-                "train_tokens": self.train_tokens, "score": round(self.score),
-                "overrides": list(self.overrides)}
+        return {
+            "mode": self.mode,
+            "rollout": str(self.rollout),
+            "actor": str(self.actor),
+            "max_tokens_per_mb": self.max_tokens_per_mb,
+            "kv_tokens": self.kv_tokens,
+            "train_tokens": self.train_tokens,
+            "score": round(self.score),
+            "overrides": list(self.overrides),
+        }
 
 
-def _alloc(backend: str, dp: int, tp: int = 1, pp: int = 1, cp: int = 1,
-           ep: int = 1) -> Optional[ModelAllocation]:
+def _alloc(
+    backend: str, dp: int, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1
+) -> Optional[ModelAllocation]:
     try:
         return ModelAllocation(backend, dp=dp, tp=tp, pp=pp, cp=cp, ep=ep)
     except ValueError:  # AllocationError: sizes that do not divide
         return None
 
 
-def rollout_layouts(shape: ModelShape, gpus: int, per_node: int,
-                    backends: tuple[str, ...]) -> Iterator[ModelAllocation]:
+def rollout_layouts(
+    shape: ModelShape, gpus: int, per_node: int, backends: tuple[str, ...]
+) -> Iterator[ModelAllocation]:
     """Inference layouts on `gpus` GPUs: t within a node, p for whole-node instances."""
     for backend in backends:
         for t in POWERS:
@@ -128,8 +147,9 @@ def rollout_layouts(shape: ModelShape, gpus: int, per_node: int,
                     yield found
 
 
-def actor_layouts(shape: ModelShape, gpus: int, per_node: int,
-                  backends: tuple[str, ...]) -> Iterator[ModelAllocation]:
+def actor_layouts(
+    shape: ModelShape, gpus: int, per_node: int, backends: tuple[str, ...]
+) -> Iterator[ModelAllocation]:
     """Training layouts on `gpus` GPUs (t within a node and dividing the heads)."""
     ts = [t for t in POWERS if t <= per_node and gpus % t == 0 and shape.num_heads % t == 0]
     experts = [e for e in POWERS if shape.is_moe and e > 1 and shape.num_experts % e == 0]
@@ -137,8 +157,11 @@ def actor_layouts(shape: ModelShape, gpus: int, per_node: int,
         dims = registry.backend_dims(backend) or ""
         # c where there is no p: a pipelined trainer splits its layers instead (a smaller search)
         cs = (1, 2, 4) if "c" in dims and "p" not in dims else (1,)
-        ps = [p for p in POWERS if p <= MAX_PIPELINE and 2 * p <= shape.num_layers] \
-            if "p" in dims else [1]
+        ps = (
+            [p for p in POWERS if p <= MAX_PIPELINE and 2 * p <= shape.num_layers]
+            if "p" in dims
+            else [1]
+        )
         es = [1] + experts if "e" in dims else [1]
         for t in ts:
             for p in ps:
@@ -160,8 +183,13 @@ def _splits(cluster: ClusterSpec) -> Iterator[tuple[str, int, int]]:
     yield "collocated", total, total
     if cluster.num_nodes > 1:
         n = cluster.num_nodes
-        ks = range(1, n) if n - 1 <= MAX_SPLITS else \
-            sorted({max(1, min(n - 1, round(i * n / MAX_SPLITS))) for i in range(MAX_SPLITS + 1)})
+        ks = (
+            range(1, n)
+            if n - 1 <= MAX_SPLITS
+            else sorted(
+                {max(1, min(n - 1, round(i * n / MAX_SPLITS))) for i in range(MAX_SPLITS + 1)}
+            )
+        )
         for k in ks:
             yield "disaggregated", k * per, total - k * per
     else:
@@ -169,23 +197,36 @@ def _splits(cluster: ClusterSpec) -> Iterator[tuple[str, int, int]]:
             yield "disaggregated", r, per - r
 
 
-def _fitted(shape: ModelShape, alloc: ModelAllocation, opts: TrainOptions, budget: float,
-            least: int, cache: dict) -> Optional[tuple[int, bool]]:
+def _fitted(
+    shape: ModelShape,
+    alloc: ModelAllocation,
+    opts: TrainOptions,
+    budget: float,
+    least: int,
+    cache: dict,
+) -> Optional[tuple[int, bool]]:
     """(max_tokens_per_mb, checkpointing turned on) for this actor layout: the user's options
     when the requested micro-batch fits with them, else the variant that fits more tokens
     (gradient checkpointing on, when the user has no recompute)."""
     mine = _largest_tokens(shape, alloc, opts, budget, least, cache)
     if mine == max(opts.max_tokens_per_mb, least) or opts.recompute_mode != "none":
         return None if mine is None else (mine, False)
-    other = _largest_tokens(shape, alloc, dataclasses.replace(opts, gradient_checkpointing=True),
-                            budget, least, cache)
+    other = _largest_tokens(
+        shape, alloc, dataclasses.replace(opts, gradient_checkpointing=True), budget, least, cache
+    )
     if other is not None and (mine is None or other > mine):
         return other, True
     return None if mine is None else (mine, False)
 
 
-def _largest_tokens(shape: ModelShape, alloc: ModelAllocation, opts: TrainOptions,
-                    budget: float, least: int, cache: dict) -> Optional[int]:
+def _largest_tokens(
+    shape: ModelShape,
+    alloc: ModelAllocation,
+    opts: TrainOptions,
+    budget: float,
+    least: int,
+    cache: dict,
+) -> Optional[int]:
     """Largest max_tokens_per_mb (multiple of TOKEN_STEP, in [least, requested]) whose train
     peak fits `budget` bytes. The peak is linear in the tokens (activations and logits), so
     two estimates give the line and a third checks the rounded answer."""
@@ -194,8 +235,9 @@ def _largest_tokens(shape: ModelShape, alloc: ModelAllocation, opts: TrainOption
         return cache[key]
 
     def peak(tokens: int) -> float:
-        return estimate(shape, alloc, dataclasses.replace(opts, max_tokens_per_mb=tokens),
-                        None, "cuda").peak
+        return estimate(
+            shape, alloc, dataclasses.replace(opts, max_tokens_per_mb=tokens), None, "cuda"
+        ).peak
 
     lo = max(1, math.ceil(least / TOKEN_STEP))
     hi = max(opts.max_tokens_per_mb, least) // TOKEN_STEP
@@ -221,22 +263,32 @@ class Search:
     budget_s: float = BUDGET_S  # the search's budget
 
 
-def suggest(shape: ModelShape, cluster: ClusterSpec, capacity_gib: Optional[float],
-            options: SuggestOptions = SuggestOptions()) -> list[Suggestion]:
+def suggest(
+    shape: ModelShape,
+    cluster: ClusterSpec,
+    capacity_gib: Optional[float],
+    options: SuggestOptions = SuggestOptions(),
+) -> list[Suggestion]:
     """The best layouts that fit (at most options.top), each checked by memory_report."""
     return suggest_within(shape, cluster, capacity_gib, options).found
 
 
-def suggest_within(shape: ModelShape, cluster: ClusterSpec, capacity_gib: Optional[float],
-                   options: SuggestOptions = SuggestOptions()) -> Search:
+def suggest_within(
+    shape: ModelShape,
+    cluster: ClusterSpec,
+    capacity_gib: Optional[float],
+    options: SuggestOptions = SuggestOptions(),
+) -> Search:
     """suggest(), searching for at most options.budget_s seconds (Search.cut when stopped)."""
     import time
 
     deadline = time.monotonic() + options.budget_s
     cut = False
     if capacity_gib is None:
-        raise UserError("plan --suggest needs the GPU memory: set cluster.gpu_memory_gib "
-                        "(an 80 GB card reports about 79.1)")
+        raise UserError(
+            "plan --suggest needs the GPU memory: set cluster.gpu_memory_gib "
+            "(an 80 GB card reports about 79.1)"
+        )
     limit = (capacity_gib - margin_gib(capacity_gib)) * GIB
     # one sample must fit a micro-batch: the rollout's context when the user set one
     least = options.infer.context_length or TOKEN_STEP
@@ -250,8 +302,11 @@ def suggest_within(shape: ModelShape, cluster: ClusterSpec, capacity_gib: Option
             break
         together = mode == "collocated"
         infer = dataclasses.replace(options.infer, release=True) if together else options.infer
-        train = dataclasses.replace(options.train, offload=Offload(True, True, True)) \
-            if together else options.train
+        train = (
+            dataclasses.replace(options.train, offload=Offload(True, True, True))
+            if together
+            else options.train
+        )
         servers = []
         for alloc in rollout_layouts(shape, r_gpus, per, options.rollout_backends):
             need = estimate(shape, alloc, infer, capacity_gib, "cuda")
@@ -269,9 +324,17 @@ def suggest_within(shape: ModelShape, cluster: ClusterSpec, capacity_gib: Option
             if fitted is None:
                 continue
             tokens, checkpointing = fitted
-            trainer = estimate(shape, actor, dataclasses.replace(
-                train, max_tokens_per_mb=tokens, gradient_checkpointing=checkpointing
-                or train.gradient_checkpointing), None, "cuda")
+            trainer = estimate(
+                shape,
+                actor,
+                dataclasses.replace(
+                    train,
+                    max_tokens_per_mb=tokens,
+                    gradient_checkpointing=checkpointing or train.gradient_checkpointing,
+                ),
+                None,
+                "cuda",
+            )
             train_tokens = tokens * actor.dp
             for alloc, need in servers:
                 if need.peak + (trainer.residue if together else 0.0) > limit:
@@ -279,22 +342,70 @@ def suggest_within(shape: ModelShape, cluster: ClusterSpec, capacity_gib: Option
                 kv = need.kv_tokens or 0
                 generation = alloc.dp * min(kv, KV_USEFUL_TOKENS)
                 score = math.sqrt(generation * train_tokens) * (
-                    COLLOCATED_SHARE if together else 1.0)
-                found.append((-round(score), alloc.tp * alloc.pp,
-                              actor.tp * actor.pp * actor.cp * actor.ep, order[alloc.backend],
-                              order[actor.backend], len(found),
-                              (mode, alloc, actor, r_gpus, a_gpus, tokens, kv * alloc.dp,
-                               train_tokens, score, checkpointing)))
+                    COLLOCATED_SHARE if together else 1.0
+                )
+                found.append(
+                    (
+                        -round(score),
+                        alloc.tp * alloc.pp,
+                        actor.tp * actor.pp * actor.cp * actor.ep,
+                        order[alloc.backend],
+                        order[actor.backend],
+                        len(found),
+                        (
+                            mode,
+                            alloc,
+                            actor,
+                            r_gpus,
+                            a_gpus,
+                            tokens,
+                            kv * alloc.dp,
+                            train_tokens,
+                            score,
+                            checkpointing,
+                        ),
+                    )
+                )
     found.sort()  # best first; the index keeps the sort from comparing allocations
     best: list[Suggestion] = []
     seen = set()
-    for *_, (mode, alloc, actor, r_gpus, a_gpus, tokens, kv, train_tokens, score,
-             checkpointing) in found:
-        s = Suggestion(mode, alloc, actor, r_gpus, a_gpus, tokens, kv, train_tokens, score,
-                       options.train.max_tokens_per_mb, checkpointing)
+    for *_, (
+        mode,
+        alloc,
+        actor,
+        r_gpus,
+        a_gpus,
+        tokens,
+        kv,
+        train_tokens,
+        score,
+        checkpointing,
+    ) in found:
+        s = Suggestion(
+            mode,
+            alloc,
+            actor,
+            r_gpus,
+            a_gpus,
+            tokens,
+            kv,
+            train_tokens,
+            score,
+            options.train.max_tokens_per_mb,
+            checkpointing,
+        )
         # the same layout with another backend of the same kind says nothing new
-        same = (s.mode, s.rollout.dp, s.rollout.tp, s.rollout.pp, s.actor.dp, s.actor.tp,
-                s.actor.pp, s.actor.cp, s.actor.ep)
+        same = (
+            s.mode,
+            s.rollout.dp,
+            s.rollout.tp,
+            s.rollout.pp,
+            s.actor.dp,
+            s.actor.tp,
+            s.actor.pp,
+            s.actor.cp,
+            s.actor.ep,
+        )
         if same in seen or not _confirmed(s, shape, cluster, capacity_gib, options):
             continue
         seen.add(same)
@@ -304,19 +415,28 @@ def suggest_within(shape: ModelShape, cluster: ClusterSpec, capacity_gib: Option
     return Search(best, cut, options.budget_s)
 
 
-def _confirmed(s: Suggestion, shape: ModelShape, cluster: ClusterSpec, capacity_gib: float,
-               options: SuggestOptions) -> bool:
+def _confirmed(
+    s: Suggestion,
+    shape: ModelShape,
+    cluster: ClusterSpec,
+    capacity_gib: float,
+    options: SuggestOptions,
+) -> bool:
     """The whole plan's memory check agrees that the suggestion fits."""
     together = s.mode == "collocated"
     rollout_gpus = tuple(range(s.rollout_gpus))
-    actor_gpus = rollout_gpus if together else tuple(range(s.rollout_gpus,
-                                                           s.rollout_gpus + s.actor_gpus))
+    actor_gpus = (
+        rollout_gpus if together else tuple(range(s.rollout_gpus, s.rollout_gpus + s.actor_gpus))
+    )
     infer = dataclasses.replace(options.infer, release=together or options.infer.release)
-    train = dataclasses.replace(options.train, max_tokens_per_mb=s.max_tokens_per_mb,
-                                gradient_checkpointing=s.checkpointing
-                                or options.train.gradient_checkpointing,
-                                offload=Offload(True, True, True) if together
-                                else options.train.offload)
-    engines = [EngineInput(ComponentPlan("rollout", s.rollout, None, rollout_gpus), shape, infer),
-               EngineInput(ComponentPlan("actor", s.actor, None, actor_gpus), shape, train)]
+    train = dataclasses.replace(
+        options.train,
+        max_tokens_per_mb=s.max_tokens_per_mb,
+        gradient_checkpointing=s.checkpointing or options.train.gradient_checkpointing,
+        offload=Offload(True, True, True) if together else options.train.offload,
+    )
+    engines = [
+        EngineInput(ComponentPlan("rollout", s.rollout, None, rollout_gpus), shape, infer),
+        EngineInput(ComponentPlan("actor", s.actor, None, actor_gpus), shape, train),
+    ]
     return memory_report(engines, cluster, capacity_gib).fits is True

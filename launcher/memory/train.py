@@ -21,6 +21,7 @@ memory section (reference/memory.md §9 says where the old, larger terms came fr
 between phases (`Offload`) frees the GPU for a collocated rollout engine but does not lower
 the train peak; only `optimizer_cpu_offload` / `params_cpu_offload` (offload during compute) do.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -98,12 +99,19 @@ class TrainOptions:
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"optimizer={self.optimizer!r}: choose {', '.join(OPTIMIZERS)}")
         tokens = self.max_tokens_per_mb
-        if isinstance(tokens, bool) or not isinstance(tokens, int) or not 0 < tokens <= MAX_TOKENS_LIMIT:
-            raise ConfigError(f"max_tokens_per_mb={tokens!r}: must be a whole number of tokens "
-                              f"from 1 to {MAX_TOKENS_LIMIT}")
+        if (
+            isinstance(tokens, bool)
+            or not isinstance(tokens, int)
+            or not 0 < tokens <= MAX_TOKENS_LIMIT
+        ):
+            raise ConfigError(
+                f"max_tokens_per_mb={tokens!r}: must be a whole number of tokens "
+                f"from 1 to {MAX_TOKENS_LIMIT}"
+            )
         if self.recompute is not None and self.recompute not in RECOMPUTE:
-            raise ConfigError(f"recompute_granularity={self.recompute!r}: choose full, selective "
-                              "or none")
+            raise ConfigError(
+                f"recompute_granularity={self.recompute!r}: choose full, selective or none"
+            )
 
     @property
     def recompute_mode(self) -> str:
@@ -133,8 +141,9 @@ def state_bytes(backend: str, opts: TrainOptions) -> tuple[int, int, int]:
     if not opts.trainable:
         return dtype_bytes(opts.compute_dtype or opts.dtype), 0, 0
     if _megatron(backend):
-        weight, grad = (4, 4) if b == 4 else (2, 2) if opts.dtype in ("float16", "fp16", "half") \
-            else (2, 4)
+        weight, grad = (
+            (4, 4) if b == 4 else (2, 2) if opts.dtype in ("float16", "fp16", "half") else (2, 4)
+        )
         master = 0 if b == 4 else 4 + (4 if weight == 2 and grad == 2 else 0)
         moments = 0 if opts.optimizer == "sgd" else 4 if opts.optimizer == "adam_bf16" else 8
         return weight, grad, master + moments
@@ -149,8 +158,9 @@ def param_counts(shape: ModelShape, opts: TrainOptions) -> ParamCounts:
     return shape.params
 
 
-def _per_gpu_params(shape: ModelShape, alloc: ModelAllocation,
-                    opts: TrainOptions) -> tuple[float, float]:
+def _per_gpu_params(
+    shape: ModelShape, alloc: ModelAllocation, opts: TrainOptions
+) -> tuple[float, float]:
     """(non-expert params, routed-expert params) on the most loaded GPU of the engine."""
     p = param_counts(shape, opts)
     if not _megatron(alloc.backend):
@@ -162,8 +172,12 @@ def _per_gpu_params(shape: ModelShape, alloc: ModelAllocation,
     return dense, p.routed_experts / (pp * alloc.ep * alloc.etp)
 
 
-def model_state_bytes(shape: ModelShape, alloc: ModelAllocation, opts: TrainOptions,
-                      per_param: Optional[tuple[int, int, int]] = None) -> dict[str, float]:
+def model_state_bytes(
+    shape: ModelShape,
+    alloc: ModelAllocation,
+    opts: TrainOptions,
+    per_param: Optional[tuple[int, int, int]] = None,
+) -> dict[str, float]:
     """Weights, grads and optimizer states on the most loaded GPU (bytes), before offload.
 
     per_param: (weights, grads, optimizer) bytes per parameter instead of the engine's own,
@@ -175,16 +189,23 @@ def model_state_bytes(shape: ModelShape, alloc: ModelAllocation, opts: TrainOpti
         optimizer = dense * optim / (alloc.dp * alloc.cp) + experts * optim / alloc.edp
     else:
         optimizer = (dense + experts) * optim
-    return {"weights": (dense + experts) * weight, "grads": (dense + experts) * grad,
-            "optimizer": optimizer}
+    return {
+        "weights": (dense + experts) * weight,
+        "grads": (dense + experts) * grad,
+        "optimizer": optimizer,
+    }
 
 
 def _attention_dims(shape: ModelShape) -> int:
     """Activation elements per token of one attention block beyond its input: q, k, v, out."""
     if shape.is_mla:
         qk = shape.qk_nope_head_dim + shape.qk_rope_head_dim
-        return (shape.num_heads * (2 * qk + 2 * shape.v_head_dim) + (shape.q_lora_rank or 0)
-                + shape.kv_lora_rank + shape.qk_rope_head_dim)
+        return (
+            shape.num_heads * (2 * qk + 2 * shape.v_head_dim)
+            + (shape.q_lora_rank or 0)
+            + shape.kv_lora_rank
+            + shape.qk_rope_head_dim
+        )
     return 2 * shape.num_heads * shape.head_dim + 2 * shape.num_kv_heads * shape.head_dim
 
 
@@ -218,8 +239,9 @@ def norm_bytes(backend: str, act: int) -> int:
     return 4 * act if _megatron(backend) else 2 * (FP32_BYTES + 2 * act)
 
 
-def layer_activation_bytes(shape: ModelShape, alloc: ModelAllocation, act: int,
-                           sequence_parallel: bool, swiglu: int = 4) -> float:
+def layer_activation_bytes(
+    shape: ModelShape, alloc: ModelAllocation, act: int, sequence_parallel: bool, swiglu: int = 4
+) -> float:
     """Bytes per token that one decoder layer keeps for backward (flash attention: no scores).
 
     The two norms' inputs and outputs (norm_bytes per channel; split by t only with sequence
@@ -239,8 +261,14 @@ def layer_activation_bytes(shape: ModelShape, alloc: ModelAllocation, act: int,
     moe = 0.0
     if shape.is_moe:
         routed = swiglu * shape.experts_per_token * shape.moe_intermediate_size / alloc.etp
-        shared = swiglu * (shape.num_shared_experts * shape.moe_intermediate_size
-                           + shape.shared_expert_intermediate_size) / t
+        shared = (
+            swiglu
+            * (
+                shape.num_shared_experts * shape.moe_intermediate_size
+                + shape.shared_expert_intermediate_size
+            )
+            / t
+        )
         dispatch = 2 * shape.experts_per_token * h
         router = shape.num_experts * FP32_BYTES / act
         moe = (routed + dispatch + router) / split + shared
@@ -263,8 +291,11 @@ def _gathered_layer_params(shape: ModelShape, alloc: ModelAllocation) -> float:
     t = alloc.tp
     layer = float(shape.layer_params)
     if shape.is_moe and alloc.ep * alloc.etp > 1:
-        layer = layer - shape.routed_per_moe_layer + shape.routed_per_moe_layer * t / (
-            alloc.ep * alloc.etp)
+        layer = (
+            layer
+            - shape.routed_per_moe_layer
+            + shape.routed_per_moe_layer * t / (alloc.ep * alloc.etp)
+        )
     return layer / t
 
 
@@ -285,8 +316,9 @@ def gathered_bytes(shape: ModelShape, alloc: ModelAllocation, opts: TrainOptions
     return (layers * layer + _root_params(shape, alloc, opts)) * opts.compute_bytes
 
 
-def grad_reduce_bytes(shape: ModelShape, alloc: ModelAllocation, opts: TrainOptions,
-                      activations: float) -> float:
+def grad_reduce_bytes(
+    shape: ModelShape, alloc: ModelAllocation, opts: TrainOptions, activations: float
+) -> float:
     """FSDP2 / archon: unsharded gradients on their way to reduce-scatter, above the
     activations. During backward one layer's gradient is copied to the reduce dtype; the root
     unit's gradient (compute dtype) and its reduce copy appear at the end of backward, when
@@ -300,8 +332,9 @@ def grad_reduce_bytes(shape: ModelShape, alloc: ModelAllocation, opts: TrainOpti
     return max(layer, root - activations)
 
 
-def activation_parts(shape: ModelShape, alloc: ModelAllocation,
-                     opts: TrainOptions) -> dict[str, float]:
+def activation_parts(
+    shape: ModelShape, alloc: ModelAllocation, opts: TrainOptions
+) -> dict[str, float]:
     """What a step holds beyond the model states, on the most loaded pipeline stage (bytes).
 
     activations: what the forward stores for backward (every layer's activations, or with
@@ -315,8 +348,7 @@ def activation_parts(shape: ModelShape, alloc: ModelAllocation,
     t, pp = alloc.tp, alloc.pp
     tokens = math.ceil(opts.max_tokens_per_mb / alloc.cp)
     sp = sequence_parallel(alloc, opts)
-    per_layer = tokens * layer_activation_bytes(shape, alloc, act, sp,
-                                                swiglu_width(alloc.backend))
+    per_layer = tokens * layer_activation_bytes(shape, alloc, act, sp, swiglu_width(alloc.backend))
     vocab = (1 if opts.value_head else shape.vocab_size) / t
     if not opts.trainable:  # forward only: one layer at a time, logits + one fp32 chunk
         logits = tokens * vocab * act + min(tokens, LOGPROB_CHUNK_TOKENS) * vocab * FP32_BYTES
@@ -330,12 +362,16 @@ def activation_parts(shape: ModelShape, alloc: ModelAllocation,
     logits = tokens * vocab * logit_bytes(act)
     if pp > 1 and stored * pp >= stored + logits:  # 1F1B: p micro-batches on the first stage
         stored, logits = stored * pp, 0.0
-    return {"activations": stored, "logits": logits,
-            "layer_backward": max(0.0, layer_moment - logits)}
+    return {
+        "activations": stored,
+        "logits": logits,
+        "layer_backward": max(0.0, layer_moment - logits),
+    }
 
 
-def estimate_training(shape: ModelShape, alloc: ModelAllocation, opts: TrainOptions,
-                      device: str = "cuda") -> EngineNeed:
+def estimate_training(
+    shape: ModelShape, alloc: ModelAllocation, opts: TrainOptions, device: str = "cuda"
+) -> EngineNeed:
     """Peak bytes per GPU of one training engine in the train phase, and what it keeps while
     the rollout phase runs."""
     states = model_state_bytes(shape, alloc, opts)
@@ -346,12 +382,20 @@ def estimate_training(shape: ModelShape, alloc: ModelAllocation, opts: TrainOpti
     acts = activation_parts(shape, alloc, opts)
     reduce = grad_reduce_bytes(shape, alloc, opts, sum(acts.values()))
     overhead = (CPU_TRAINER_RANK_OVERHEAD_GIB if device == "cpu" else TRAIN_OVERHEAD_GIB) * GIB
-    parts = {**states, "gathered": gathered_bytes(shape, alloc, opts), **acts,
-             "grad_reduce": reduce, "overhead": overhead}
+    parts = {
+        **states,
+        "gathered": gathered_bytes(shape, alloc, opts),
+        **acts,
+        "grad_reduce": reduce,
+        "overhead": overhead,
+    }
     if not opts.trainable:
         del parts["grads"], parts["optimizer"], parts["grad_reduce"]
-    moved = {"weights": opts.offload.weight, "grads": opts.offload.grad,
-             "optimizer": opts.offload.optimizer}
+    moved = {
+        "weights": opts.offload.weight,
+        "grads": opts.offload.grad,
+        "optimizer": opts.offload.optimizer,
+    }
     released = {k: v for k, v in parts.items() if k in moved and not moved[k]}
     released["overhead"] = overhead
     return EngineNeed(phase="train", parts=parts, released=released)

@@ -12,6 +12,7 @@ positions by request.materialize; hosts come from the scheduler too.
 
 Stdlib and the launcher's own modules only (no Hydra): a container needs just a Python.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,20 +39,27 @@ def attempt() -> str:
     return f"slurm-{job}-{os.environ.get('SLURM_RESTART_COUNT', '0')}" if job else "0"
 
 
-def run_node(request: LaunchRequest, node: int, hosts: Sequence[str], peers: bool,
-             out: Optional[RunConsole] = None) -> int:
+def run_node(
+    request: LaunchRequest,
+    node: int,
+    hosts: Sequence[str],
+    peers: bool,
+    out: Optional[RunConsole] = None,
+) -> int:
     """Supervise plan node `node` of `request` here, under a keeper; its exit code."""
     if len(hosts) < request.nodes_needed():
-        raise LaunchError(f"node {node}: {len(hosts)} host(s) given for a run on "
-                          f"{request.nodes_needed()} nodes")
+        raise LaunchError(
+            f"node {node}: {len(hosts)} host(s) given for a run on {request.nodes_needed()} nodes"
+        )
     procs = materialize_node(request, node, hosts, visible_gpus(os.environ))
     missing = problems(procs, request.paths, request.flag_check)
     if missing:
         raise LaunchError(f"node {node} is not ready to run: " + "; ".join(missing))
     first = node == min(request.nodes, default=node)
     if peers:  # the run folder is shared (Slurm): the others wait for the first node's clearing
-        prepare_areal_folders(request.areal, request.run_dir, first, attempt(),
-                              request.health_timeout_s)
+        prepare_areal_folders(
+            request.areal, request.run_dir, first, attempt(), request.health_timeout_s
+        )
     else:  # Ray: the driver had the first node clear them before any node started
         make_areal_folders(request.areal, clear=False)  # (runners/raydriver.py, prepare)
     trainer_nodes = tuple(k for k in request.nodes if request.has_trainers(k))
@@ -61,10 +69,16 @@ def run_node(request: LaunchRequest, node: int, hosts: Sequence[str], peers: boo
     def supervisor(cgroup: Optional[keeper.RunCgroup]) -> int:
         if cgroup is not None:
             cgroup.join()
-        return supervise(request, procs, node=node, out=console, peers=watch,
-                         remote_health=remote_health(request, node, hosts)).exit_code
-    return keeper.run_tree(supervisor, f"areal-{request.run_id}-node{node}",
-                           request.grace_period_s)
+        return supervise(
+            request,
+            procs,
+            node=node,
+            out=console,
+            peers=watch,
+            remote_health=remote_health(request, node, hosts),
+        ).exit_code
+
+    return keeper.run_tree(supervisor, f"areal-{request.run_id}-node{node}", request.grace_period_s)
 
 
 def remote_health(request: LaunchRequest, node: int, hosts: Sequence[str]) -> list[str]:
@@ -72,8 +86,11 @@ def remote_health(request: LaunchRequest, node: int, hosts: Sequence[str]) -> li
     trainers (the silent-hang clock waits for them: node.supervisor.RemoteServers)."""
     if not request.has_trainers(node):
         return []
-    return [fill_hosts(p.health_url, hosts) for p in request.processes
-            if p.is_server and p.node != node and p.health_url]
+    return [
+        fill_hosts(p.health_url, hosts)
+        for p in request.processes
+        if p.is_server and p.node != node and p.health_url
+    ]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

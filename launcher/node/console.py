@@ -8,6 +8,7 @@ says what each process is doing (starting, healthy, running, exited); not on a t
 `| tee`, a Slurm job's log) there are only plain lines. A process the launcher is stopping is
 no longer echoed (its shutdown chatter stays in its log). A summary table ends the run.
 """
+
 from __future__ import annotations
 
 import os
@@ -21,8 +22,19 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "bright_red", "bright_cyan",
-           "bright_magenta", "bright_green", "bright_yellow", "bright_blue")
+COLOURS = (
+    "cyan",
+    "magenta",
+    "green",
+    "yellow",
+    "blue",
+    "bright_red",
+    "bright_cyan",
+    "bright_magenta",
+    "bright_green",
+    "bright_yellow",
+    "bright_blue",
+)
 
 
 @dataclass
@@ -50,8 +62,7 @@ class FollowedLog:
             lines.append(self.partial)
             self.partial = b""
         # progress bars redraw with \r: show what the line finally says
-        return [ln.rstrip(b"\r").rsplit(b"\r", 1)[-1].decode("utf-8", "replace")
-                for ln in lines]
+        return [ln.rstrip(b"\r").rsplit(b"\r", 1)[-1].decode("utf-8", "replace") for ln in lines]
 
 
 @dataclass
@@ -80,14 +91,17 @@ class RunConsole:
             except (OSError, ValueError):
                 pass
             where = f" in {self.logs[0].path.parent}" if self.logs else ""
-            print("areal-launch: stdout was closed; the run goes on, its output is in the log "
-                  f"files{where}", file=sys.stderr, flush=True)
+            print(
+                "areal-launch: stdout was closed; the run goes on, its output is in the log "
+                f"files{where}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def follow(self, name: str, path: Path, offset: int = 0) -> None:
         """Echo what `name` writes to `path` from `offset` on (a requeued job's supervisor
         follows logs that earlier starts wrote to: those lines were shown then)."""
-        self.logs.append(FollowedLog(name, path, COLOURS[len(self.logs) % len(COLOURS)],
-                                     offset))
+        self.logs.append(FollowedLog(name, path, COLOURS[len(self.logs) % len(COLOURS)], offset))
         self.width = max(self.width, len(name))
 
     def mute(self, names: set[str], muted: bool = True) -> None:
@@ -108,8 +122,9 @@ class RunConsole:
                 self._safely(lambda: self.console.print(text, soft_wrap=True, highlight=False))
 
     def say(self, text: str, style: str = "bold") -> None:
-        self._safely(lambda: self.console.print(Text(text, style=style), soft_wrap=True,
-                                                highlight=False))
+        self._safely(
+            lambda: self.console.print(Text(text, style=style), soft_wrap=True, highlight=False)
+        )
 
     @property
     def live(self) -> bool:
@@ -125,16 +140,14 @@ class RunConsole:
         for name, state, style in rows:
             table.add_row(Text(name, "bold"), Text(state, style))
         if self._live is None:
-            self._live = Live(table, console=self.console, transient=True,
-                              refresh_per_second=4)
+            self._live = Live(table, console=self.console, transient=True, refresh_per_second=4)
             self._safely(self._live.start)
         else:
             self._live.update(table)
 
     def summary(self, rows: list[tuple[str, str, str, str]]) -> None:
         """The end of a run: process, exit, duration, log, one row each."""
-        table = Table("process", "exit", "duration", box=None, pad_edge=False,
-                      header_style="bold")
+        table = Table("process", "exit", "duration", box=None, pad_edge=False, header_style="bold")
         table.add_column("log", overflow="fold")  # a path is never cut short
         for row in rows:
             table.add_row(*row)
@@ -145,8 +158,9 @@ class RunConsole:
             self._live.stop()
             self._live = None
 
-    def root_cause(self, reason: str, log: Optional[Path], tail: list[str],
-                   kind: str = "log", title: str = "") -> None:
+    def root_cause(
+        self, reason: str, log: Optional[Path], tail: list[str], kind: str = "log", title: str = ""
+    ) -> None:
         """A failure: its reason, then `tail`, which is (kind) the end of `log`, the failing
         rank's traceback, or the hung ranks' stacks (also in `log`)."""
         if title:  # a failure the run survives
@@ -154,19 +168,22 @@ class RunConsole:
         else:
             self.say(f"root cause: {reason}", "bold red")
         if tail:
-            heading = {"traceback": "its traceback:",
-                       "stacks": f"the ranks' stacks (also in {log}):"}.get(
-                           kind, f"last {len(tail)} lines of {log}:")
+            heading = {
+                "traceback": "its traceback:",
+                "stacks": f"the ranks' stacks (also in {log}):",
+            }.get(kind, f"last {len(tail)} lines of {log}:")
             self.say(heading, "red")
             for line in tail:
-                self._safely(lambda: self.console.print(Text("  " + line), soft_wrap=True,
-                                                        highlight=False))
+                self._safely(
+                    lambda: self.console.print(Text("  " + line), soft_wrap=True, highlight=False)
+                )
 
 
 def plain_console() -> RunConsole:
     """Prefixed lines, no control codes: a scheduler's log file or a pipe, not a terminal."""
-    return RunConsole(Console(force_terminal=False, no_color=True, highlight=False,
-                              width=10_000, soft_wrap=True))
+    return RunConsole(
+        Console(force_terminal=False, no_color=True, highlight=False, width=10_000, soft_wrap=True)
+    )
 
 
 def tail(path: Path, lines: int = 20) -> list[str]:

@@ -8,6 +8,7 @@ Run by the process's own interpreter, which need not have the launcher: the pref
 the entry will have (a script's folder first, the working directory for `-m`). Prints JSON:
 {"file": path or null, "missing": [[module, line], ...]}. Standard library only.
 """
+
 import ast
 import importlib.machinery
 import importlib.util
@@ -23,10 +24,13 @@ def find(name):
     parts = name.split(".")
     spec, where = None, None
     for i in range(len(parts)):
-        full = ".".join(parts[:i + 1])
+        full = ".".join(parts[: i + 1])
         try:
-            spec = importlib.util.find_spec(full) if i == 0 else \
-                importlib.machinery.PathFinder.find_spec(full, where)
+            spec = (
+                importlib.util.find_spec(full)
+                if i == 0
+                else importlib.machinery.PathFinder.find_spec(full, where)
+            )
         except (ImportError, ValueError):
             return None
         if spec is None:
@@ -43,8 +47,12 @@ def top_imports(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name, node.lineno
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and \
-                node.module != "__future__":
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.level == 0
+            and node.module
+            and node.module != "__future__"
+        ):
             yield node.module, node.lineno
 
 

@@ -7,6 +7,7 @@ cause is the rank that failed first (its file written first), not a peer that fa
 it did (a collective whose peer vanished: "Connection closed by peer"); its global rank is its
 local rank plus the ranks of the job's earlier nodes.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,14 @@ from launcher.spec.request import LaunchRequest
 
 TRACEBACK_LINES = 20
 # how a rank fails when a peer has already died: never the root cause while another is known
-COLLATERAL = ("Connection closed by peer", "remote worker", "Connection reset by peer",
-              "NCCL communicator was aborted", "DistNetworkError", "Broken pipe")
+COLLATERAL = (
+    "Connection closed by peer",
+    "remote worker",
+    "Connection reset by peer",
+    "NCCL communicator was aborted",
+    "DistNetworkError",
+    "Broken pipe",
+)
 
 
 @dataclass(frozen=True)
@@ -44,9 +51,13 @@ def _local_ranks(spec: ProcessSpec) -> int:
 def _rank_offset(request: LaunchRequest, spec: ProcessSpec) -> int:
     """Ranks on the job's nodes before this one (torchrun numbers nodes by --node-rank)."""
     mine = int(_flag(spec.argv, "--node-rank") or 0)
-    return sum(_local_ranks(p) for p in request.processes
-               if p.component == spec.component and p.is_trainer
-               and int(_flag(p.argv, "--node-rank") or 0) < mine)
+    return sum(
+        _local_ranks(p)
+        for p in request.processes
+        if p.component == spec.component
+        and p.is_trainer
+        and int(_flag(p.argv, "--node-rank") or 0) < mine
+    )
 
 
 def node_ranks(request: LaunchRequest, spec: ProcessSpec) -> range:
@@ -55,8 +66,9 @@ def node_ranks(request: LaunchRequest, spec: ProcessSpec) -> range:
     return range(first, first + _local_ranks(spec))
 
 
-def torchrun_root_cause(request: LaunchRequest, spec: ProcessSpec, since: float = 0.0
-                        ) -> Optional[RankError]:
+def torchrun_root_cause(
+    request: LaunchRequest, spec: ProcessSpec, since: float = 0.0
+) -> Optional[RankError]:
     """The first failing rank's exception, from torchrun's error files written at or after
     `since` (time.time(); a restarted job's earlier files are not this start's) (None if
     none)."""

@@ -1,4 +1,5 @@
 """What this machine has: its GPUs, read without importing torch (an edge: it runs a command)."""
+
 from __future__ import annotations
 
 import os
@@ -37,7 +38,8 @@ def _nvidia_smi_list() -> str:
     if shutil.which("nvidia-smi") is None:
         return ""
     try:
-        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True,
-                              timeout=10).stdout
+        return subprocess.run(
+            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return ""

@@ -22,6 +22,7 @@ code (128+N when a signal killed it). The supervisor dies with the keeper (PR_SE
 Stdlib only, and `fork` rather than exec: the holder already imported what the supervisor needs,
 so the tree costs two forks, not two interpreter starts.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -223,8 +224,7 @@ def _reap() -> list[tuple[int, int]]:
 
 
 # ----------------------------------------------------------------------------- the tree
-def run_tree(supervise: Callable[[Optional[RunCgroup]], int], name: str,
-             grace_s: float) -> int:
+def run_tree(supervise: Callable[[Optional[RunCgroup]], int], name: str, grace_s: float) -> int:
     """Run `supervise` in a supervisor under a keeper (see module doc); return its exit code.
 
     Called in the holder. `supervise(cgroup)` runs in the supervisor process and returns its
@@ -249,6 +249,7 @@ def run_tree(supervise: Callable[[Optional[RunCgroup]], int], name: str,
             os.kill(keeper, signum)
         except ProcessLookupError:
             pass
+
     for sig, handler in forwarded.items():
         if handler is not signal.SIG_IGN:  # respect nohup
             signal.signal(sig, forward)
@@ -265,8 +266,9 @@ def run_tree(supervise: Callable[[Optional[RunCgroup]], int], name: str,
         os.close(write_end)
 
 
-def _keeper(supervise: Callable[[Optional[RunCgroup]], int], holder_fd: int, name: str,
-            grace_s: float) -> int:
+def _keeper(
+    supervise: Callable[[Optional[RunCgroup]], int], holder_fd: int, name: str, grace_s: float
+) -> int:
     os.setsid()  # a terminal's Ctrl-C or a Ray actor's group kill does not reach us
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     cgroup = RunCgroup.create(name)
@@ -294,6 +296,7 @@ def _keeper(supervise: Callable[[Optional[RunCgroup]], int], holder_fd: int, nam
             os.kill(supervisor, signum)
         except ProcessLookupError:
             pass
+
     for sig in FORWARDED:
         signal.signal(sig, tell)
     holder = os.getppid()

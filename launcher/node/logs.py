@@ -4,6 +4,7 @@ Every node's supervisor writes one log per process to `<run folder>/logs/<name>.
 may add logs of its own in front (a Slurm job's output file). `engine` keeps the processes that
 serve it (from the run's plan.json, else by name prefix).
 """
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,12 @@ from typing import Callable, Iterator, Optional, Sequence
 from launcher.spec.errors import UserError
 
 
-def log_files(run_dir: Path, engine: Optional[str] = None, must_match: bool = True,
-              extra: Sequence[tuple[str, Path]] = ()) -> list[tuple[str, Path]]:
+def log_files(
+    run_dir: Path,
+    engine: Optional[str] = None,
+    must_match: bool = True,
+    extra: Sequence[tuple[str, Path]] = (),
+) -> list[tuple[str, Path]]:
     """(name, path) of the logs to show: `extra` first (not with `engine`), then each process's.
 
     None matching `engine` is an error unless `must_match` is false (a pending job has no logs).
@@ -28,23 +33,32 @@ def log_files(run_dir: Path, engine: Optional[str] = None, must_match: bool = Tr
     return [(n, logs_dir / f"{n}.log") for n in chosen]
 
 
-def engine_processes(run_dir: Path, engine: str, names: Sequence[str] = (),
-                     must_match: bool = True) -> list[str]:
+def engine_processes(
+    run_dir: Path, engine: str, names: Sequence[str] = (), must_match: bool = True
+) -> list[str]:
     """The processes among `names` (default: the plan's) that serve `engine` (from the run's
     plan.json, else by name prefix); none is an error unless `must_match` is false."""
     serves = _components(run_dir)
     names = names or sorted(serves)
-    chosen = [n for n in names if engine in serves.get(n, ())
-              or n == engine or n.startswith(engine + "-")]
+    chosen = [
+        n for n in names if engine in serves.get(n, ()) or n == engine or n.startswith(engine + "-")
+    ]
     if not chosen and must_match:
         have = sorted({c for comps in serves.values() for c in comps}) or names
-        raise UserError(f"{run_dir}: no process serves engine {engine!r}; "
-                        f"choose one of: {', '.join(have) or 'none yet'}")
+        raise UserError(
+            f"{run_dir}: no process serves engine {engine!r}; "
+            f"choose one of: {', '.join(have) or 'none yet'}"
+        )
     return chosen
 
 
-def follow_logs(run_dir: Path, engine: Optional[str], active: Callable[[], bool],
-                extra: Sequence[tuple[str, Path]] = (), poll_s: float = 0.5) -> Iterator[str]:
+def follow_logs(
+    run_dir: Path,
+    engine: Optional[str],
+    active: Callable[[], bool],
+    extra: Sequence[tuple[str, Path]] = (),
+    poll_s: float = 0.5,
+) -> Iterator[str]:
     """Lines of the run's logs. While `active()` holds, keep reading (and pick up logs that
     appear); then drain what is left."""
     from launcher.node.console import FollowedLog
@@ -69,5 +83,8 @@ def _components(run_dir: Path) -> dict[str, tuple[str, ...]]:
         data = json.loads((run_dir / "plan.json").read_text())
     except (OSError, ValueError):
         return {}
-    return {p["name"]: tuple(c.strip() for c in str(p.get("component", "")).split(","))
-            for p in data.get("processes", []) if "name" in p}
+    return {
+        p["name"]: tuple(c.strip() for c in str(p.get("component", "")).split(","))
+        for p in data.get("processes", [])
+        if "name" in p
+    }

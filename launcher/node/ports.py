@@ -12,6 +12,7 @@ Without `base_port` we start at a random port below the kernel's ephemeral range
 connections (which take ephemeral ports) do not grab a port between `take()` and the server's
 bind, and two launchers rarely even contend for the same lock.
 """
+
 from __future__ import annotations
 
 import errno
@@ -46,8 +47,7 @@ def _bindable(port: int) -> bool:
                     s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
                 s.bind((addr, port))
         except OSError as e:
-            if family == socket.AF_INET6 and e.errno in (errno.EAFNOSUPPORT,
-                                                         errno.EADDRNOTAVAIL):
+            if family == socket.AF_INET6 and e.errno in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL):
                 continue  # no IPv6 on this host: the IPv4 check decides
             return False
     return True
@@ -61,9 +61,9 @@ def counted_ports(base: int) -> Callable[[], int]:
     def take() -> int:
         port = next(counter, None)
         if port is None:
-            raise UserError(f"the run needs ports past {MAX_PORT}: set a lower "
-                            "launcher.base_port")
+            raise UserError(f"the run needs ports past {MAX_PORT}: set a lower launcher.base_port")
         return port
+
     return take
 
 
@@ -75,8 +75,9 @@ class PortReserver:
     all ports at the end of a run.
     """
 
-    def __init__(self, base_port: Optional[int] = None, lock_dir: Path = LOCK_DIR,
-                 lock: bool = True):
+    def __init__(
+        self, base_port: Optional[int] = None, lock_dir: Path = LOCK_DIR, lock: bool = True
+    ):
         """lock=False (dry runs): skip ports others hold, but take no lock and write nothing."""
         self.lock_dir = Path(lock_dir)
         self.locking = lock
@@ -89,8 +90,10 @@ class PortReserver:
             base_port = random.randrange(LOWEST, top)
             floor, self._ceiling = LOWEST, top - 1
         if not MIN_PORT <= base_port <= MAX_PORT:
-            raise UserError(f"launcher.base_port={base_port}: choose a port from {MIN_PORT} "
-                            f"to {MAX_PORT} (or leave it unset: free ports are chosen)")
+            raise UserError(
+                f"launcher.base_port={base_port}: choose a port from {MIN_PORT} "
+                f"to {MAX_PORT} (or leave it unset: free ports are chosen)"
+            )
         self.base_port = base_port
         self._floor = floor
         self._next = base_port
@@ -117,8 +120,10 @@ class PortReserver:
                 return port
             if fd >= 0:
                 os.close(fd)
-        raise LaunchError(f"no free port from {self._floor} to {self._ceiling} "
-                          "(set launcher.base_port=<another start>)")
+        raise LaunchError(
+            f"no free port from {self._floor} to {self._ceiling} "
+            "(set launcher.base_port=<another start>)"
+        )
 
     def release(self) -> None:
         """Give every taken port back (closing a lock file drops its flock)."""

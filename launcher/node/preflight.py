@@ -5,13 +5,15 @@ with ModuleNotFoundError. Now, before the first process starts (locally before t
 Slurm or Ray node before that node's supervisor starts anything), every interpreter a process
 uses must find the package it runs (`python -m vllm...` needs vllm, torchrun needs torch), a
 recipe's declared needs (`REQUIRES` in its package's __init__.py, read without importing it),
-the trackers of `launcher.tracking` (a trainer's rank 0 imports them), and the folders the run reads (the model) must exist. Each problem is one line that says what to
+the trackers of `launcher.tracking` (a trainer's rank 0 imports them), and the folders the run
+reads (the model) must exist. Each problem is one line that says what to
 install. Nothing here imports torch, vllm or sglang: it only asks whether they could be found.
 
 Someone else's entry (a script or module outside this project: AReaL's examples, a server
 wrapper) is read too: its interpreter must exist and run, and each module its top-level
 imports name must be there for that interpreter (launcher.node.entry_imports, run by it).
 """
+
 from __future__ import annotations
 
 import ast
@@ -53,8 +55,11 @@ def needs(proc: Materialized) -> list[str]:
         if arg.endswith(".py") and os.path.isfile(arg):
             out += declared_requires(Path(arg))
             break
-    out += [package for t in tracking.parse(proc.env.get(tracking.ENV_TRACKING, ""))
-            for package in tracking.PACKAGES.get(t, ())]  # rank 0's, for launcher.tracking
+    out += [
+        package
+        for t in tracking.parse(proc.env.get(tracking.ENV_TRACKING, ""))
+        for package in tracking.PACKAGES.get(t, ())
+    ]  # rank 0's, for launcher.tracking
     return out
 
 
@@ -66,8 +71,9 @@ def declared_requires(entry: Path) -> list[str]:
     except (OSError, SyntaxError, ValueError):
         return []
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "REQUIRES"
-                                                for t in node.targets):
+        if isinstance(node, ast.Assign) and any(
+            getattr(t, "id", "") == "REQUIRES" for t in node.targets
+        ):
             try:
                 return [str(v) for v in ast.literal_eval(node.value)]
             except ValueError:
@@ -79,8 +85,9 @@ def declared_requires(entry: Path) -> list[str]:
 def install_hints() -> dict[str, str]:
     """package -> how to install it: every backend's INSTALL, then the recipes' packages."""
     hints = dict(RECIPE_INSTALL)
-    hints.update({package: how for t, how in tracking.INSTALL.items()
-                  for package in tracking.PACKAGES[t]})
+    hints.update(
+        {package: how for t, how in tracking.INSTALL.items() for package in tracking.PACKAGES[t]}
+    )
     for name in registry.backend_names():
         install = backend(name).INSTALL
         if install is not None:
@@ -96,8 +103,12 @@ def importable(python: str, module: str) -> bool:
 
         return importlib.util.find_spec(module) is not None
     try:
-        return subprocess.run([python, "-c", _FIND, module], capture_output=True,
-                              timeout=30).returncode == 0
+        return (
+            subprocess.run(
+                [python, "-c", _FIND, module], capture_output=True, timeout=30
+            ).returncode
+            == 0
+        )
     except (OSError, subprocess.SubprocessError):
         return False
 
@@ -115,8 +126,9 @@ def interpreter_problem(python: str) -> str:
     elif shutil.which(python) is None:
         return "is not on PATH"
     try:
-        done = subprocess.run([python, "-c", "import sys"], capture_output=True, text=True,
-                              timeout=ASK_TIMEOUT_S)
+        done = subprocess.run(
+            [python, "-c", "import sys"], capture_output=True, text=True, timeout=ASK_TIMEOUT_S
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         return f"does not run ({exc})"
     if done.returncode != 0:
@@ -139,28 +151,38 @@ def foreign_entry(proc: Materialized) -> tuple[str, ...]:
 
 
 @lru_cache(maxsize=None)
-def entry_missing(python: str, entry: tuple[str, ...], pythonpath: Optional[str]
-                  ) -> tuple[Optional[str], tuple[tuple[str, int], ...]]:
+def entry_missing(
+    python: str, entry: tuple[str, ...], pythonpath: Optional[str]
+) -> tuple[Optional[str], tuple[tuple[str, int], ...]]:
     """(the entry's file, the modules its top-level imports name that `python` cannot find,
     with their lines), asked of `python` itself; nothing missing when it cannot answer."""
     env = dict(os.environ)
     if pythonpath is not None:
         env["PYTHONPATH"] = pythonpath
     try:
-        done = subprocess.run([python, "-c", SCANNER.read_text(), *entry], capture_output=True,
-                              text=True, timeout=ASK_TIMEOUT_S, env=env)
+        done = subprocess.run(
+            [python, "-c", SCANNER.read_text(), *entry],
+            capture_output=True,
+            text=True,
+            timeout=ASK_TIMEOUT_S,
+            env=env,
+        )
         said = json.loads(done.stdout)
         return said["file"], tuple((str(m), int(n)) for m, n in said["missing"])
     except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError):
         return None, ()
 
 
-def problems(procs: Sequence[Materialized], paths: Sequence[str],
-             flags: Optional[FlagCheck] = None) -> list[str]:
+def problems(
+    procs: Sequence[Materialized], paths: Sequence[str], flags: Optional[FlagCheck] = None
+) -> list[str]:
     """One line per thing missing here (empty: ready); `flags`: the user's server flags,
     checked with the engine's own parser."""
-    out = [f"{path} does not exist here (the run reads it)" for path in paths
-           if not os.path.exists(path)]
+    out = [
+        f"{path} does not exist here (the run reads it)"
+        for path in paths
+        if not os.path.exists(path)
+    ]
     out += flag_problems(procs, flags)
     seen: set[tuple[str, str]] = set()
     for proc in procs:
@@ -173,8 +195,10 @@ def problems(procs: Sequence[Materialized], paths: Sequence[str],
         if wrong:
             if (python, "") not in seen:
                 seen.add((python, ""))
-                out.append(f"{proc.name}: the interpreter {python} {wrong}: set {key} to a "
-                           "Python that has what it runs")
+                out.append(
+                    f"{proc.name}: the interpreter {python} {wrong}: set {key} to a "
+                    "Python that has what it runs"
+                )
             continue
         lacks = False
         for module in modules:
@@ -184,8 +208,10 @@ def problems(procs: Sequence[Materialized], paths: Sequence[str],
             if not importable(python, module):
                 lacks = True
                 how = install_hints().get(module, f"pip install {module}")
-                out.append(f"{proc.name} needs {module!r}, which {python} cannot import: {how}"
-                           f" (or set {key} to an interpreter that has it)")
+                out.append(
+                    f"{proc.name} needs {module!r}, which {python} cannot import: {how}"
+                    f" (or set {key} to an interpreter that has it)"
+                )
         if lacks or not entry or (python, " ".join(entry)) in seen:
             continue
         seen.add((python, " ".join(entry)))
@@ -193,9 +219,11 @@ def problems(procs: Sequence[Materialized], paths: Sequence[str],
         for module, line in missing[:1]:
             where = f"{path} imports (line {line})" if path else f"{' '.join(entry)} names"
             more = f" (and {len(missing) - 1} more of its imports)" if len(missing) > 1 else ""
-            out.append(f"{proc.name}: {python} cannot import {module!r}, which {where}"
-                       f"{more}: install it for that interpreter or set {key} to one that "
-                       "has it")
+            out.append(
+                f"{proc.name}: {python} cannot import {module!r}, which {where}"
+                f"{more}: install it for that interpreter or set {key} to one that "
+                "has it"
+            )
     return out
 
 
@@ -218,8 +246,12 @@ def flag_problems(procs: Sequence[Materialized], check: Optional[FlagCheck]) -> 
     by_python: dict[str, tuple[Materialized, list[str]]] = {}
     for proc in procs:
         argv = list(proc.argv)
-        if proc.spec.role != "server" or proc.spec.component != check.component or \
-                "-m" not in argv[:2] or len(argv) < 3:
+        if (
+            proc.spec.role != "server"
+            or proc.spec.component != check.component
+            or "-m" not in argv[:2]
+            or len(argv) < 3
+        ):
             continue
         if package is None or not importable(argv[0], package.package):
             continue
@@ -241,6 +273,8 @@ def flag_line(proc: Materialized, error: str, origins: dict[str, str], module: s
     for flag in _FLAG.findall(said):
         where = origins.get(flag) or origins.get(flag.replace("_", "-"))
         if where is not None:
-            return (f"{proc.name}: {where} ({flag}) is refused by {module}'s own parser: "
-                    f"{said} (set it to what the server takes, or remove it)")
+            return (
+                f"{proc.name}: {where} ({flag}) is refused by {module}'s own parser: "
+                f"{said} (set it to what the server takes, or remove it)"
+            )
     return f"{proc.name}: {module}'s own parser refuses the server's flags: {said}"

@@ -3,6 +3,7 @@ the trainers' last step and phase (progress records), the newest complete checkp
 restarts with why each happened (docs/architecture.md §11), the logged metrics as a reward
 sparkline and where each tracker's run is (docs/architecture.md §16). Reads files only; stdlib only.
 """
+
 from __future__ import annotations
 
 import time
@@ -24,17 +25,21 @@ def progress_lines(run_dir: Path) -> list[str]:
         steps = sorted({r.step for r in records.values()})
         spread = f"step {steps[-1]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
         of = f" of {job}" if job and len(jobs) > 1 else ""
-        lines.append(f"  progress{of}: {spread}, last report {time.time() - newest.time:.0f} s "
-                     f"ago (rank {newest.rank}: step {newest.step} {newest.phase}), "
-                     f"{len(records)} rank(s) reporting")
+        lines.append(
+            f"  progress{of}: {spread}, last report {time.time() - newest.time:.0f} s "
+            f"ago (rank {newest.rank}: step {newest.step} {newest.phase}), "
+            f"{len(records)} rank(s) reporting"
+        )
     last = checkpoints.latest(checkpoints.root(run_dir))
     if last is not None:
         lines.append(f"  last checkpoint: step {last.step} ({last.path})")
     history = restarts.read_all(run_dir)
     if history:
         requeues = len(history) - restarts.counted(history)
-        lines.append(f"  restarts: {restarts.counted(history)}"
-                     + (f", requeues: {requeues}" if requeues else ""))
+        lines.append(
+            f"  restarts: {restarts.counted(history)}"
+            + (f", requeues: {requeues}" if requeues else "")
+        )
         lines += [f"    {r.line()}" for r in history[-SHOWN_RESTARTS:]]
     return lines + tracking_lines(run_dir)
 
@@ -49,11 +54,16 @@ def tracking_lines(run_dir: Path) -> list[str]:
     records = read_metrics(run_dir)
     if records:
         rewards = [r["reward"] for r in records if "reward" in r]
-        trend = (f", reward {sparkline(rewards)} {rewards[0]:.3f} -> {rewards[-1]:.3f}"
-                 if rewards else "")
-        lines.append(f"  metrics: steps {records[0]['step']}-{records[-1]['step']}{trend} "
-                     f"({run_dir / spec.METRICS_JSONL}; a picture: areal-launch status "
-                     f"{run_dir} --plot)")
+        trend = (
+            f", reward {sparkline(rewards)} {rewards[0]:.3f} -> {rewards[-1]:.3f}"
+            if rewards
+            else ""
+        )
+        lines.append(
+            f"  metrics: steps {records[0]['step']}-{records[-1]['step']}{trend} "
+            f"({run_dir / spec.METRICS_JSONL}; a picture: areal-launch status "
+            f"{run_dir} --plot)"
+        )
     where = read_identity(run_dir)
     board = where.get(spec.TENSORBOARD)
     if board:
@@ -61,12 +71,13 @@ def tracking_lines(run_dir: Path) -> list[str]:
     wandb = where.get(spec.WANDB)
     if wandb:
         offline = wandb.get("mode") in ("offline", "dryrun")
-        how = (f" (offline: wandb sync {wandb.get('dir')}/wandb/offline-run-*)" if offline
-               else "")
+        how = f" (offline: wandb sync {wandb.get('dir')}/wandb/offline-run-*)" if offline else ""
         lines.append(f"  wandb: run {wandb.get('path')}{how}")
     mlflow = where.get(spec.MLFLOW)
     if mlflow:
-        lines.append(f"  mlflow: run {mlflow.get('run_id')} of experiment "
-                     f"{mlflow.get('experiment_id')} (mlflow ui --backend-store-uri "
-                     f"{mlflow.get('tracking_uri')})")
+        lines.append(
+            f"  mlflow: run {mlflow.get('run_id')} of experiment "
+            f"{mlflow.get('experiment_id')} (mlflow ui --backend-store-uri "
+            f"{mlflow.get('tracking_uri')})"
+        )
     return lines

@@ -1,4 +1,5 @@
-"""Restarts of a run, kept in its run folder (docs/architecture.md §11): one record per restart, shared by
+"""Restarts of a run, kept in its run folder (docs/architecture.md §11): one record per restart,
+shared by
 every node's supervisor.
 
 `<run folder>/restarts/<n>.json` is restart n (1, 2, ...): what failed, why, and what was
@@ -9,6 +10,7 @@ that see the same trainer failure (a rank dies on one node, its peers fail on th
 agree on one restart: the first to claim `trainers-<epoch>` writes the record, the others
 follow it. Stdlib only; `status` reads the records too.
 """
+
 from __future__ import annotations
 
 import json
@@ -59,8 +61,7 @@ class RestartRecord:
         return self.kind != REQUEUE
 
     def line(self) -> str:
-        what = {TRAINERS: "the trainers", REQUEUE: "the job (requeued)"}.get(self.kind,
-                                                                             self.kind)
+        what = {TRAINERS: "the trainers", REQUEUE: "the job (requeued)"}.get(self.kind, self.kind)
         return f"restart {self.n}: {self.reason}; restarted {what}"
 
 
@@ -75,8 +76,11 @@ def read_all(run_dir: str | Path) -> list[RestartRecord]:
     for entry in base.glob("[0-9]*.json") if base.is_dir() else ():
         try:
             data = json.loads(entry.read_text())
-            out.append(RestartRecord(**{k: data[k] for k in RestartRecord.__dataclass_fields__
-                                        if k in data}))
+            out.append(
+                RestartRecord(
+                    **{k: data[k] for k in RestartRecord.__dataclass_fields__ if k in data}
+                )
+            )
         except (OSError, ValueError, TypeError, KeyError):
             continue
     return sorted(out, key=lambda r: r.n)
@@ -119,14 +123,23 @@ def record(run_dir: str | Path, failure: Failure, kind: Optional[str] = None) ->
         records = read_all(run_dir)
         n = max((r.n for r in records), default=0) + 1
         epoch = trainer_epoch(records) + (kind in (TRAINERS, REQUEUE))
-        made = RestartRecord(n, kind, failure.name, failure.reason, round(failure.uptime_s, 1),
-                             time.time(), epoch, failure.tail[-20:])
+        made = RestartRecord(
+            n,
+            kind,
+            failure.name,
+            failure.reason,
+            round(failure.uptime_s, 1),
+            time.time(),
+            epoch,
+            failure.tail[-20:],
+        )
         if _create(base / f"{n}.json", asdict(made)):
             return made
 
 
-def claim_trainer_restart(run_dir: str | Path, epoch: int, failure: Failure
-                          ) -> tuple[RestartRecord, bool]:
+def claim_trainer_restart(
+    run_dir: str | Path, epoch: int, failure: Failure
+) -> tuple[RestartRecord, bool]:
     """The record of the trainers' restart to `epoch`: made here (True) when this supervisor
     is the first to claim it, else the one another supervisor made (False)."""
     base = folder(run_dir)

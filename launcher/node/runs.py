@@ -8,6 +8,7 @@ run and job ids, the launcher's pid), `plan.json`, `request.json` and `logs/`. R
 print an id (a Slurm job id, a Ray job id, a local run id) also record it in
 `~/.cache/areal-launch/jobs/<id>` -> run folder.
 """
+
 from __future__ import annotations
 
 import json
@@ -101,8 +102,10 @@ def checked_id(handle: str) -> str:
     """A job or run id as typed: ASCII letters, digits, '.', '_', '-' (no paths, no newlines)."""
     text = str(handle).strip()
     if not _ID.match(text):
-        raise UserError(f"{text!r} is not a job id or run folder: give the id areal-launch "
-                        "printed when it started the run (e.g. 1234), or the run folder")
+        raise UserError(
+            f"{text!r} is not a job id or run folder: give the id areal-launch "
+            "printed when it started the run (e.g. 1234), or the run folder"
+        )
     return text
 
 
@@ -113,8 +116,10 @@ def find_run(handle: str, unrecorded: Optional[Unrecorded] = None) -> RunRecord:
     (the runners' business, not the run folder's) says whose run it is."""
     text = str(handle).strip()
     if not text:
-        raise UserError("no run given: pass the job id areal-launch printed, or the run "
-                        "folder (e.g. outputs/areal/run/2026-12-01_10-00-00)")
+        raise UserError(
+            "no run given: pass the job id areal-launch printed, or the run "
+            "folder (e.g. outputs/areal/run/2026-12-01_10-00-00)"
+        )
     folder = Path(text)
     if "/" in text or folder.is_dir():
         if not (folder / RECORD).is_file():
@@ -124,13 +129,17 @@ def find_run(handle: str, unrecorded: Optional[Unrecorded] = None) -> RunRecord:
     try:
         run_dir = Path(entry.read_text().strip())
     except FileNotFoundError:
-        raise UserError(f"{text}: no run with that id was started here by this user (the "
-                        f"index is {entry.parent}); give its run folder instead") from None
+        raise UserError(
+            f"{text}: no run with that id was started here by this user (the "
+            f"index is {entry.parent}); give its run folder instead"
+        ) from None
     if not (run_dir / RECORD).is_file():
         older = unrecorded(text, run_dir) if unrecorded else None
         if older is None:
-            raise UserError(f"{text}: its run folder {run_dir} has no {RECORD}, so no runner "
-                            "of areal-launch knows the run")
+            raise UserError(
+                f"{text}: its run folder {run_dir} has no {RECORD}, so no runner "
+                "of areal-launch knows the run"
+            )
         return older
     return read_record(run_dir)
 
@@ -155,20 +164,26 @@ def make_areal_folders(folders: Optional[ArealFolders], clear: bool) -> None:
 
     try:
         if clear:
-            shutil.rmtree(Path(folders.name_resolve, getpass.getuser(), folders.trial),
-                          ignore_errors=True)
+            shutil.rmtree(
+                Path(folders.name_resolve, getpass.getuser(), folders.trial), ignore_errors=True
+            )
         for folder in (folders.fileroot, folders.name_resolve):
             Path(folder).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise LaunchError(f"cannot make AReaL's folder {exc.filename}: {exc.strerror}") \
-            from None
+        raise LaunchError(f"cannot make AReaL's folder {exc.filename}: {exc.strerror}") from None
 
 
 AREAL_PREPARED = "areal_prepared"  # in the run folder: one file per start of the job
 
 
-def prepare_areal_folders(folders: Optional[ArealFolders], run_dir: str, first: bool,
-                          attempt: str, timeout_s: float, poll_s: float = 0.2) -> None:
+def prepare_areal_folders(
+    folders: Optional[ArealFolders],
+    run_dir: str,
+    first: bool,
+    attempt: str,
+    timeout_s: float,
+    poll_s: float = 0.2,
+) -> None:
     """AReaL's folders on one node of several, before that node starts anything: the first
     node clears this run's old records and then says so in the run folder (shared by the
     nodes); every other node makes the folders and waits for that word, so no node clears
@@ -189,8 +204,10 @@ def prepare_areal_folders(folders: Optional[ArealFolders], run_dir: str, first: 
     deadline = time.monotonic() + timeout_s
     while not said.exists():
         if time.monotonic() > deadline:
-            raise LaunchError(f"the run's first node did not prepare AReaL's name_resolve "
-                              f"folder {folders.name_resolve} within {timeout_s:.0f} s "
-                              f"({said} is missing): is it running, and is the run folder "
-                              "shared between the nodes?")
+            raise LaunchError(
+                f"the run's first node did not prepare AReaL's name_resolve "
+                f"folder {folders.name_resolve} within {timeout_s:.0f} s "
+                f"({said} is missing): is it running, and is the run folder "
+                "shared between the nodes?"
+            )
         time.sleep(poll_s)

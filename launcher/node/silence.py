@@ -24,6 +24,7 @@ deadline (supervisor.RemoteServers: a trainer may wait for it silently).
 A job whose ranks have written a heartbeat (this start's) is watchdog.py's, exactly as before.
 Tracker is the decision, over samples only (no I/O), so it is tested on its own.
 """
+
 from __future__ import annotations
 
 import os
@@ -163,8 +164,9 @@ class SilentWatch:
         self.trackers.clear()
         self.reporting.clear()
 
-    def check(self, jobs: Sequence[Job], heartbeat_pids: Callable[[], set[int]],
-              waiting: bool) -> Optional[Found]:
+    def check(
+        self, jobs: Sequence[Job], heartbeat_pids: Callable[[], set[int]], waiting: bool
+    ) -> Optional[Found]:
         now = time.monotonic()
         if now < self._next:
             return None
@@ -182,20 +184,35 @@ class SilentWatch:
                 self.reporting.add(job.name)
                 self.trackers.pop(job.name, None)
                 continue
-            sample = Sample(now, sum(_size(p) for p in job.logs), tuple(
-                RankSample(rank, pid, sum(table[p].cpu_ticks for p in
-                                          [pid, *keeper.descendants(pid, table)] if p in table))
-                for pid, (rank, _) in found.items()), waiting, job.ranks)
-            tracker = self.trackers.setdefault(job.name, Tracker(self.timeout_s,
-                                                                 ticks_per_s=TICKS_PER_S))
+            sample = Sample(
+                now,
+                sum(_size(p) for p in job.logs),
+                tuple(
+                    RankSample(
+                        rank,
+                        pid,
+                        sum(
+                            table[p].cpu_ticks
+                            for p in [pid, *keeper.descendants(pid, table)]
+                            if p in table
+                        ),
+                    )
+                    for pid, (rank, _) in found.items()
+                ),
+                waiting,
+                job.ranks,
+            )
+            tracker = self.trackers.setdefault(
+                job.name, Tracker(self.timeout_s, ticks_per_s=TICKS_PER_S)
+            )
             verdict = tracker.observe(sample)
             if verdict is not None:
-                return Found(job, verdict, dict(tracker.pids),
-                             {rank: root for rank, root in found.values()})
+                return Found(
+                    job, verdict, dict(tracker.pids), {rank: root for rank, root in found.values()}
+                )
         return None
 
-    def _ranks(self, job: Job, table: dict[int, keeper.ProcStat]
-               ) -> dict[int, tuple[int, int]]:
+    def _ranks(self, job: Job, table: dict[int, keeper.ProcStat]) -> dict[int, tuple[int, int]]:
         """pid -> (RANK, its torchrun's pid) of the job's live ranks: the topmost processes
         with a RANK (a rank's children inherit it)."""
         out: dict[int, tuple[int, int]] = {}
@@ -230,17 +247,23 @@ class SilentHang:
         v, job, pids = self.found.verdict, self.found.job.name, self.found.pids
         if v.kind == ENDED:
             seen = [str(pids[r]) for r in v.ended if r in pids]
-            what = (f"{_ranks(v.ended)} of trainer job {job} ended "
-                    f"({'pid ' + ', '.join(seen) if seen else 'before the first look'}) "
-                    f"{v.for_s:.0f} s ago and "
-                    f"{_ranks(v.running)} still {'runs' if len(v.running) == 1 else 'run'}")
+            what = (
+                f"{_ranks(v.ended)} of trainer job {job} ended "
+                f"({'pid ' + ', '.join(seen) if seen else 'before the first look'}) "
+                f"{v.for_s:.0f} s ago and "
+                f"{_ranks(v.running)} still {'runs' if len(v.running) == 1 else 'run'}"
+            )
         else:
-            what = (f"no output and no work (CPU) from trainer job {job} "
-                    f"({_ranks(v.running)}) for {v.for_s:.0f} s")
+            what = (
+                f"no output and no work (CPU) from trainer job {job} "
+                f"({_ranks(v.running)}) for {v.for_s:.0f} s"
+            )
         ordered = sorted(self.stacks, key=lambda s: (s.collective is not None, s.rank))
         said = "; ".join(s.where() for s in ordered) or "no stacks came back"
-        return (f"hung: {what} (launcher.hang_timeout_s={timeout_s:g}; the entry writes no "
-                f"heartbeats): {said}")
+        return (
+            f"hung: {what} (launcher.hang_timeout_s={timeout_s:g}; the entry writes no "
+            f"heartbeats): {said}"
+        )
 
 
 def _ranks(ranks: Sequence[int]) -> str:

@@ -1,4 +1,5 @@
-"""The node supervisor: start one node's processes, watch them, stop them all (docs/architecture.md §8).
+"""The node supervisor: start one node's processes, watch them, stop them all (docs/architecture.md
+§8).
 
 The same code runs on every node under every runner: in the launcher's own tree locally,
 inside each Slurm task, inside each Ray node actor (see keeper.py for the tree). All processes
@@ -6,7 +7,8 @@ start at once, each in a session of its own, with its GPUs as the node names the
 (request.materialize); trainers wait for the servers' /health themselves while this polls it
 against a deadline. The first failure stops everything: SIGTERM to every process and every
 descendant, SIGKILL after the grace period; unless launcher.max_restarts allows a restart
-(docs/architecture.md §11, restarts.py): a failed trainer restarts with every trainer of the run (on every
+(docs/architecture.md §11, restarts.py): a failed trainer restarts with every trainer of the run
+(on every
 node: the restart is recorded in the run folder and the other nodes' supervisors follow), a
 failed server restarts alone on its GPUs and port while the rest goes on. Each start gets its
 restart count in AREAL_RESTART; trainers resume from their newest checkpoint. A trainer rank
@@ -21,6 +23,7 @@ when torchrun recorded one, else its log's last lines); 128+N when the superviso
 (SIGINT 130, SIGTERM 143, SIGHUP 129). A node with servers only and no one to wait for runs
 until interrupted.
 """
+
 from __future__ import annotations
 
 import json
@@ -86,19 +89,34 @@ class Started:
         """What the live table says of it, and in which style."""
         code = self.popen.returncode
         if code is not None:
-            return ("stopped" if self.stopped else f"killed by {signal_name(code)}" if code < 0
-                    else f"exited {code}",
-                    "dim" if self.stopped or code == 0 else "bold red")
+            return (
+                "stopped"
+                if self.stopped
+                else f"killed by {signal_name(code)}"
+                if code < 0
+                else f"exited {code}",
+                "dim" if self.stopped or code == 0 else "bold red",
+            )
         if self.is_service and self.healthy_at is None:
-            return (f"starting: waiting for health ({time.monotonic() - self.started_at:.0f} s "
-                    f"of {health_timeout_s:.0f} s)", "yellow")
+            return (
+                f"starting: waiting for health ({time.monotonic() - self.started_at:.0f} s "
+                f"of {health_timeout_s:.0f} s)",
+                "yellow",
+            )
         return ("healthy" if self.proc.health_url else "running", "green")
 
     def summary(self) -> tuple[str, str, str, str]:
         """Its row in the table that ends the run: name, exit, duration, log."""
         code = self.popen.returncode
-        exit_text = ("stopped" if self.stopped else "-" if code is None
-                     else signal_name(code) if code < 0 else str(code))
+        exit_text = (
+            "stopped"
+            if self.stopped
+            else "-"
+            if code is None
+            else signal_name(code)
+            if code < 0
+            else str(code)
+        )
         took = (self.ended_at or time.monotonic()) - self.started_at
         return self.name, exit_text, f"{took:.1f} s", str(self.log)
 
@@ -145,24 +163,44 @@ def stop_signals_recorded(stop: StopRequest) -> Iterator[None]:
             signal.signal(s, handler)
 
 
-def materialize_node(request: LaunchRequest, node: Optional[int], hosts: Sequence[str],
-                     visible: Optional[Sequence[str]]) -> list[Materialized]:
+def materialize_node(
+    request: LaunchRequest,
+    node: Optional[int],
+    hosts: Sequence[str],
+    visible: Optional[Sequence[str]],
+) -> list[Materialized]:
     """Every process of `node` as it will be exec'd here (LaunchError if one cannot be)."""
-    return [materialize(p, hosts, visible, request.device, request.run_id)
-            for p in request.on_node(node)]
+    return [
+        materialize(p, hosts, visible, request.device, request.run_id)
+        for p in request.on_node(node)
+    ]
 
 
 def _start(proc: Materialized, logs: Path, restart: int, fault_dumps: bool = False) -> Started:
     """fault_dumps: Python's faulthandler on (PYTHONFAULTHANDLER), for the stacks of ranks
     that write no heartbeats (watchdog.foreign_stacks)."""
     log = logs / f"{proc.name}.log"
-    env = {**os.environ, "PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1"),
-           **({"PYTHONFAULTHANDLER": os.environ.get("PYTHONFAULTHANDLER") or "1"}
-              if fault_dumps else {}),
-           **proc.env, ENV_RESTART: str(restart), ENV_PROCESS: proc.name}
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1"),
+        **(
+            {"PYTHONFAULTHANDLER": os.environ.get("PYTHONFAULTHANDLER") or "1"}
+            if fault_dumps
+            else {}
+        ),
+        **proc.env,
+        ENV_RESTART: str(restart),
+        ENV_PROCESS: proc.name,
+    }
     with open(log, "ab") as out:
-        popen = subprocess.Popen(list(proc.argv), env=env, stdin=subprocess.DEVNULL,
-                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        popen = subprocess.Popen(
+            list(proc.argv),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     return Started(proc, popen, log, time.monotonic(), time.time(), restart)
 
 
@@ -267,8 +305,9 @@ def _marked(names: set[str], run_id: str) -> list[int]:
     return found
 
 
-def _stop(group: Sequence[Started], grace_s: float, stop: StopRequest, run_id: str,
-          everything: bool) -> None:
+def _stop(
+    group: Sequence[Started], grace_s: float, stop: StopRequest, run_id: str, everything: bool
+) -> None:
     """TERM `group` and everything below it (everything: every process below us); KILL what
     is left after the grace period. Returns when none is left."""
     me = os.getpid()
@@ -295,9 +334,15 @@ def _stop(group: Sequence[Started], grace_s: float, stop: StopRequest, run_id: s
 class NodeRun:
     """One node's processes under supervision, restarts included (see module doc)."""
 
-    def __init__(self, request: LaunchRequest, procs: Sequence[Materialized], node: Optional[int],
-                 out: RunConsole, peers: Optional[Peers],
-                 remote: Optional[RemoteServers] = None):
+    def __init__(
+        self,
+        request: LaunchRequest,
+        procs: Sequence[Materialized],
+        node: Optional[int],
+        out: RunConsole,
+        peers: Optional[Peers],
+        remote: Optional[RemoteServers] = None,
+    ):
         self.request, self.procs, self.node, self.out, self.peers = request, procs, node, out, peers
         self.remote = remote
         self.run_dir = Path(request.run_dir)
@@ -309,8 +354,11 @@ class NodeRun:
         self.finished: set[str] = set()  # trainers that exited 0 in this start
         history = restarts.read_all(self.run_dir)
         self.epoch = restarts.trainer_epoch(history)  # trainer starts so far, requeues included
-        self.watchdog = (Watchdog(self.run_dir, request.hang_timeout_s, self._local_pids,
-                                  self.epoch) if request.hang_timeout_s else None)
+        self.watchdog = (
+            Watchdog(self.run_dir, request.hang_timeout_s, self._local_pids, self.epoch)
+            if request.hang_timeout_s
+            else None
+        )
         self.silent = SilentWatch(request.hang_timeout_s) if request.hang_timeout_s else None
         self._next_peek = 0.0
         self._next_show = 0.0
@@ -318,9 +366,14 @@ class NodeRun:
     # ------------------------------------------------------------------ starting
     def start(self, proc: Materialized) -> Started:
         kind = restarts.TRAINERS if proc.spec.is_trainer else proc.name
-        s = _start(proc, self.logs, restarts.starts_of(kind, restarts.read_all(self.run_dir))
-                   if self.request.max_restarts or self.epoch else 0,
-                   fault_dumps=self.silent is not None and proc.spec.is_trainer)
+        s = _start(
+            proc,
+            self.logs,
+            restarts.starts_of(kind, restarts.read_all(self.run_dir))
+            if self.request.max_restarts or self.epoch
+            else 0,
+            fault_dumps=self.silent is not None and proc.spec.is_trainer,
+        )
         if s.is_service and s.proc.health_url:
             threading.Thread(target=_probe, args=(s, self.done), daemon=True).start()
         elif s.is_service:
@@ -346,8 +399,7 @@ class NodeRun:
         if not self.out.live or now < self._next_show:
             return
         self._next_show = now + SHOW_EVERY_S
-        self.out.show([(s.name, *s.state(self.request.health_timeout_s))
-                       for s in self.started])
+        self.out.show([(s.name, *s.state(self.request.health_timeout_s)) for s in self.started])
 
     def _local_pids(self) -> set[int]:
         return set(keeper.descendants(os.getpid()))
@@ -389,10 +441,16 @@ class NodeRun:
                 if s.healthy_at is not None and not s.announced:
                     s.announced = True
                     out.say(f"{s.name} healthy after {s.healthy_at:.1f} s", "green")
-                if s.healthy_at is None and \
-                        time.monotonic() - s.started_at > request.health_timeout_s:
-                    return RunResult(1, s.name, f"{s.name} not healthy after "
-                                                f"{request.health_timeout_s:g} s", failed=s)
+                if (
+                    s.healthy_at is None
+                    and time.monotonic() - s.started_at > request.health_timeout_s
+                ):
+                    return RunResult(
+                        1,
+                        s.name,
+                        f"{s.name} not healthy after {request.health_timeout_s:g} s",
+                        failed=s,
+                    )
             self.show()
             followed = self._peer_restart()
             if followed is not None:
@@ -404,12 +462,14 @@ class NodeRun:
 
     def _peer_restart(self) -> Optional[RunResult]:
         """Another node's supervisor restarted the trainers: ours restart with them."""
-        if not self.request.max_restarts or not self.trainers or \
-                time.monotonic() < self._next_peek:
+        if not self.request.max_restarts or not self.trainers or time.monotonic() < self._next_peek:
             return None
         self._next_peek = time.monotonic() + PROBE_EVERY_S
-        newer = [r for r in restarts.read_all(self.run_dir)
-                 if r.kind == restarts.TRAINERS and r.epoch > self.epoch]
+        newer = [
+            r
+            for r in restarts.read_all(self.run_dir)
+            if r.kind == restarts.TRAINERS and r.epoch > self.epoch
+        ]
         if not newer:
             return None
         return RunResult(1, None, newer[-1].reason, follow=newer[-1])
@@ -421,12 +481,18 @@ class NodeRun:
         if records is None:
             return self._silent_hang()
         owners = {p: s for s in self.trainers for p in _tree(s.popen.pid)}
-        hang = self.watchdog.dump(records, lambda pid: owners[pid].log if pid in owners
-                                  else None)
+        hang = self.watchdog.dump(records, lambda pid: owners[pid].log if pid in owners else None)
         timeout = float(self.request.hang_timeout_s or 0)
         failed = owners.get(hang.last.pid) or self.trainers[0]
-        return RunResult(1, failed.name, hang.reason(timeout), hang.tail(), failed=failed,
-                         explained=True, tail_kind="stacks")
+        return RunResult(
+            1,
+            failed.name,
+            hang.reason(timeout),
+            hang.tail(),
+            failed=failed,
+            explained=True,
+            tail_kind="stacks",
+        )
 
     def _silent_hang(self) -> Optional[RunResult]:
         """A trainer job that writes no heartbeats, silent or with a rank ended (silence.py)."""
@@ -436,23 +502,36 @@ class NodeRun:
         for s in self.trainers:
             jobs.setdefault(s.proc.spec.component, []).append(s)
         found = self.silent.check(
-            [Job(name, tuple(s.popen.pid for s in group if s.popen.returncode is None),
-                 tuple(s.log for s in group),
-                 tuple(r for s in group for r in node_ranks(self.request, s.proc.spec)))
-             for name, group in jobs.items()],
+            [
+                Job(
+                    name,
+                    tuple(s.popen.pid for s in group if s.popen.returncode is None),
+                    tuple(s.log for s in group),
+                    tuple(r for s in group for r in node_ranks(self.request, s.proc.spec)),
+                )
+                for name, group in jobs.items()
+            ],
             lambda: {r.pid for r in self.watchdog.mine()} if self.watchdog else set(),
-            waiting=any(s.healthy_at is None for s in self.servers) or
-            (self.remote is not None and self.remote.waiting()))
+            waiting=any(s.healthy_at is None for s in self.servers)
+            or (self.remote is not None and self.remote.waiting()),
+        )
         if found is None:
             return None
         by_pid = {s.popen.pid: s for s in self.trainers}
         running = {rank: found.pids[rank] for rank in found.verdict.running}
-        hang = SilentHang(found, foreign_stacks(
-            running, lambda rank: by_pid[found.roots[rank]].log))
+        hang = SilentHang(
+            found, foreign_stacks(running, lambda rank: by_pid[found.roots[rank]].log)
+        )
         failed = by_pid[found.roots[found.verdict.running[0]]]
-        return RunResult(1, failed.name, hang.reason(float(self.request.hang_timeout_s or 0)),
-                         stacks_tail(hang.stacks), failed=failed, explained=True,
-                         tail_kind="stacks")
+        return RunResult(
+            1,
+            failed.name,
+            hang.reason(float(self.request.hang_timeout_s or 0)),
+            stacks_tail(hang.stacks),
+            failed=failed,
+            explained=True,
+            tail_kind="stacks",
+        )
 
     # ------------------------------------------------------------------ restarting
     def explain(self, result: RunResult) -> None:
@@ -461,8 +540,11 @@ class NodeRun:
             return
         result.explained = True
         failed = result.failed
-        rank_error = (torchrun_root_cause(self.request, failed.proc.spec, failed.start_wall)
-                      if failed is not None else None)
+        rank_error = (
+            torchrun_root_cause(self.request, failed.proc.spec, failed.start_wall)
+            if failed is not None
+            else None
+        )
         if rank_error is not None:
             result.reason += f": {rank_error.summary}"
             result.tail = rank_error.traceback
@@ -473,8 +555,11 @@ class NodeRun:
     def recover(self, result: RunResult) -> bool:
         """Restart what failed, within launcher.max_restarts; False: the run ends."""
         if result.follow is not None:  # a peer already decided and counted it
-            self.out.say(f"restart {result.follow.n}: trainers restart with the other nodes' "
-                         f"({result.follow.reason})", "yellow")
+            self.out.say(
+                f"restart {result.follow.n}: trainers restart with the other nodes' "
+                f"({result.follow.reason})",
+                "yellow",
+            )
             self.restart_trainers(result.follow.epoch, 0.0)
             return True
         failed = result.failed
@@ -482,26 +567,37 @@ class NodeRun:
             return False
         self.explain(result)
         kind = restarts.TRAINERS if not failed.is_service else failed.name
-        failure = restarts.Failure(failed.name, kind, result.reason,
-                                   time.monotonic() - failed.started_at, result.tail)
+        failure = restarts.Failure(
+            failed.name, kind, result.reason, time.monotonic() - failed.started_at, result.tail
+        )
         history = restarts.read_all(self.run_dir)
         limit = self.request.max_restarts
         if restarts.counted(history) >= limit:
             return False
         wait = restarts.backoff_s(failure, history)
         if wait is None:
-            result.reason += (f"; the same failure {len(restarts.BACKOFF_S) + 1} times in a "
-                              "row, each soon after its start: not restarted again")
+            result.reason += (
+                f"; the same failure {len(restarts.BACKOFF_S) + 1} times in a "
+                "row, each soon after its start: not restarted again"
+            )
             return False
         if kind == restarts.TRAINERS:
             made, _ = restarts.claim_trainer_restart(self.run_dir, self.epoch + 1, failure)
         else:
             made = restarts.record(self.run_dir, failure)
-        self.out.root_cause(result.reason, failed.log, result.tail, result.tail_kind,
-                            title=f"restart {made.n} of {limit}")
+        self.out.root_cause(
+            result.reason,
+            failed.log,
+            result.tail,
+            result.tail_kind,
+            title=f"restart {made.n} of {limit}",
+        )
         if wait:
-            self.out.say(f"the same failure as the last restart, {failure.uptime_s:.0f} s after "
-                         f"its start: waiting {wait:.0f} s before restarting", "yellow")
+            self.out.say(
+                f"the same failure as the last restart, {failure.uptime_s:.0f} s after "
+                f"its start: waiting {wait:.0f} s before restarting",
+                "yellow",
+            )
         if kind == restarts.TRAINERS:
             self.restart_trainers(made.epoch, wait)
         else:
@@ -540,35 +636,53 @@ class NodeRun:
             self.watchdog.rearm(epoch)
         if self.silent is not None:
             self.silent.rearm()
-        self.out.say(f"trainers started again (restart {epoch}): "
-                     + ", ".join(f"{s.name} (pid {s.popen.pid})" for s in self.trainers), "dim")
+        self.out.say(
+            f"trainers started again (restart {epoch}): "
+            + ", ".join(f"{s.name} (pid {s.popen.pid})" for s in self.trainers),
+            "dim",
+        )
 
     def restart_server(self, failed: Started, wait: float) -> None:
         self._replace([failed], wait)
         again = next(s for s in self.started if s.name == failed.name)
-        self.out.say(f"{again.name} started again (pid {again.popen.pid}) on the same GPUs and "
-                     "port; the other processes go on", "dim")
+        self.out.say(
+            f"{again.name} started again (pid {again.popen.pid}) on the same GPUs and "
+            "port; the other processes go on",
+            "dim",
+        )
 
     # ------------------------------------------------------------------ the end
     def final_reason(self, result: RunResult) -> None:
         """Past the limit: the last failure's cause, with the earlier ones listed."""
         earlier = [r for r in restarts.read_all(self.run_dir) if r.counted]
         if earlier and result.root_cause is not None:
-            result.reason += (f" (after {len(earlier)} restart(s) of "
-                              f"launcher.max_restarts={self.request.max_restarts}; earlier: "
-                              + "; ".join(f"{r.n}: {r.reason}" for r in earlier) + ")")
+            result.reason += (
+                f" (after {len(earlier)} restart(s) of "
+                f"launcher.max_restarts={self.request.max_restarts}; earlier: "
+                + "; ".join(f"{r.n}: {r.reason}" for r in earlier)
+                + ")"
+            )
 
 
-def supervise(request: LaunchRequest, procs: Sequence[Materialized], *, node: Optional[int],
-              out: RunConsole, peers: Optional[Peers] = None,
-              remote_health: Sequence[str] = ()) -> RunResult:
+def supervise(
+    request: LaunchRequest,
+    procs: Sequence[Materialized],
+    *,
+    node: Optional[int],
+    out: RunConsole,
+    peers: Optional[Peers] = None,
+    remote_health: Sequence[str] = (),
+) -> RunResult:
     """Start `procs` (the node's, materialized) at once, supervise them, restart what fails
     within launcher.max_restarts, stop them all. remote_health: the health URLs of the run's
     servers on other nodes (hosts filled in), which the silent-hang clock waits for."""
     if not procs:
         return RunResult(0, None, f"no process to run on node {node}")
-    remote = RemoteServers(tuple(remote_health), request.health_timeout_s) \
-        if remote_health and request.hang_timeout_s else None
+    remote = (
+        RemoteServers(tuple(remote_health), request.health_timeout_s)
+        if remote_health and request.hang_timeout_s
+        else None
+    )
     run = NodeRun(request, procs, node, out, peers, remote)
     if remote is not None:
         remote.watch(run.done)
@@ -579,9 +693,12 @@ def supervise(request: LaunchRequest, procs: Sequence[Materialized], *, node: Op
         try:
             result = run.start_all()
             where = "this machine" if node is None else f"node {node}"
-            out.say(f"started {len(run.started)} process(es) on {where}: "
-                    + ", ".join(f"{s.name} (pid {s.popen.pid})" for s in run.started)
-                    + f"; logs in {run.logs}", "dim")
+            out.say(
+                f"started {len(run.started)} process(es) on {where}: "
+                + ", ".join(f"{s.name} (pid {s.popen.pid})" for s in run.started)
+                + f"; logs in {run.logs}",
+                "dim",
+            )
             status.write(run.started, "running", epoch=run.epoch)
             while result is None:
                 result = run.watch()
@@ -596,8 +713,13 @@ def supervise(request: LaunchRequest, procs: Sequence[Materialized], *, node: Op
                 s.popen.wait()
                 s.poll()
             out.pump(final=True)
-    if result.exit_code == 0 and peers is not None and node is not None and run.started and \
-            run.trainers:
+    if (
+        result.exit_code == 0
+        and peers is not None
+        and node is not None
+        and run.started
+        and run.trainers
+    ):
         peers.mark_done(node)
     if run.started:
         out.summary([s.summary() for s in run.started])
@@ -605,13 +727,17 @@ def supervise(request: LaunchRequest, procs: Sequence[Materialized], *, node: Op
         run.explain(result)
         run.final_reason(result)
         failed = result.failed
-        out.root_cause(result.reason, failed.log if failed is not None else None, result.tail,
-                       result.tail_kind)
+        out.root_cause(
+            result.reason, failed.log if failed is not None else None, result.tail, result.tail_kind
+        )
     else:
-        out.say(f"{result.reason} after {time.monotonic() - run.begun:.0f} s; run folder "
-                f"{run.run_dir}", "bold green" if result.exit_code == 0 else "bold yellow")
-    status.write(run.started, "finished" if result.exit_code == 0 else "failed", result,
-                 epoch=run.epoch)
+        out.say(
+            f"{result.reason} after {time.monotonic() - run.begun:.0f} s; run folder {run.run_dir}",
+            "bold green" if result.exit_code == 0 else "bold yellow",
+        )
+    status.write(
+        run.started, "finished" if result.exit_code == 0 else "failed", result, epoch=run.epoch
+    )
     return result
 
 
@@ -621,17 +747,34 @@ class NodeStatus:
     def __init__(self, run_dir: Path, node: Optional[int]):
         self.path = run_dir / "status" / f"{'all' if node is None else f'node{node}'}.json"
 
-    def write(self, started: list[Started], state: str,
-              result: Optional[RunResult] = None, epoch: int = 0) -> None:
-        data = {"state": state, "pid": os.getpid(), "updated": time.time(),
-                "trainer_restarts": epoch,
-                "processes": [{"name": s.name, "role": s.proc.spec.role, "pid": s.popen.pid,
-                               "exit": s.popen.returncode, "log": str(s.log),
-                               "restart": s.restart, "started": s.start_wall}
-                              for s in started]}
+    def write(
+        self, started: list[Started], state: str, result: Optional[RunResult] = None, epoch: int = 0
+    ) -> None:
+        data = {
+            "state": state,
+            "pid": os.getpid(),
+            "updated": time.time(),
+            "trainer_restarts": epoch,
+            "processes": [
+                {
+                    "name": s.name,
+                    "role": s.proc.spec.role,
+                    "pid": s.popen.pid,
+                    "exit": s.popen.returncode,
+                    "log": str(s.log),
+                    "restart": s.restart,
+                    "started": s.start_wall,
+                }
+                for s in started
+            ],
+        }
         if result is not None:
-            data.update(exit_code=result.exit_code, reason=result.reason,
-                        root_cause=result.root_cause, tail=result.tail[-20:])
+            data.update(
+                exit_code=result.exit_code,
+                reason=result.reason,
+                root_cause=result.root_cause,
+                tail=result.tail[-20:],
+            )
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             part = self.path.with_suffix(".part")

@@ -1,4 +1,5 @@
-"""The hang watchdog (docs/architecture.md §11): no trainer progress for launcher.hang_timeout_s -> every
+"""The hang watchdog (docs/architecture.md §11): no trainer progress for launcher.hang_timeout_s ->
+every
 trainer rank's Python stacks in its log, the rank(s) that stopped named, then the run fails or
 its trainers restart (launcher.max_restarts).
 
@@ -18,6 +19,7 @@ Ranks of an entry that writes no heartbeats (silence.py finds them hung) have no
 foreign_stacks asks py-spy, else ends each rank with SIGABRT, on which faulthandler (enabled by
 PYTHONFAULTHANDLER in their environment) writes their stacks to the log.
 """
+
 from __future__ import annotations
 
 import os
@@ -76,7 +78,8 @@ class RankStacks:
             return f"rank {self.rank} waits in {waiting.func} (a collective)"
         if not self.main:
             return f"rank {self.rank}: no Python stack came back" + (
-                f" ({self.missing})" if self.missing else "")
+                f" ({self.missing})" if self.missing else ""
+            )
         return f"rank {self.rank} stopped in {self.main[0].short()}"
 
 
@@ -121,8 +124,10 @@ class Hang:
         if ordered and not self.stopped():
             said += " (every rank here waits: the one that stopped is on another node)"
         job = f" from trainer job {self.last.job}" if self.last.job else ""
-        return (f"hung: no trainer progress for {self.age_s:.0f} s{job} (launcher.hang_timeout_s="
-                f"{timeout_s:g}; last: step {self.last.step} {self.last.phase}): {said}")
+        return (
+            f"hung: no trainer progress for {self.age_s:.0f} s{job} (launcher.hang_timeout_s="
+            f"{timeout_s:g}; last: step {self.last.step} {self.last.phase}): {said}"
+        )
 
     def tail(self) -> list[str]:
         return stacks_tail(self.stacks)
@@ -153,8 +158,12 @@ class Watchdog:
 
     def mine(self) -> list[Progress]:
         pids = self.local_pids()
-        return [r for ranks in progress.read_jobs(self.run_dir).values() for r in ranks.values()
-                if r.restart == self.epoch and r.pid in pids]
+        return [
+            r
+            for ranks in progress.read_jobs(self.run_dir).values()
+            for r in ranks.values()
+            if r.restart == self.epoch and r.pid in pids
+        ]
 
     def check(self) -> Optional[list[Progress]]:
         """The records of a hung trainer job (none of its records newer than timeout_s), else
@@ -173,8 +182,7 @@ class Watchdog:
                 return records
         return None
 
-    def dump(self, records: Sequence[Progress], log_of: Callable[[int], Optional[Path]]
-             ) -> Hang:
+    def dump(self, records: Sequence[Progress], log_of: Callable[[int], Optional[Path]]) -> Hang:
         """Every rank's stacks (py-spy, else its stack signal), one rank at a time."""
         newest = max(records, key=lambda r: r.time)
         spy = shutil.which("py-spy")
@@ -186,23 +194,24 @@ class Watchdog:
             if text is None:
                 continue
             if spy:  # faulthandler wrote into the log already; py-spy's goes there too
-                _append(log_of(r.pid), f"areal-launch: stacks of rank {r.rank} (py-spy)\n"
-                        + text)
+                _append(log_of(r.pid), f"areal-launch: stacks of rank {r.rank} (py-spy)\n" + text)
             stacks.append(RankStacks(r.rank, r.pid, text, main_thread_frames(text)))
         return Hang(time.time() - newest.time, newest, stacks)
 
 
 def _py_spy(spy: str, pid: int) -> Optional[str]:
     try:
-        out = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True,
-                             timeout=20)
+        out = subprocess.run(
+            [spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=20
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout if out.returncode == 0 and out.stdout.strip() else None
 
 
-def _by_signal(pid: int, sig: int, log: Optional[Path], wait: Callable[[int], None]
-               ) -> Optional[str]:
+def _by_signal(
+    pid: int, sig: int, log: Optional[Path], wait: Callable[[int], None]
+) -> Optional[str]:
     """Send the process `sig` and read what its log gained once `wait` returns."""
     start = log.stat().st_size if log is not None and log.exists() else 0
     try:
@@ -234,8 +243,9 @@ def _until_ended(pid: int) -> None:
         time.sleep(0.02)
 
 
-def foreign_stacks(ranks: Mapping[int, int], log_of: Callable[[int], Optional[Path]]
-                   ) -> list[RankStacks]:
+def foreign_stacks(
+    ranks: Mapping[int, int], log_of: Callable[[int], Optional[Path]]
+) -> list[RankStacks]:
     """Stacks of ranks that offered no stack signal (rank -> pid), one rank at a time.
 
     py-spy where it is installed and can read the process; else FATAL_SIGNAL to a Python rank
@@ -246,8 +256,9 @@ def foreign_stacks(ranks: Mapping[int, int], log_of: Callable[[int], Optional[Pa
     as the first one ended, before their turn; they continue (SIGCONT) afterwards."""
     spy = shutil.which("py-spy")
     table = keeper.proc_table()
-    parents = sorted({table[p].ppid for p in ranks.values() if p in table}
-                     - set(ranks.values()) - {os.getpid()})  # never this process
+    parents = sorted(
+        {table[p].ppid for p in ranks.values() if p in table} - set(ranks.values()) - {os.getpid()}
+    )  # never this process
     keeper.signal_all(parents, signal.SIGSTOP)
     stacks = []
     try:
@@ -260,8 +271,11 @@ def foreign_stacks(ranks: Mapping[int, int], log_of: Callable[[int], Optional[Pa
                 continue
             why = _no_fault_dump(pid)
             if why is None:
-                _append(log, f"areal-launch: stacks of rank {rank} (pid {pid}): faulthandler "
-                        f"on {FATAL_SIGNAL.name}, which ends it")
+                _append(
+                    log,
+                    f"areal-launch: stacks of rank {rank} (pid {pid}): faulthandler "
+                    f"on {FATAL_SIGNAL.name}, which ends it",
+                )
                 _no_core(pid)
                 text = _by_signal(pid, FATAL_SIGNAL, log, _until_ended) or ""
                 why = "" if text.strip() else f"{FATAL_SIGNAL.name} wrote none"
@@ -282,8 +296,7 @@ def _no_fault_dump(pid: int) -> Optional[str]:
         return f"cannot read the process: {e.strerror}"
     if "python" not in exe:
         return f"{exe} is not a Python interpreter"
-    if not any(v.startswith(b"PYTHONFAULTHANDLER=") and v != b"PYTHONFAULTHANDLER="
-               for v in env):
+    if not any(v.startswith(b"PYTHONFAULTHANDLER=") and v != b"PYTHONFAULTHANDLER=" for v in env):
         return "faulthandler is off in its environment (PYTHONFAULTHANDLER)"
     return None
 

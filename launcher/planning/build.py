@@ -5,6 +5,7 @@ callable the CLI passes so that `nvidia-smi` runs only when the answer matters) 
 scheduler, `offer` (what the job's nodes have, read by the runner: planning.offer), so the same
 config plans the same way everywhere and tests need no GPU.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -54,10 +55,14 @@ class Planned:
     flag_origins: Mapping[str, str] = field(default_factory=dict)
 
 
-def build_plan(spec: LaunchConfig, local_gpus: GPUCount = 0,
-               explicit: frozenset[str] = frozenset(), more_nodes: bool = True,
-               offer: Optional[NodeOffer] = None,
-               servers: Mapping[str, Mapping[str, Any]] = {}) -> Planned:
+def build_plan(
+    spec: LaunchConfig,
+    local_gpus: GPUCount = 0,
+    explicit: frozenset[str] = frozenset(),
+    more_nodes: bool = True,
+    offer: Optional[NodeOffer] = None,
+    servers: Mapping[str, Mapping[str, Any]] = {},
+) -> Planned:
     """Everything decided before anything starts: engines, GPUs, ranks, weight-sync pairs.
 
     explicit: the keys the user set on the command line. more_nodes: whether the runner can
@@ -72,10 +77,12 @@ def build_plan(spec: LaunchConfig, local_gpus: GPUCount = 0,
         offered, notes = with_offer(spec.cluster, offer)
         spec = dataclasses.replace(spec, cluster=offered)
     if spec.cluster.auto_scheduler:
-        raise ConfigError("cluster.auto_scheduler=true: not supported (RLinf's run-time "
-                          "placement); areal-launch places every component before anything "
-                          "starts: write cluster.component_placement, or leave it out for the "
-                          "default")
+        raise ConfigError(
+            "cluster.auto_scheduler=true: not supported (RLinf's run-time "
+            "placement); areal-launch places every component before anything "
+            "starts: write cluster.component_placement, or leave it out for the "
+            "default"
+        )
     chosen = resolve.chosen_backends(spec, explicit, warnings)
     texts, raw = chosen.texts, chosen.placement
     declared = workers(spec, placed_names(raw))
@@ -97,8 +104,7 @@ def build_plan(spec: LaunchConfig, local_gpus: GPUCount = 0,
     sized_alone = _placed_inheritors(texts, placement)
     inheriting = frozenset(n for n in texts if sized_alone[n] != texts[n])
     texts = sized_alone
-    sizing = size(texts, placement, device, total, lambda text: _placed_count(text, cluster),
-                  dims)
+    sizing = size(texts, placement, device, total, lambda text: _placed_count(text, cluster), dims)
     texts = sizing.texts
     placement = {**placement, **sizing.placement}
     spec = resolve.with_offload(spec, sizing.release)
@@ -107,43 +113,74 @@ def build_plan(spec: LaunchConfig, local_gpus: GPUCount = 0,
     _check_dims(spec, allocs, dims, per_process)
     strategies = scheduling_strategies(spec, allocs)
     if cluster is None:
-        cluster = cpu_cluster(spec.cluster, lambda: max(slots_needed(allocs, placement,
-                                                                     strategies),
-                                                        virtual_slots(worker_raw)))
+        cluster = cpu_cluster(
+            spec.cluster,
+            lambda: max(slots_needed(allocs, placement, strategies), virtual_slots(worker_raw)),
+        )
         _check_offer(cluster, offer)
-    peer = peer_servers.apply(spec, allocs["rollout"].backend if "rollout" in allocs else None,
-                              servers)
+    peer = peer_servers.apply(
+        spec, allocs["rollout"].backend if "rollout" in allocs else None, servers
+    )
     spec = peer.spec
     engines = resolve.engines(spec, allocs, inherited, model_path(spec), cluster.device)
     at = {name: read_placement(name, value, cluster) for name, value in worker_raw.items()}
-    offload = {**{n: e.offload for n, e in engines.items()},
-               **{n: w.offload for n, w in declared.items()}}
+    offload = {
+        **{n: e.offload for n, e in engines.items()},
+        **{n: w.offload for n, w in declared.items()},
+    }
     try:
-        placed = place(allocs, cluster, placement, offload, more_nodes=more_nodes,
-                       workers={n: a.gpus for n, a in at.items()}, strategies=strategies,
-                       in_turn=spec.scheduler.type == "local")
+        placed = place(
+            allocs,
+            cluster,
+            placement,
+            offload,
+            more_nodes=more_nodes,
+            workers={n: a.gpus for n, a in at.items()},
+            strategies=strategies,
+            in_turn=spec.scheduler.type == "local",
+        )
     except PlacementError as exc:
         raise PlacementError(as_written(str(exc), spec.cluster)) from None
     warnings += placed.warnings
-    components = {name: component_plan(name, a, placed.gpus[name], cluster, inherited.get(name))
-                  for name, a in allocs.items()}
+    components = {
+        name: component_plan(name, a, placed.gpus[name], cluster, inherited.get(name))
+        for name, a in allocs.items()
+    }
     for name, w in declared.items():
         components[name] = worker_plan(w, at.get(name), cluster)
-    syncs = tuple(weight_sync(components[src], components[dst], cluster)
-                  for src, dst in chosen.feeds.items() if src in components and dst in components)
-    meta = {**plan_meta(spec),
-            "engine_options": {**{n: engine_options(e, _model_keys(spec, e))
-                                  for n, e in engines.items()},
-                               **{n: {"options": dict(w.options), "offload": w.offload,
-                                      "mem_gib": w.mem_gib} for n, w in declared.items()}}}
+    syncs = tuple(
+        weight_sync(components[src], components[dst], cluster)
+        for src, dst in chosen.feeds.items()
+        if src in components and dst in components
+    )
+    meta = {
+        **plan_meta(spec),
+        "engine_options": {
+            **{n: engine_options(e, _model_keys(spec, e)) for n, e in engines.items()},
+            **{
+                n: {"options": dict(w.options), "offload": w.offload, "mem_gib": w.mem_gib}
+                for n, w in declared.items()
+            },
+        },
+    }
     if "rollout" in meta["engine_options"]:  # RLinf's pipelined rollout: the recipe's stages
         meta["engine_options"]["rollout"]["pipeline_stage_num"] = stage_num(spec)
-    plan = Plan(cluster=cluster, mode=placed.mode, components=components, weight_sync=syncs,
-                warnings=tuple(warnings), meta=meta)
-    return Planned(plan, engines, spec, notes + ((sizing.note,) if sizing.note else ())
-                   + peer.notes, declared,
-                   peer_servers.flag_origins(spec.rollout, peer.origins) if "rollout" in allocs
-                   else {})
+    plan = Plan(
+        cluster=cluster,
+        mode=placed.mode,
+        components=components,
+        weight_sync=syncs,
+        warnings=tuple(warnings),
+        meta=meta,
+    )
+    return Planned(
+        plan,
+        engines,
+        spec,
+        notes + ((sizing.note,) if sizing.note else ()) + peer.notes,
+        declared,
+        peer_servers.flag_origins(spec.rollout, peer.origins) if "rollout" in allocs else {},
+    )
 
 
 def as_written(message: str, cluster: ClusterConfig) -> str:
@@ -189,38 +226,47 @@ def _dims(spec: LaunchConfig, per_process: dict[str, int]) -> Dims:
 
 def _rlinf_parallel(spec: LaunchConfig) -> dict[str, list[tuple[str, Optional[int]]]]:
     """engine -> [(key, tp), (key, pp), (key, cp)] as RLinf writes them."""
-    out = {"rollout": [("rollout.tensor_parallel_size", spec.rollout.tensor_parallel_size),
-                       ("rollout.pipeline_parallel_size", spec.rollout.pipeline_parallel_size),
-                       ("rollout.context_parallel_size", None)]}
+    out = {
+        "rollout": [
+            ("rollout.tensor_parallel_size", spec.rollout.tensor_parallel_size),
+            ("rollout.pipeline_parallel_size", spec.rollout.pipeline_parallel_size),
+            ("rollout.context_parallel_size", None),
+        ]
+    }
     for name in ENGINES[1:]:
         model = getattr(spec, name).model
-        out[name] = [(f"{name}.model.tensor_model_parallel_size",
-                      model.tensor_model_parallel_size),
-                     (f"{name}.model.pipeline_model_parallel_size",
-                      model.pipeline_model_parallel_size),
-                     (f"{name}.model.context_parallel_size", model.context_parallel_size)]
+        out[name] = [
+            (f"{name}.model.tensor_model_parallel_size", model.tensor_model_parallel_size),
+            (f"{name}.model.pipeline_model_parallel_size", model.pipeline_model_parallel_size),
+            (f"{name}.model.context_parallel_size", model.context_parallel_size),
+        ]
     return out
 
 
-def _check_dims(spec: LaunchConfig, allocs: dict[str, ModelAllocation], dims: Dims,
-                per_process: dict[str, int]) -> None:
+def _check_dims(
+    spec: LaunchConfig, allocs: dict[str, ModelAllocation], dims: Dims, per_process: dict[str, int]
+) -> None:
     """RLinf's tp keys and a serving process map must agree with dims written in the backend."""
     for name, alloc in allocs.items():
         if name in dims.parallel:
             tp, pp, cp = dims.parallel[name]
             if (alloc.tp, alloc.pp, alloc.cp) != (tp, pp, cp) and not alloc.hybrid:
-                raise ConfigError(f"{dims.said[name]} but {name}.backend={alloc} has tp "
-                                  f"{alloc.tp}, pp {alloc.pp}, cp {alloc.cp}: say it once (drop "
-                                  "the dims or the keys)")
-        if name in per_process and alloc.is_inference and \
-                per_process[name] != alloc.tp * alloc.pp:
-            raise ConfigError(f"cluster.component_placement.{name} gives each process "
-                              f"{per_process[name]} GPUs but {name}.backend={alloc} has "
-                              f"{alloc.tp * alloc.pp} an instance")
+                raise ConfigError(
+                    f"{dims.said[name]} but {name}.backend={alloc} has tp "
+                    f"{alloc.tp}, pp {alloc.pp}, cp {alloc.cp}: say it once (drop "
+                    "the dims or the keys)"
+                )
+        if name in per_process and alloc.is_inference and per_process[name] != alloc.tp * alloc.pp:
+            raise ConfigError(
+                f"cluster.component_placement.{name} gives each process "
+                f"{per_process[name]} GPUs but {name}.backend={alloc} has "
+                f"{alloc.tp * alloc.pp} an instance"
+            )
 
 
-def _placed_inheritors(texts: dict[str, Optional[str]], placement: dict[str, Any]
-                       ) -> dict[str, Optional[str]]:
+def _placed_inheritors(
+    texts: dict[str, Optional[str]], placement: dict[str, Any]
+) -> dict[str, Optional[str]]:
     """An engine that takes the actor's backend ("") and is placed takes its world size from
     its placement (RLinf's `inference: 10-11` beside `actor: 12-15`): the actor's backend name,
     sized like any bare one."""
@@ -233,19 +279,22 @@ def _placed_inheritors(texts: dict[str, Optional[str]], placement: dict[str, Any
     return out
 
 
-def _check_declared_sized(texts: dict[str, Optional[str]], kinds: dict[str, str],
-                          placement: dict[str, Any]) -> None:
+def _check_declared_sized(
+    texts: dict[str, Optional[str]], kinds: dict[str, str], placement: dict[str, Any]
+) -> None:
     """A declared engine written without dims is sized by its placement only."""
     placed = placed_names(placement)
     for name, text in texts.items():
         if name not in ENGINES and resolve.is_bare(text) and name not in placed:
-            raise ConfigError(f"components.{name}.backend={text}: give its dims "
-                              f"({text}:d2) or place it (cluster.component_placement.{name}=0-1)")
+            raise ConfigError(
+                f"components.{name}.backend={text}: give its dims "
+                f"({text}:d2) or place it (cluster.component_placement.{name}=0-1)"
+            )
 
 
-def _parse(texts: dict[str, Optional[str]], kinds: dict[str, str],
-           inheriting: frozenset[str] = frozenset()
-           ) -> tuple[dict[str, ModelAllocation], dict[str, str]]:
+def _parse(
+    texts: dict[str, Optional[str]], kinds: dict[str, str], inheriting: frozenset[str] = frozenset()
+) -> tuple[dict[str, ModelAllocation], dict[str, str]]:
     """Parsed allocations of the active engines, built-in ones first; "" means the actor's
     backend (and so do the names in `inheriting`, sized by their placement already)."""
     allocs: dict[str, ModelAllocation] = {}
@@ -256,14 +305,18 @@ def _parse(texts: dict[str, Optional[str]], kinds: dict[str, str],
             continue
         if name in INHERITING and not str(text).strip():
             if texts.get("actor") is None:
-                raise ConfigError(f"{name}.backend is empty, which means the actor's backend, "
-                                  f"but actor is off: set {name}.backend=fsdp:d2 (for example) "
-                                  "or actor.backend")
+                raise ConfigError(
+                    f"{name}.backend is empty, which means the actor's backend, "
+                    f"but actor is off: set {name}.backend=fsdp:d2 (for example) "
+                    "or actor.backend"
+                )
             text, inherited[name] = texts["actor"], "actor"
         allocs[name] = resolve.parse_for(name, str(text), kinds.get(name))
     if not allocs:
-        raise ConfigError("every engine is off: set rollout.backend and/or actor.backend (e.g. "
-                          "rollout.backend=vllm:d1 actor.backend=fsdp:d2)")
+        raise ConfigError(
+            "every engine is off: set rollout.backend and/or actor.backend (e.g. "
+            "rollout.backend=vllm:d1 actor.backend=fsdp:d2)"
+        )
     return allocs, inherited
 
 
@@ -284,13 +337,16 @@ def _nodes(cluster: ClusterConfig) -> int:
     if gpn is not None and not 1 <= gpn <= MAX_GPUS_PER_NODE:
         raise ConfigError(f"cluster.gpus_per_node={gpn}: choose 1 to {MAX_GPUS_PER_NODE}")
     if gpn is not None and nodes * gpn > MAX_GPUS:
-        raise ConfigError(f"cluster.num_nodes={nodes} x cluster.gpus_per_node={gpn} is more "
-                          f"than the {MAX_GPUS} GPUs areal-launch plans for")
+        raise ConfigError(
+            f"cluster.num_nodes={nodes} x cluster.gpus_per_node={gpn} is more "
+            f"than the {MAX_GPUS} GPUs areal-launch plans for"
+        )
     return nodes
 
 
-def cuda_cluster(cluster: ClusterConfig, count: Callable[[], int],
-                 warnings: list[str]) -> ClusterSpec:
+def cuda_cluster(
+    cluster: ClusterConfig, count: Callable[[], int], warnings: list[str]
+) -> ClusterSpec:
     """cluster.* -> ClusterSpec for GPUs: the machine's count unless given."""
     groups, cpu_nodes, nodes = _groups(cluster)
     per_node = cluster.gpus_per_node
@@ -298,15 +354,20 @@ def cuda_cluster(cluster: ClusterConfig, count: Callable[[], int],
         per_node = count()
         if per_node <= 0:
             per_node = DEFAULT_GPUS_PER_NODE
-            warnings.append(f"no GPU visible here: planning for {per_node} GPUs per node "
-                            f"(set cluster.gpus_per_node)")
+            warnings.append(
+                f"no GPU visible here: planning for {per_node} GPUs per node "
+                f"(set cluster.gpus_per_node)"
+            )
         per_node = min(per_node, MAX_GPUS_PER_NODE)
     if nodes * per_node > MAX_GPUS:
-        raise ConfigError(f"cluster.num_nodes={nodes} x {per_node} GPUs is more than the "
-                          f"{MAX_GPUS} GPUs areal-launch plans for")
+        raise ConfigError(
+            f"cluster.num_nodes={nodes} x {per_node} GPUs is more than the "
+            f"{MAX_GPUS} GPUs areal-launch plans for"
+        )
     node_groups(cluster.node_groups, nodes, per_node)  # the group's GPU count against ours
-    return ClusterSpec(num_nodes=nodes, gpus_per_node=per_node, device="cuda", groups=groups,
-                       cpu_nodes=cpu_nodes)
+    return ClusterSpec(
+        num_nodes=nodes, gpus_per_node=per_node, device="cuda", groups=groups, cpu_nodes=cpu_nodes
+    )
 
 
 def cpu_cluster(cluster: ClusterConfig, needed: Callable[[], int]) -> ClusterSpec:
@@ -315,22 +376,28 @@ def cpu_cluster(cluster: ClusterConfig, needed: Callable[[], int]) -> ClusterSpe
     per_node = cluster.gpus_per_node
     if per_node is None:
         if any(g.gpus for g in groups):
-            raise ConfigError("cluster.node_groups with GPUs on a CPU run: set "
-                              "cluster.gpus_per_node (the virtual GPU slots of each node)")
+            raise ConfigError(
+                "cluster.node_groups with GPUs on a CPU run: set "
+                "cluster.gpus_per_node (the virtual GPU slots of each node)"
+            )
         per_node = max(1, -(-needed() // max(1, nodes - cpu_nodes)))
-    return ClusterSpec(num_nodes=nodes, gpus_per_node=per_node, device="cpu", groups=groups,
-                       cpu_nodes=cpu_nodes)
+    return ClusterSpec(
+        num_nodes=nodes, gpus_per_node=per_node, device="cpu", groups=groups, cpu_nodes=cpu_nodes
+    )
 
 
 def _groups(cluster: ClusterConfig) -> tuple[tuple[NodeGroup, ...], int, int]:
     """The node groups, how many nodes are CPU-only (the last ones), and the node count."""
     if not cluster.node_groups:
         return (), 0, _nodes(cluster)
-    groups, cpu_nodes, nodes = node_groups(list(cluster.node_groups), cluster.num_nodes,
-                                           cluster.gpus_per_node)
+    groups, cpu_nodes, nodes = node_groups(
+        list(cluster.node_groups), cluster.num_nodes, cluster.gpus_per_node
+    )
     if nodes == cpu_nodes:
-        raise ConfigError("cluster.node_groups: every node is CPU-only; the engines need GPU "
-                          "nodes (add nodes: raise cluster.num_nodes)")
+        raise ConfigError(
+            "cluster.node_groups: every node is CPU-only; the engines need GPU "
+            "nodes (add nodes: raise cluster.num_nodes)"
+        )
     _nodes(dataclasses.replace(cluster, num_nodes=nodes))
     return groups, cpu_nodes, nodes
 
@@ -342,8 +409,9 @@ def model_path(spec: LaunchConfig) -> str:
     return os.path.expanduser(str(spec.rollout.model_path or spec.model_path))
 
 
-def scheduling_strategies(spec: LaunchConfig, allocs: Mapping[str, ModelAllocation]
-                          ) -> dict[str, tuple[Optional[str], Optional[str]]]:
+def scheduling_strategies(
+    spec: LaunchConfig, allocs: Mapping[str, ModelAllocation]
+) -> dict[str, tuple[Optional[str], Optional[str]]]:
     """AReaL's `<engine>.scheduling_strategy` of each running engine that gives one."""
     out = {}
     for name, alloc in allocs.items():
@@ -384,8 +452,13 @@ def _finite(value: object, key: str) -> None:
 
     if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(f"{key}={value}: not a finite number; give a value such as 1e-6")
-    items = value.items() if isinstance(value, dict) else \
-        enumerate(value) if isinstance(value, (list, tuple)) else ()
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, (list, tuple))
+        else ()
+    )
     for k, v in items:
         _finite(v, f"{key}.{k}" if isinstance(value, dict) else f"{key}[{k}]")
 
@@ -402,8 +475,10 @@ def stage_num(spec: LaunchConfig) -> int:
     """rollout.pipeline_stage_num, bounded: env and rollout take turns on this many stages."""
     n = spec.rollout.pipeline_stage_num
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_PIPELINE_STAGES:
-        raise ConfigError(f"rollout.pipeline_stage_num={n!r}: choose 1 to {MAX_PIPELINE_STAGES} "
-                          "(stages of a batch that env and rollout pipeline)")
+        raise ConfigError(
+            f"rollout.pipeline_stage_num={n!r}: choose 1 to {MAX_PIPELINE_STAGES} "
+            "(stages of a batch that env and rollout pipeline)"
+        )
     return n
 
 
@@ -418,8 +493,9 @@ def engine_options(engine: resolve.Engine, model: Optional[dict] = None) -> dict
     trainers how they train (dtype, gradient_checkpointing, max_tokens_per_mb)."""
     import dataclasses
 
-    offload = engine.offload if engine.offload_parts is None else \
-        dataclasses.asdict(engine.offload_parts)
+    offload = (
+        engine.offload if engine.offload_parts is None else dataclasses.asdict(engine.offload_parts)
+    )
     out = {"options": dataclasses.asdict(engine.options), "offload": offload}
     if engine.training is not None:
         out["training"] = dataclasses.asdict(engine.training)

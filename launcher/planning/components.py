@@ -9,6 +9,7 @@ first node (`processes` of them). Its plan entry is a ComponentPlan like any oth
 instance per process, so placement, the GPU map, the supervisor and the runtime read it by
 kind. Pure: no I/O.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,8 +37,10 @@ MAX_PROCESSES = 1 << 20  # per component: a typo of many digits is an error, not
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,31}$")
 # what RLinf's worker names start when no entry is given: the examples the project ships,
 # each an HTTP service (its health path) the recipe talks to
-SHIPPED = {"env": ("-m recipes.workers.text_env", "/health"),
-           "reward": ("-m recipes.workers.reward_server", "/health")}
+SHIPPED = {
+    "env": ("-m recipes.workers.text_env", "/health"),
+    "reward": ("-m recipes.workers.reward_server", "/health"),
+}
 
 
 @dataclass(frozen=True)
@@ -71,10 +74,15 @@ def workers(spec: LaunchConfig, placed: frozenset[str] = frozenset()) -> dict[st
         if declared_kind(raw) in ENGINE_KINDS:
             continue  # a serving or training component: an engine (launcher.planning.resolve)
         if name in WORKERS:
-            raise ConfigError(f"components.{name}: {name} is a built-in worker; set {name}.* "
-                              f"instead (e.g. {name}.entry=...)")
-        out[name] = _worker(name, typed(f"components.{name}", ComponentConfig, raw,
-                                        "a component's keys"), f"components.{name}")
+            raise ConfigError(
+                f"components.{name}: {name} is a built-in worker; set {name}.* "
+                f"instead (e.g. {name}.entry=...)"
+            )
+        out[name] = _worker(
+            name,
+            typed(f"components.{name}", ComponentConfig, raw, "a component's keys"),
+            f"components.{name}",
+        )
     return out
 
 
@@ -84,8 +92,9 @@ def _rlinf_worker(name: str, raw: dict[str, Any]) -> WorkerConfig:
     known = {f.name for f in dataclasses.fields(WorkerConfig)}
     ours = {k: v for k, v in raw.items() if k in known}
     extra = {str(k): v for k, v in raw.items() if k not in known}
-    node: WorkerConfig = typed(name, WorkerConfig, ours, "a worker's keys") if ours \
-        else WorkerConfig()
+    node: WorkerConfig = (
+        typed(name, WorkerConfig, ours, "a worker's keys") if ours else WorkerConfig()
+    )
     if extra:
         node.options = {**node.options, **extra}
     return node
@@ -93,27 +102,37 @@ def _rlinf_worker(name: str, raw: dict[str, Any]) -> WorkerConfig:
 
 def _worker(name: str, node: ComponentConfig, key: str) -> Worker:
     if name in ENGINES:
-        raise ConfigError(f"{key}: {name} is a built-in engine; set {name}.* instead, or "
-                          f"declare the component under another name")
+        raise ConfigError(
+            f"{key}: {name} is a built-in engine; set {name}.* instead, or "
+            f"declare the component under another name"
+        )
     if not _NAME.match(name):
-        raise ConfigError(f"{key}: a component name is lowercase letters, digits and _, "
-                          "starting with a letter (at most 32), e.g. components.env_sim")
+        raise ConfigError(
+            f"{key}: a component name is lowercase letters, digits and _, "
+            "starting with a letter (at most 32), e.g. components.env_sim"
+        )
     if node.kind != registry.WORKER:
-        raise ConfigError(f"{key}.kind={node.kind!r}: choose worker (plain processes), serve "
-                          "(inference servers) or train (torchrun ranks)")
+        raise ConfigError(
+            f"{key}.kind={node.kind!r}: choose worker (plain processes), serve "
+            "(inference servers) or train (torchrun ranks)"
+        )
     backend = str(node.backend)
     if backend not in registry.backend_names(registry.WORKER):
-        raise ConfigError(f"{key}.backend={backend!r}: choose a worker backend "
-                          f"({', '.join(registry.backend_names(registry.WORKER))})")
+        raise ConfigError(
+            f"{key}.backend={backend!r}: choose a worker backend "
+            f"({', '.join(registry.backend_names(registry.WORKER))})"
+        )
     entry = str(node.entry or "").strip()
     health = node.health_path
     if not entry and name in SHIPPED:
         entry, health = SHIPPED[name][0], health or SHIPPED[name][1]
     if not entry or entry == "-m":
         plus = "+" if key.startswith("components.") else ""
-        raise ConfigError(f"{key}.entry is not set: give the script or module its processes "
-                          f"run ({plus}{key}.entry=path/to/worker.py or "
-                          f"'{plus}{key}.entry=-m pkg.mod')")
+        raise ConfigError(
+            f"{key}.entry is not set: give the script or module its processes "
+            f"run ({plus}{key}.entry=path/to/worker.py or "
+            f"'{plus}{key}.entry=-m pkg.mod')"
+        )
     for count_key in ("processes", "processes_per_gpu"):
         n = getattr(node, count_key)
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_PROCESSES:
@@ -122,21 +141,29 @@ def _worker(name: str, node: ComponentConfig, key: str) -> Worker:
     if mem is not None and (isinstance(mem, bool) or not 0 <= mem <= 1 << 20):
         raise ConfigError(f"{key}.mem_gib={mem!r}: GiB per process, from 0 to {1 << 20}")
     if health is not None and (not str(health).strip() or any(c.isspace() for c in str(health))):
-        raise ConfigError(f"{key}.health_path={health!r}: an HTTP path such as /health "
-                          "(or null: no probe)")
+        raise ConfigError(
+            f"{key}.health_path={health!r}: an HTTP path such as /health (or null: no probe)"
+        )
     check_python(f"{key}.python", node.python)
-    return Worker(name=name, backend=backend, entry=entry, python=node.python,
-                  args=tuple(str(a) for a in node.args),
-                  env={str(k): str(v) for k, v in dict(node.env).items()},
-                  processes=int(node.processes), processes_per_gpu=int(node.processes_per_gpu),
-                  health_path=None if health is None else str(health),
-                  mem_gib=None if mem is None else float(mem),
-                  offload=bool(node.offload or node.enable_offload),
-                  options=dict(node.options))
+    return Worker(
+        name=name,
+        backend=backend,
+        entry=entry,
+        python=node.python,
+        args=tuple(str(a) for a in node.args),
+        env={str(k): str(v) for k, v in dict(node.env).items()},
+        processes=int(node.processes),
+        processes_per_gpu=int(node.processes_per_gpu),
+        health_path=None if health is None else str(health),
+        mem_gib=None if mem is None else float(mem),
+        offload=bool(node.offload or node.enable_offload),
+        options=dict(node.options),
+    )
 
 
-def split_placement(placement: Mapping[str, Any], names: Mapping[str, Worker]
-                    ) -> tuple[dict[str, Any], dict[str, Any]]:
+def split_placement(
+    placement: Mapping[str, Any], names: Mapping[str, Worker]
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """cluster.component_placement -> (what the engines' placement reads, worker -> value).
 
     A comma key may join workers and engines (`actor,env_sim: all`): each gets the same value.
@@ -149,8 +176,10 @@ def split_placement(placement: Mapping[str, Any], names: Mapping[str, Worker]
         if value is not None:
             for name in mine:
                 if name in placed:
-                    raise PlacementError(f"cluster.component_placement: {name} is placed twice "
-                                         f"(place each component once)")
+                    raise PlacementError(
+                        f"cluster.component_placement: {name} is placed twice "
+                        f"(place each component once)"
+                    )
                 placed[name] = value
         rest = [p for p in parts if p not in names]
         if rest:
@@ -160,8 +189,9 @@ def split_placement(placement: Mapping[str, Any], names: Mapping[str, Worker]
 
 def placed_names(placement: Mapping[str, Any]) -> frozenset[str]:
     """Every name a placement key holds (`actor,rollout` holds two)."""
-    return frozenset(p.strip() for k, v in placement.items() if v is not None
-                     for p in str(k).split(","))
+    return frozenset(
+        p.strip() for k, v in placement.items() if v is not None for p in str(k).split(",")
+    )
 
 
 def _key(name: str) -> str:
@@ -175,25 +205,36 @@ def worker_plan(worker: Worker, placed: Optional[Placed], cluster: ClusterSpec) 
     where = f"components.{worker.name}" if worker.name not in WORKERS else worker.name
     if placed is None:
         if worker.processes_per_gpu != 1:
-            raise ConfigError(f"{where}.processes_per_gpu={worker.processes_per_gpu} is for a "
-                              f"worker placed on GPUs; place it ({key}=0-1) or set "
-                              f"{where}.processes")
+            raise ConfigError(
+                f"{where}.processes_per_gpu={worker.processes_per_gpu} is for a "
+                f"worker placed on GPUs; place it ({key}=0-1) or set "
+                f"{where}.processes"
+            )
         instances = Runs([(0, worker.processes, (), 0)])
         gpus: tuple[int, ...] = ()
     else:
         if worker.processes != 1:
-            raise ConfigError(f"{where}.processes={worker.processes} is for a worker without "
-                              f"a placement; on {key}={placed.text} "
-                              + ("write the count in the process map (GPUS:0-N)" if placed.mapped
-                                 else f"set {where}.processes_per_gpu"))
+            raise ConfigError(
+                f"{where}.processes={worker.processes} is for a worker without "
+                f"a placement; on {key}={placed.text} "
+                + (
+                    "write the count in the process map (GPUS:0-N)"
+                    if placed.mapped
+                    else f"set {where}.processes_per_gpu"
+                )
+            )
         per = worker.processes_per_gpu
         if placed.mapped and per != 1:
-            raise ConfigError(f"{where}.processes_per_gpu={per} and the process map {key}="
-                              f"{placed.text} both say how many: keep the map")
+            raise ConfigError(
+                f"{where}.processes_per_gpu={per} and the process map {key}="
+                f"{placed.text} both say how many: keep the map"
+            )
         if placed.processes * per > MAX_PROCESSES:
-            raise PlacementError(f"{key}={placed.text} with {where}.processes_per_gpu={per} is "
-                                 f"{placed.processes * per} processes; at most "
-                                 f"{MAX_PROCESSES}")
+            raise PlacementError(
+                f"{key}={placed.text} with {where}.processes_per_gpu={per} is "
+                f"{placed.processes * per} processes; at most "
+                f"{MAX_PROCESSES}"
+            )
         gpus = placed.gpus
         runs, first = [], 0
         for g, node, count in placed.runs:

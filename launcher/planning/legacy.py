@@ -12,10 +12,12 @@ backend, and such a part is an error that writes the whole string out. `+eval` i
 evaluation client without GPUs.
 
 The string names the engines of the run: `sglang:d4p2t2` is an inference-only run and `fsdp:d4`
-a training-only one; engines it does not name are off (launcher.planning.resolve applies that). Unlike
+a training-only one; engines it does not name are off (launcher.planning.resolve applies that).
+Unlike
 the peer, every part comes out with a name and a GPU group, so a colocated part always knows
 its partners.
 """
+
 from __future__ import annotations
 
 import re
@@ -73,8 +75,9 @@ def read_allocation_mode(text: str) -> AllocationMode:
         raise AllocationError(repr(text), "allocation_mode must be text", hint=f"e.g. {EXAMPLE}")
     t = SpecText(text)
     if not t.n:
-        raise AllocationError(text, "empty allocation_mode",
-                              hint=f"e.g. sglang:d4t2+fsdp:d8 or {EXAMPLE}")
+        raise AllocationError(
+            text, "empty allocation_mode", hint=f"e.g. sglang:d4t2+fsdp:d8 or {EXAMPLE}"
+        )
     t.require_lowercase()
     parts = read_parts(t)
     evaluation = any(p.alloc is None for p in parts)
@@ -101,10 +104,13 @@ def _refuse_bare_dims(t: SpecText, parts: list[Part]) -> None:
     for part in reversed(bare):
         assert part.alloc is not None
         insert = part.alloc.backend + ("" if t.s[part.pos] == "[" else ":")
-        fixed = fixed[:part.pos] + insert + fixed[part.pos:]
-    raise t.error(bare[0].pos, "a backend prefix is required (bare dims are no longer "
-                               f"read as {bare[0].alloc.backend if bare[0].alloc else 'fsdp'})",
-                  f"write allocation_mode={fixed}")
+        fixed = fixed[: part.pos] + insert + fixed[part.pos :]
+    raise t.error(
+        bare[0].pos,
+        "a backend prefix is required (bare dims are no longer "
+        f"read as {bare[0].alloc.backend if bare[0].alloc else 'fsdp'})",
+        f"write allocation_mode={fixed}",
+    )
 
 
 def _check_name(t: SpecText, part: Part) -> None:
@@ -113,28 +119,40 @@ def _check_name(t: SpecText, part: Part) -> None:
     assert part.alloc is not None and part.name is not None
     if part.name not in ENGINES:
         if not _NAME.match(part.name) or part.name in WORKERS:
-            raise t.error(part.pos, f"{part.name!r} cannot name an engine",
-                          "lowercase letters, digits and _, starting with a letter, not a "
-                          f"worker's name ({', '.join(WORKERS)})")
+            raise t.error(
+                part.pos,
+                f"{part.name!r} cannot name an engine",
+                "lowercase letters, digits and _, starting with a letter, not a "
+                f"worker's name ({', '.join(WORKERS)})",
+            )
         return
     if part.alloc.is_inference != (part.name == "rollout"):
         kind = registry.SERVE if part.name == "rollout" else registry.TRAIN
-        want = f"{'an' if kind == registry.SERVE else 'a'} {registry.KIND_WORDS[kind]} backend " \
-               f"({', '.join(registry.backend_names(kind))})"
-        raise t.error(part.pos, f"{part.name} needs {want}, not {part.alloc.backend}",
-                      "rollout serves; actor, critic, ref and teacher train")
+        want = (
+            f"{'an' if kind == registry.SERVE else 'a'} {registry.KIND_WORDS[kind]} backend "
+            f"({', '.join(registry.backend_names(kind))})"
+        )
+        raise t.error(
+            part.pos,
+            f"{part.name} needs {want}, not {part.alloc.backend}",
+            "rollout serves; actor, critic, ref and teacher train",
+        )
 
 
 def _check_colocated(t: SpecText, anchor: Part, part: Part) -> None:
     """Parts joined by '|' run on the same GPUs, so their world sizes must match."""
     if anchor.alloc is None or part.alloc is None:
-        raise t.error(part.pos, "eval takes no GPUs and shares them with nothing",
-                      "join eval with '+'")
+        raise t.error(
+            part.pos, "eval takes no GPUs and shares them with nothing", "join eval with '+'"
+        )
     if part.alloc.world_size != anchor.alloc.world_size:
-        raise t.error(part.pos, f"{part.alloc} shares the GPUs of {anchor.alloc} ('|') but "
-                                f"needs {part.alloc.world_size} GPUs, not "
-                                f"{anchor.alloc.world_size}",
-                      "colocated parts need equal world sizes; use '+' for separate GPUs")
+        raise t.error(
+            part.pos,
+            f"{part.alloc} shares the GPUs of {anchor.alloc} ('|') but "
+            f"needs {part.alloc.world_size} GPUs, not "
+            f"{anchor.alloc.world_size}",
+            "colocated parts need equal world sizes; use '+' for separate GPUs",
+        )
 
 
 def _named(t: SpecText, parts: list[Part]) -> tuple[LegacyComponent, ...]:
@@ -147,27 +165,36 @@ def _named(t: SpecText, parts: list[Part]) -> tuple[LegacyComponent, ...]:
             continue
         if name is None:
             if counted >= 3:
-                raise t.error(part.pos, f"with {counted} parts every part needs a name",
-                              f"e.g. {EXAMPLE}")
-            kind, example = ("inference", "rollout") if part.alloc.is_inference else \
-                ("training", "critic")
+                raise t.error(
+                    part.pos, f"with {counted} parts every part needs a name", f"e.g. {EXAMPLE}"
+                )
+            kind, example = (
+                ("inference", "rollout") if part.alloc.is_inference else ("training", "critic")
+            )
             backend, dims = str(part.alloc).split(":", 1)
-            raise t.error(part.pos, f"a second {kind} part needs a name",
-                          f"e.g. {backend}[{example}]:{dims}")
+            raise t.error(
+                part.pos, f"a second {kind} part needs a name", f"e.g. {backend}[{example}]:{dims}"
+            )
         if name in seen:
-            raise t.error(part.pos, f"{name} given twice, first at column "
-                                    f"{t.column(seen[name])}", "each engine appears once")
+            raise t.error(
+                part.pos,
+                f"{name} given twice, first at column {t.column(seen[name])}",
+                "each engine appears once",
+            )
         seen[name] = part.pos
         out.append(LegacyComponent(name, part.alloc, part.group))
     return tuple(out)
 
 
 # ----------------------------------------------------------------------------- translation
-def apply_allocation_mode(text: str, texts: dict[str, Optional[str]], placement: dict[str, Any],
-                          explicit: frozenset[str], warnings: list[str],
-                          key: str = "allocation_mode"
-                          ) -> tuple[dict[str, Optional[str]], dict[str, Any],
-                                     dict[str, tuple[str, Optional[str]]]]:
+def apply_allocation_mode(
+    text: str,
+    texts: dict[str, Optional[str]],
+    placement: dict[str, Any],
+    explicit: frozenset[str],
+    warnings: list[str],
+    key: str = "allocation_mode",
+) -> tuple[dict[str, Optional[str]], dict[str, Any], dict[str, tuple[str, Optional[str]]]]:
     """The engines' backend texts and placement with `allocation_mode` applied, and the
     engines it names beyond the built-in ones: name -> (kind, the serving engine it feeds).
 
@@ -189,8 +216,9 @@ def apply_allocation_mode(text: str, texts: dict[str, Optional[str]], placement:
         if f"{name}.backend" in explicit or name in explicit:
             out[name] = texts[name]
             if name in named:
-                warnings.append(f"{name}.backend={texts[name]} wins over {key}'s "
-                                f"{named[name].alloc}")
+                warnings.append(
+                    f"{name}.backend={texts[name]} wins over {key}'s {named[name].alloc}"
+                )
         else:
             out[name] = str(named[name].alloc) if name in named else None
     extra = [c for c in mode.components if c.name not in ENGINES]
@@ -206,16 +234,22 @@ def apply_allocation_mode(text: str, texts: dict[str, Optional[str]], placement:
         if "rollout" in free and len(free) > 1:
             size = parse_backend_world(out["rollout"])
             shared[",".join(free)] = f"0-{size - 1}"
-    words = [f"{n}.backend={out[n]}" if out[n] is not None else f"{n}=none"
-             for n in ENGINES if out[n] is not None or n in ("rollout", "actor")]
+    words = [
+        f"{n}.backend={out[n]}" if out[n] is not None else f"{n}=none"
+        for n in ENGINES
+        if out[n] is not None or n in ("rollout", "actor")
+    ]
     for name, (kind, fed) in more.items():
         words += [f"+components.{name}.kind={kind}", f"+components.{name}.backend={out[name]}"]
         words += [f"+components.{name}.feeds={fed}"] if fed else []
-    words += [f"cluster.component_placement.{n}={v}" for k, v in shared.items()
-              for n in k.split(",")]
+    words += [
+        f"cluster.component_placement.{n}={v}" for k, v in shared.items() for n in k.split(",")
+    ]
     if mode.evaluation:
-        warnings.append(f"{key}'s '+eval' is an evaluation client without GPUs: "
-                        "the run starts the servers; point your evaluation at them")
+        warnings.append(
+            f"{key}'s '+eval' is an evaluation client without GPUs: "
+            "the run starts the servers; point your evaluation at them"
+        )
     warnings.append(f"{key} is deprecated: write " + " ".join(words))
     return out, {**placement, **shared}, more
 

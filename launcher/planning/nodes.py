@@ -6,6 +6,7 @@ for the whole group. A group is CPU-only when `gpus_per_node: 0` or when it name
 (RLinf's robots and other devices; write `gpus_per_node: 8` beside it for GPUs too). CPU-only
 nodes must be the last node ranks, so every GPU keeps its global number. Pure.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping, Optional
@@ -19,8 +20,9 @@ from launcher.spec.limits import MAX_NODES
 MAX_GROUPS = 256
 
 
-def node_groups(raw: list[Any], num_nodes: Optional[int], gpus_per_node: Optional[int]
-                ) -> tuple[tuple[NodeGroup, ...], int, int]:
+def node_groups(
+    raw: list[Any], num_nodes: Optional[int], gpus_per_node: Optional[int]
+) -> tuple[tuple[NodeGroup, ...], int, int]:
     """(the groups, how many trailing nodes are CPU-only, the node count) from what the user
     wrote; num_nodes None: the highest node rank + 1."""
     if len(raw) > MAX_GROUPS:
@@ -28,41 +30,51 @@ def node_groups(raw: list[Any], num_nodes: Optional[int], gpus_per_node: Optiona
     groups: list[NodeGroup] = []
     for i, item in enumerate(raw):
         where = f"cluster.node_groups[{i}]"
-        cfg: NodeGroupConfig = typed(where, NodeGroupConfig, item, "a node group "
-                                     "({label: ..., node_ranks: 0-1})")
+        cfg: NodeGroupConfig = typed(
+            where, NodeGroupConfig, item, "a node group ({label: ..., node_ranks: 0-1})"
+        )
         label = str(cfg.label)
         if label == ANY_NODE or not label.strip():
-            raise ConfigError(f"{where}.label={label!r}: {ANY_NODE!r} is reserved (any node "
-                              "by rank) and a label is not empty; choose another")
+            raise ConfigError(
+                f"{where}.label={label!r}: {ANY_NODE!r} is reserved (any node "
+                "by rank) and a label is not empty; choose another"
+            )
         if any(g.label == label for g in groups):
             raise ConfigError(f"{where}.label={label!r}: two groups have this label")
         nodes = _ranks(f"{where}.node_ranks", cfg.node_ranks)
         gpus = cfg.gpus_per_node
         if gpus is not None and gpus not in (0, gpus_per_node) and gpus_per_node is not None:
-            raise ConfigError(f"{where}.gpus_per_node={gpus}: node groups with "
-                              f"{gpus} GPUs beside nodes with {gpus_per_node} are not supported "
-                              "yet (one GPU count per cluster, or 0: CPU-only)")
+            raise ConfigError(
+                f"{where}.gpus_per_node={gpus}: node groups with "
+                f"{gpus} GPUs beside nodes with {gpus_per_node} are not supported "
+                "yet (one GPU count per cluster, or 0: CPU-only)"
+            )
         cpu_only = gpus == 0 or (gpus is None and cfg.hardware is not None)
         env, python = _env_configs(where, cfg, nodes)
-        groups.append(NodeGroup(label, nodes, not cpu_only, env, python,
-                                _hardware(cfg.hardware)))
+        groups.append(NodeGroup(label, nodes, not cpu_only, env, python, _hardware(cfg.hardware)))
     top = max((n for g in groups for n in g.nodes), default=-1) + 1
     total = top if num_nodes is None else num_nodes
     if top > total:
         bad = next(g for g in groups if max(g.nodes) >= total)
-        raise ConfigError(f"cluster.node_groups {bad.label!r}: node rank {max(bad.nodes)} is "
-                          f"outside the cluster's {total} node(s) (raise cluster.num_nodes or "
-                          "renumber node_ranks)")
+        raise ConfigError(
+            f"cluster.node_groups {bad.label!r}: node rank {max(bad.nodes)} is "
+            f"outside the cluster's {total} node(s) (raise cluster.num_nodes or "
+            "renumber node_ranks)"
+        )
     cpu = sorted({n for g in groups if not g.gpus for n in g.nodes})
     gpu = {n for g in groups if g.gpus for n in g.nodes}
     both = sorted(gpu.intersection(cpu))
     if both:
-        raise ConfigError(f"cluster.node_groups: node {both[0]} is in a CPU-only group and in a "
-                          "GPU group; a node has GPUs or not")
+        raise ConfigError(
+            f"cluster.node_groups: node {both[0]} is in a CPU-only group and in a "
+            "GPU group; a node has GPUs or not"
+        )
     if cpu and cpu != list(range(total - len(cpu), total)):
-        raise ConfigError(f"cluster.node_groups: CPU-only nodes {format_gpu_set(cpu)} must be the "
-                          f"last node ranks (here {format_gpu_set(range(total - len(cpu), total))}"
-                          "), so every GPU keeps its number: renumber node_ranks")
+        raise ConfigError(
+            f"cluster.node_groups: CPU-only nodes {format_gpu_set(cpu)} must be the "
+            f"last node ranks (here {format_gpu_set(range(total - len(cpu), total))}"
+            "), so every GPU keeps its number: renumber node_ranks"
+        )
     return tuple(groups), len(cpu), total
 
 
@@ -71,28 +83,35 @@ def _ranks(where: str, value: Any) -> tuple[int, ...]:
     try:
         return parse_gpu_set(text, ClusterSpec(1, MAX_NODES, "cpu"))
     except PlacementError as exc:
-        raise ConfigError(f"{where}={value!r}: not node ranks ({str(exc).partition(': ')[2]})") \
-            from None
+        raise ConfigError(
+            f"{where}={value!r}: not node ranks ({str(exc).partition(': ')[2]})"
+        ) from None
 
 
-def _env_configs(where: str, cfg: NodeGroupConfig, nodes: tuple[int, ...]
-                 ) -> tuple[dict[str, str], Optional[str]]:
+def _env_configs(
+    where: str, cfg: NodeGroupConfig, nodes: tuple[int, ...]
+) -> tuple[dict[str, str], Optional[str]]:
     """The group's environment and interpreter: ours, then RLinf's env_configs (which must
     cover the whole group: per-node settings inside one group are not supported)."""
     env = {str(k): str(v) for k, v in dict(cfg.env).items()}
     python = cfg.python
     for j, item in enumerate(cfg.env_configs):
         if not isinstance(item, Mapping):
-            raise ConfigError(f"{where}.env_configs[{j}]: a mapping with node_ranks, "
-                              "python_interpreter_path, env_vars")
+            raise ConfigError(
+                f"{where}.env_configs[{j}]: a mapping with node_ranks, "
+                "python_interpreter_path, env_vars"
+            )
         ranks = item.get("node_ranks")
-        if ranks is not None and set(_ranks(f"{where}.env_configs[{j}].node_ranks", ranks)) \
-                != set(nodes):
-            raise ConfigError(f"{where}.env_configs[{j}].node_ranks={ranks}: settings for part "
-                              "of a group are not supported; split the group in two")
+        if ranks is not None and set(_ranks(f"{where}.env_configs[{j}].node_ranks", ranks)) != set(
+            nodes
+        ):
+            raise ConfigError(
+                f"{where}.env_configs[{j}].node_ranks={ranks}: settings for part "
+                "of a group are not supported; split the group in two"
+            )
         python = item.get("python_interpreter_path") or python
         env_vars = item.get("env_vars") or []
-        for pair in (env_vars if isinstance(env_vars, list) else [env_vars]):
+        for pair in env_vars if isinstance(env_vars, list) else [env_vars]:
             if not isinstance(pair, Mapping):
                 raise ConfigError(f"{where}.env_configs[{j}].env_vars: NAME: value mappings")
             env.update({str(k): str(v) for k, v in pair.items()})

@@ -6,10 +6,10 @@ this module fills in the device, the GPUs per node and the GPU type (for the mem
 from it. What the user set stays, with a note where it differs from the nodes; a cluster the
 nodes cannot hold is one ConfigError naming the partition and the numbers.
 """
+
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
 
 from launcher.config.schema import ClusterConfig
 from launcher.spec.cluster import ClusterSpec, NodeOffer, gpu_name_key
@@ -25,39 +25,55 @@ def with_offer(cluster: ClusterConfig, offer: NodeOffer) -> tuple[ClusterConfig,
     nodes all have (every node has them on a partition of one kind). An offer that could not
     be read leaves `cluster` as it is (planned for this machine), with a note saying why."""
     if offer.unread is not None:
-        return cluster, (f"cluster.device=auto: {offer.unread}; so the plan is for this "
-                         "machine's GPUs, not the cluster's (set cluster.device and "
-                         "cluster.gpus_per_node, or start the cluster first)",)
+        return cluster, (
+            f"cluster.device=auto: {offer.unread}; so the plan is for this "
+            "machine's GPUs, not the cluster's (set cluster.device and "
+            "cluster.gpus_per_node, or start the cluster first)",
+        )
     counts = sorted((n.gpus for n in offer.nodes if n.gpus > 0), reverse=True)
     given = cluster.gpus_per_node
     if not counts:
         if given:
-            raise ConfigError(f"cluster.gpus_per_node={given}: the nodes of {offer.where} have "
-                              f"no GPU; {CHOOSE}, or set cluster.device=cpu")
-        return (dataclasses.replace(cluster, device="cpu"),
-                (f"cluster.device=auto: {offer.where} has no GPU on its {len(offer.nodes)} "
-                 "node(s): planning for cpu",))
+            raise ConfigError(
+                f"cluster.gpus_per_node={given}: the nodes of {offer.where} have "
+                f"no GPU; {CHOOSE}, or set cluster.device=cpu"
+            )
+        return (
+            dataclasses.replace(cluster, device="cpu"),
+            (
+                f"cluster.device=auto: {offer.where} has no GPU on its {len(offer.nodes)} "
+                "node(s): planning for cpu",
+            ),
+        )
     wanted = cluster.num_nodes if isinstance(cluster.num_nodes, int) else 1
     found = min(counts[min(max(wanted, 1), len(counts)) - 1], MAX_GPUS_PER_NODE)
     per_node = found if given is None else given
     types = sorted({n.gpu_type for n in offer.holding(max(per_node, 1)) if n.gpu_type})
     gpu_type = cluster.gpu_type
-    notes = [f"cluster.device=auto: {offer.where} has {len(offer.holding(found))} node(s) "
-             f"with {found} GPU(s){' (' + ', '.join(types) + ')' if types else ''}: planning "
-             f"for cuda, {per_node} GPU(s) per node"]
+    notes = [
+        f"cluster.device=auto: {offer.where} has {len(offer.holding(found))} node(s) "
+        f"with {found} GPU(s){' (' + ', '.join(types) + ')' if types else ''}: planning "
+        f"for cuda, {per_node} GPU(s) per node"
+    ]
     if given is not None and given != found:
-        notes.append(f"cluster.gpus_per_node={given} as given: the nodes of {offer.where} "
-                     f"have {found}")
+        notes.append(
+            f"cluster.gpus_per_node={given} as given: the nodes of {offer.where} have {found}"
+        )
     if gpu_type is None and len(types) == 1:
         gpu_type = types[0]
     elif gpu_type is None and types:
-        notes.append(f"{offer.where} has GPUs of several types ({', '.join(types)}): set "
-                     "cluster.gpu_type (or cluster.gpu_memory_gib) for the memory check")
+        notes.append(
+            f"{offer.where} has GPUs of several types ({', '.join(types)}): set "
+            "cluster.gpu_type (or cluster.gpu_memory_gib) for the memory check"
+        )
     elif gpu_type is not None and types and gpu_name_key(gpu_type) not in map(gpu_name_key, types):
-        notes.append(f"cluster.gpu_type={gpu_type} as given: {offer.where}'s gres says "
-                     f"{', '.join(types)}")
-    return (dataclasses.replace(cluster, device="cuda", gpus_per_node=per_node,
-                                gpu_type=gpu_type), tuple(notes))
+        notes.append(
+            f"cluster.gpu_type={gpu_type} as given: {offer.where}'s gres says {', '.join(types)}"
+        )
+    return (
+        dataclasses.replace(cluster, device="cuda", gpus_per_node=per_node, gpu_type=gpu_type),
+        tuple(notes),
+    )
 
 
 def check_holds(cluster: ClusterSpec, offer: NodeOffer) -> None:
@@ -70,11 +86,15 @@ def check_holds(cluster: ClusterSpec, offer: NodeOffer) -> None:
         return
     most = max((n.gpus for n in offer.nodes), default=0)
     if not holding:
-        raise ConfigError(f"cluster.gpus_per_node={per_node}: the nodes of {offer.where} have at "
-                          f"most {most} GPU(s) each; set cluster.gpus_per_node={most} or "
-                          f"less, or {CHOOSE}")
+        raise ConfigError(
+            f"cluster.gpus_per_node={per_node}: the nodes of {offer.where} have at "
+            f"most {most} GPU(s) each; set cluster.gpus_per_node={most} or "
+            f"less, or {CHOOSE}"
+        )
     kind = f" with {per_node} GPU(s)" if per_node else ""
-    raise ConfigError(f"cluster.num_nodes={cluster.num_nodes}: the plan needs {needed} "
-                      f"{'GPU ' if cluster.cpu_nodes else ''}node(s) but {offer.where} has "
-                      f"{len(holding)}{kind}; set cluster.num_nodes={len(holding) + cluster.cpu_nodes}"
-                      f" or less, or {CHOOSE}")
+    raise ConfigError(
+        f"cluster.num_nodes={cluster.num_nodes}: the plan needs {needed} "
+        f"{'GPU ' if cluster.cpu_nodes else ''}node(s) but {offer.where} has "
+        f"{len(holding)}{kind}; set cluster.num_nodes={len(holding) + cluster.cpu_nodes}"
+        f" or less, or {CHOOSE}"
+    )

@@ -12,6 +12,7 @@ where the values differ). AReaL's own keys are not flags: the model (`vllm.model
 section (`sglang:` on a vLLM run) is one note. `origins` names each flag's key, so a flag the
 engine's parser refuses is said as the key the user wrote (launcher.node.preflight).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -38,13 +39,21 @@ class Applied:
     origins: Mapping[str, str] = field(default_factory=dict)
 
 
-def apply(spec: LaunchConfig, rollout_backend: Optional[str],
-          sections: Mapping[str, Mapping[str, Any]]) -> Applied:
+def apply(
+    spec: LaunchConfig, rollout_backend: Optional[str], sections: Mapping[str, Mapping[str, Any]]
+) -> Applied:
     """`spec` with the section of the rollout's backend (None: no rollout) applied."""
     backend = rollout_backend
-    notes = [f"{name}: not read: " + (f"the rollout runs {backend} (its servers take "
-                                      f"{backend}:)" if backend else "this run has no rollout")
-             for name, section in sections.items() if section and name != backend]
+    notes = [
+        f"{name}: not read: "
+        + (
+            f"the rollout runs {backend} (its servers take {backend}:)"
+            if backend
+            else "this run has no rollout"
+        )
+        for name, section in sections.items()
+        if section and name != backend
+    ]
     if backend is None or not sections.get(backend):
         return Applied(spec, tuple(notes))
     section = dict(sections[backend])
@@ -64,8 +73,9 @@ def apply(spec: LaunchConfig, rollout_backend: Optional[str],
         if left_out(value) or OURS.get(backend, {}).get(key) == value:
             continue
         if key in known:
-            typed(backend, registry.backend(backend).Options, {key: value},
-                  f"{backend}'s options")  # its type checked, named as written
+            typed(
+                backend, registry.backend(backend).Options, {key: value}, f"{backend}'s options"
+            )  # its type checked, named as written
             notes += _given(options, key, value, f"rollout.{backend}.{key}", where)
             options.setdefault(key, value)
             continue
@@ -81,8 +91,9 @@ def apply(spec: LaunchConfig, rollout_backend: Optional[str],
     return Applied(dataclasses.replace(spec, rollout=new), tuple(notes), origins)
 
 
-def _areal_keys(backend: str, section: dict[str, Any], options: Mapping[str, Any]
-                ) -> dict[str, Any]:
+def _areal_keys(
+    backend: str, section: dict[str, Any], options: Mapping[str, Any]
+) -> dict[str, Any]:
     """The section with AReaL's SGLang keys that are no flag of that name as AReaL means
     them: enable_multithread_load inside --model-loader-extra-config, dp_size the
     attention-DP size (1, SGLang's default, is no flag)."""
@@ -90,8 +101,9 @@ def _areal_keys(backend: str, section: dict[str, Any], options: Mapping[str, Any
         return section
     out = dict(section)
     if out.pop("enable_multithread_load", None):
-        out["model_loader_extra_config"] = json.dumps({"enable_multithread_load": True},
-                                                      separators=(",", ":"))
+        out["model_loader_extra_config"] = json.dumps(
+            {"enable_multithread_load": True}, separators=(",", ":")
+        )
     dp = out.get("dp_size")
     if dp is not None and (out.get("enable_dp_attention") or options.get("enable_dp_attention")):
         out.pop("dp_size")

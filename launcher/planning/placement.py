@@ -5,6 +5,7 @@ Pure: the cluster comes in as a ClusterSpec, the placement as the mapping the us
 (or in launcher.planning.ranks, which this calls), so a bad layout is one clear error, not a hang on
 node 3.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -20,8 +21,15 @@ from launcher.spec.gpuset import format_gpu_set, parse_gpu_set
 from launcher.spec.plan import ENGINES, INHERITING, WORKERS
 from launcher.spec.registry import TRAIN
 
-__all__ = ["Placement", "parse_gpu_set", "format_gpu_set", "parse_placement_keys",
-           "slots_needed", "place", "offload_option"]
+__all__ = [
+    "Placement",
+    "parse_gpu_set",
+    "format_gpu_set",
+    "parse_placement_keys",
+    "slots_needed",
+    "place",
+    "offload_option",
+]
 
 # engines that sit on the actor's GPUs by default when their world size matches
 SHARES_ACTOR = INHERITING
@@ -41,8 +49,9 @@ class Placement:
     warnings: tuple[str, ...] = ()
 
 
-def _keys(component_placement: Mapping[str, PlacementValue],
-          active: Sequence[str]) -> dict[str, tuple[str, str]]:
+def _keys(
+    component_placement: Mapping[str, PlacementValue], active: Sequence[str]
+) -> dict[str, tuple[str, str]]:
     """engine -> (the key the user wrote, the GPU-set text)."""
     out: dict[str, tuple[str, str]] = {}
     for key, value in component_placement.items():
@@ -51,29 +60,34 @@ def _keys(component_placement: Mapping[str, PlacementValue],
         if isinstance(value, bool) or not isinstance(value, (str, int)):
             raise PlacementError(
                 f"cluster.component_placement.{key}={value!r}: not a GPU set (write all, a-b, a, "
-                f"or a quoted list: cluster.component_placement.{key}='0-2,5,7')")
+                f"or a quoted list: cluster.component_placement.{key}='0-2,5,7')"
+            )
         for name in (part.strip() for part in str(key).split(",")):
             if name not in ENGINES and name not in active:
                 known = [*ENGINES, *(n for n in active if n not in ENGINES), *WORKERS]
                 raise PlacementError(
                     f"cluster.component_placement key {key!r}: unknown component {name!r} "
                     f"(components: {', '.join(known)}, or one declared under components.*; "
-                    "join names with commas to share GPUs)")
+                    "join names with commas to share GPUs)"
+                )
             if name in out:
                 raise PlacementError(
                     f"cluster.component_placement: {name} is placed twice, by {out[name][0]!r} "
                     f"and {key!r} (place each engine once; use one key like 'actor,rollout' "
-                    "to share GPUs)")
+                    "to share GPUs)"
+                )
             if name not in active:
                 raise PlacementError(
                     f"cluster.component_placement.{key}={value}: {name} is not enabled (set "
-                    f"{name}.backend to enable it, or remove {name} from the placement)")
+                    f"{name}.backend to enable it, or remove {name} from the placement)"
+                )
             out[name] = (str(key), str(value))
     return out
 
 
-def parse_placement_keys(component_placement: Mapping[str, PlacementValue],
-                         active: Sequence[str]) -> dict[str, str]:
+def parse_placement_keys(
+    component_placement: Mapping[str, PlacementValue], active: Sequence[str]
+) -> dict[str, str]:
     """engine -> GPU-set text. Comma keys ("actor,rollout") give each engine the same text.
 
     A placement for an engine that is not active is an error, not a warning: it means the
@@ -82,9 +96,12 @@ def parse_placement_keys(component_placement: Mapping[str, PlacementValue],
     return {name: text for name, (_, text) in _keys(component_placement, active).items()}
 
 
-def _fill(allocs: Mapping[str, ModelAllocation], fixed: Mapping[str, tuple[int, ...]],
-          free: Iterator[int], strategies: Optional[Mapping[str, Strategy]] = None
-          ) -> dict[str, tuple[int, ...]]:
+def _fill(
+    allocs: Mapping[str, ModelAllocation],
+    fixed: Mapping[str, tuple[int, ...]],
+    free: Iterator[int],
+    strategies: Optional[Mapping[str, Strategy]] = None,
+) -> dict[str, tuple[int, ...]]:
     """The default for engines not in `fixed`: rollout first, then actor, then critic/ref/
     teacher on the actor's GPUs when their world size matches, else on the next free ones.
     `strategies` (AReaL's scheduling_strategy): an engine colocated with a target takes the
@@ -108,38 +125,54 @@ def _fill(allocs: Mapping[str, ModelAllocation], fixed: Mapping[str, tuple[int, 
 Strategy = tuple[Optional[str], Optional[str]]  # (colocation|separation|None, target)
 
 
-def _colocated(name: str, target: str, allocs: Mapping[str, ModelAllocation],
-               gpus: Mapping[str, tuple[int, ...]], fixed: Mapping[str, tuple[int, ...]]
-               ) -> tuple[int, ...]:
+def _colocated(
+    name: str,
+    target: str,
+    allocs: Mapping[str, ModelAllocation],
+    gpus: Mapping[str, tuple[int, ...]],
+    fixed: Mapping[str, tuple[int, ...]],
+) -> tuple[int, ...]:
     """The GPUs of `name`'s colocation target, or PlacementError saying why it cannot share."""
     key = f"{name}.scheduling_strategy"
     if target not in gpus:
         running = ", ".join(n for n in allocs if n != name)
-        raise PlacementError(f"{key}: target {target!r} is not a running engine that is "
-                             f"placed on its own (running: {running or 'none'})")
+        raise PlacementError(
+            f"{key}: target {target!r} is not a running engine that is "
+            f"placed on its own (running: {running or 'none'})"
+        )
     if allocs[name].world_size != allocs[target].world_size:
-        raise PlacementError(f"{key}: colocation with {target} needs {name}'s world size "
-                             f"({allocs[name]}: {allocs[name].world_size}) to equal "
-                             f"{target}'s ({allocs[target]}: {allocs[target].world_size}); "
-                             f"change {name}.backend, or write type: separation")
+        raise PlacementError(
+            f"{key}: colocation with {target} needs {name}'s world size "
+            f"({allocs[name]}: {allocs[name].world_size}) to equal "
+            f"{target}'s ({allocs[target]}: {allocs[target].world_size}); "
+            f"change {name}.backend, or write type: separation"
+        )
     if name in fixed and fixed[name] != gpus[target]:
-        raise PlacementError(f"{key}: colocation with {target} (GPUs "
-                             f"{format_gpu_set(gpus[target])}) but cluster.component_placement "
-                             f"puts {name} on {format_gpu_set(fixed[name])}: write one of them")
+        raise PlacementError(
+            f"{key}: colocation with {target} (GPUs "
+            f"{format_gpu_set(gpus[target])}) but cluster.component_placement "
+            f"puts {name} on {format_gpu_set(fixed[name])}: write one of them"
+        )
     return gpus[target]
 
 
-def _shares_actor(name: str, allocs: Mapping[str, ModelAllocation],
-                  fixed: Mapping[str, tuple[int, ...]]) -> bool:
-    return (name in SHARES_ACTOR and name not in fixed and "actor" in allocs
-            and allocs[name].world_size == allocs["actor"].world_size)
+def _shares_actor(
+    name: str, allocs: Mapping[str, ModelAllocation], fixed: Mapping[str, tuple[int, ...]]
+) -> bool:
+    return (
+        name in SHARES_ACTOR
+        and name not in fixed
+        and "actor" in allocs
+        and allocs[name].world_size == allocs["actor"].world_size
+    )
 
 
 def _in_turn(used: set[int], total: int) -> Iterator[int]:
     """GPUs handed out in turn, the free ones first, then round again over all of them
     (AReaL's local scheduler: a counter modulo the GPUs), so any `total` in a row differ."""
-    return itertools.cycle([g for g in range(total) if g not in used] +
-                           [g for g in range(total) if g in used])
+    return itertools.cycle(
+        [g for g in range(total) if g not in used] + [g for g in range(total) if g in used]
+    )
 
 
 def _free(used: set[int], stop: Optional[int]) -> Iterator[int]:
@@ -147,9 +180,11 @@ def _free(used: set[int], stop: Optional[int]) -> Iterator[int]:
     return (g for g in numbers if g not in used)
 
 
-def slots_needed(allocs: Mapping[str, ModelAllocation],
-                 component_placement: Mapping[str, PlacementValue],
-                 strategies: Optional[Mapping[str, Strategy]] = None) -> int:
+def slots_needed(
+    allocs: Mapping[str, ModelAllocation],
+    component_placement: Mapping[str, PlacementValue],
+    strategies: Optional[Mapping[str, Strategy]] = None,
+) -> int:
     """Virtual GPU slots a device=cpu cluster (1 node x N) needs for this plan: the default
     placement's need, or the highest placed index + 1, whichever is larger. `all` counts as the
     largest world size placed on it."""
@@ -158,8 +193,9 @@ def slots_needed(allocs: Mapping[str, ModelAllocation],
     everywhere = [name for name, (_, text) in placed.items() if text.strip().lower() == "all"]
     span = max((allocs[name].world_size for name in everywhere), default=0)
     for name, (key, text) in placed.items():
-        fixed[name] = (tuple(range(span)) if name in everywhere
-                       else parse_gpu_set(text, UNBOUNDED, key=key))
+        fixed[name] = (
+            tuple(range(span)) if name in everywhere else parse_gpu_set(text, UNBOUNDED, key=key)
+        )
     used = {g for gpus in fixed.values() for g in gpus}
     gpus = _fill(allocs, fixed, _free(used, None), strategies)
     return max((max(s) + 1 for s in gpus.values() if s), default=1)
@@ -169,16 +205,19 @@ def offload_option(name: str) -> str:
     """The override that turns offload on for `name` (what the sharing warning suggests)."""
     if name == "rollout" or name in WORKERS:
         return f"{name}.offload=true"
-    return f"{name}.offload.weight=true" if name in ENGINES else \
-        f"components.{name}.offload=true"
+    return f"{name}.offload.weight=true" if name in ENGINES else f"components.{name}.offload=true"
 
 
 def _words(items: Sequence[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def _shortage(allocs: Mapping[str, ModelAllocation], fixed: Mapping[str, tuple[int, ...]],
-              cluster: ClusterSpec, more_nodes: bool) -> PlacementError:
+def _shortage(
+    allocs: Mapping[str, ModelAllocation],
+    fixed: Mapping[str, tuple[int, ...]],
+    cluster: ClusterSpec,
+    more_nodes: bool,
+) -> PlacementError:
     parts: list[str] = []
     need = 0
     for name, alloc in allocs.items():
@@ -191,14 +230,18 @@ def _shortage(allocs: Mapping[str, ModelAllocation], fixed: Mapping[str, tuple[i
         parts.append(f"cluster.component_placement takes {len(taken)} ({format_gpu_set(taken)})")
         need += len(taken)
     nodes = "node" if cluster.num_nodes == 1 else "nodes"
-    have = (f"the cluster has {cluster.total_gpus} ({cluster.num_nodes} {nodes} x "
-            f"{cluster.gpus_per_node})")
-    return PlacementError(f"{_words(parts)}: {need} in all, but {have} "
-                          f"({_fixes(allocs, cluster, need, more_nodes)})")
+    have = (
+        f"the cluster has {cluster.total_gpus} ({cluster.num_nodes} {nodes} x "
+        f"{cluster.gpus_per_node})"
+    )
+    return PlacementError(
+        f"{_words(parts)}: {need} in all, but {have} ({_fixes(allocs, cluster, need, more_nodes)})"
+    )
 
 
-def _fixes(allocs: Mapping[str, ModelAllocation], cluster: ClusterSpec, need: int,
-           more_nodes: bool) -> str:
+def _fixes(
+    allocs: Mapping[str, ModelAllocation], cluster: ClusterSpec, need: int, more_nodes: bool
+) -> str:
     """Only advice that works where the run goes: more nodes where the runner can add them;
     on this machine, engines that fit, or engines that share the GPUs."""
     if more_nodes:
@@ -206,20 +249,30 @@ def _fixes(allocs: Mapping[str, ModelAllocation], cluster: ClusterSpec, need: in
         return f"set cluster.num_nodes={more}, or use smaller backends"
     total = cluster.total_gpus
     names = [n for n in allocs if n in ("rollout", "actor")] or list(allocs)
-    share = " ".join(f"cluster.component_placement.{n}=all" for n in names
-                     if allocs[n].world_size == total)
-    shared = (f"or let engines share the GPUs, each releasing memory between phases: {share} "
-              f"{' '.join(offload_option(n) for n in names)}") if share else ""
+    share = " ".join(
+        f"cluster.component_placement.{n}=all" for n in names if allocs[n].world_size == total
+    )
+    shared = (
+        (
+            f"or let engines share the GPUs, each releasing memory between phases: {share} "
+            f"{' '.join(offload_option(n) for n in names)}"
+        )
+        if share
+        else ""
+    )
     if cluster.device == "cpu":
         return "raise cluster.gpus_per_node or leave it unset" + (
-            f", {shared}" if shared else ", or use smaller backends")
+            f", {shared}" if shared else ", or use smaller backends"
+        )
     big = [n for n, a in allocs.items() if a.world_size > total]
     if big:
-        sizes = " ".join(f"{n}.backend={a.backend}:d{total}" for n, a in allocs.items()
-                         if n in big)
-        return (f"on {total} GPU(s) with the local runner: use backends that fit, e.g. {sizes}; a "
-                "bigger layout needs launcher=slurm or launcher=ray")
-    return f"on {total} GPU(s) with the local runner: use smaller backends{', ' + shared if shared else ''}"
+        sizes = " ".join(f"{n}.backend={a.backend}:d{total}" for n, a in allocs.items() if n in big)
+        return (
+            f"on {total} GPU(s) with the local runner: use backends that fit, e.g. {sizes}; a "
+            "bigger layout needs launcher=slurm or launcher=ray"
+        )
+    tail = f", {shared}" if shared else ""
+    return f"on {total} GPU(s) with the local runner: use smaller backends{tail}"
 
 
 def _mode(gpus: Mapping[str, tuple[int, ...]]) -> str:
@@ -231,8 +284,11 @@ def _mode(gpus: Mapping[str, tuple[int, ...]]) -> str:
     return "hybrid"
 
 
-def _sharing_warnings(gpus: Mapping[str, tuple[int, ...]], offload: Mapping[str, bool],
-                      together: frozenset[frozenset[str]] = frozenset()) -> list[str]:
+def _sharing_warnings(
+    gpus: Mapping[str, tuple[int, ...]],
+    offload: Mapping[str, bool],
+    together: frozenset[frozenset[str]] = frozenset(),
+) -> list[str]:
     """One warning per group of engines linked by shared GPUs where offload is not on for all.
     `together`: pairs that run in one process (a torchrun job serving both, as actor and ref
     on the same GPUs): they hold their memory together, which the memory check counts."""
@@ -255,19 +311,28 @@ def _sharing_warnings(gpus: Mapping[str, tuple[int, ...]], offload: Mapping[str,
         seen.append(group)
         lacking = [m for m in names if m in group and not offload.get(m, False)]
         if lacking:
-            pairs = [f"{a} and {b} share GPUs {format_gpu_set(sorted(both))}"
-                     for a, b, both in overlaps if a in group]
-            out.append(f"{'; '.join(pairs)}: without offload they compete for GPU memory "
-                       f"(set {' '.join(offload_option(m) for m in lacking)})")
+            pairs = [
+                f"{a} and {b} share GPUs {format_gpu_set(sorted(both))}"
+                for a, b, both in overlaps
+                if a in group
+            ]
+            out.append(
+                f"{'; '.join(pairs)}: without offload they compete for GPU memory "
+                f"(set {' '.join(offload_option(m) for m in lacking)})"
+            )
     return out
 
 
-def place(allocs: Mapping[str, ModelAllocation], cluster: ClusterSpec,
-          component_placement: Mapping[str, PlacementValue],
-          offload: Optional[Mapping[str, bool]] = None, more_nodes: bool = True,
-          workers: Optional[Mapping[str, tuple[int, ...]]] = None,
-          strategies: Optional[Mapping[str, Strategy]] = None,
-          in_turn: bool = False) -> Placement:
+def place(
+    allocs: Mapping[str, ModelAllocation],
+    cluster: ClusterSpec,
+    component_placement: Mapping[str, PlacementValue],
+    offload: Optional[Mapping[str, bool]] = None,
+    more_nodes: bool = True,
+    workers: Optional[Mapping[str, tuple[int, ...]]] = None,
+    strategies: Optional[Mapping[str, Strategy]] = None,
+    in_turn: bool = False,
+) -> Placement:
     """GPUs for every engine in `allocs` (rollout, actor, critic, ref, teacher, inference: the
     active ones). `workers`: the GPUs the worker components were placed on (they count for
     the sharing warnings and idle GPUs, not the mode: that is the engines'; `offload` holds
@@ -289,12 +354,16 @@ def place(allocs: Mapping[str, ModelAllocation], cluster: ClusterSpec,
                 f"cluster.component_placement.{key}={text!r} gives {name} {alloc} "
                 f"{len(fixed[name])} GPUs ({format_gpu_set(fixed[name])}), but its world size "
                 f"is {alloc.world_size} (place it on {alloc.world_size} GPUs or change "
-                f"{name}.backend)")
+                f"{name}.backend)"
+            )
     used = {g for gpus in fixed.values() for g in gpus}
     gpus = _fill(allocs, fixed, _free(used, cluster.total_gpus), strategies)
     wrapped = False
-    if in_turn and any(len(gpus[name]) < alloc.world_size for name, alloc in allocs.items()) \
-            and all(a.world_size <= cluster.total_gpus for a in allocs.values()):
+    if (
+        in_turn
+        and any(len(gpus[name]) < alloc.world_size for name, alloc in allocs.items())
+        and all(a.world_size <= cluster.total_gpus for a in allocs.values())
+    ):
         gpus, wrapped = _fill(allocs, fixed, _in_turn(used, cluster.total_gpus), strategies), True
     if any(len(gpus[name]) < alloc.world_size for name, alloc in allocs.items()):
         raise _shortage(allocs, fixed, cluster, more_nodes)
@@ -302,21 +371,34 @@ def place(allocs: Mapping[str, ModelAllocation], cluster: ClusterSpec,
         check = check_inference if alloc.is_inference else check_training
         check(name, alloc, gpus[name], cluster)
     every = {**gpus, **{n: g for n, g in (workers or {}).items() if g}}
-    warnings = [f"scheduler.type=local: the engines ask more than the {cluster.total_gpus} "
-                "GPU(s) here, so they are handed out in turn and wrap around, as AReaL's "
-                "local scheduler does: " + ", ".join(f"{n} {format_gpu_set(g)}"
-                                                   for n, g in gpus.items())] if wrapped else []
-    together = frozenset(frozenset((a, b)) for a, b in itertools.combinations(allocs, 2)
-                         if gpus[a] == gpus[b] and allocs[a].kind == allocs[b].kind == TRAIN
-                         and allocs[a].backend == allocs[b].backend)
+    warnings = (
+        [
+            f"scheduler.type=local: the engines ask more than the {cluster.total_gpus} "
+            "GPU(s) here, so they are handed out in turn and wrap around, as AReaL's "
+            "local scheduler does: "
+            + ", ".join(f"{n} {format_gpu_set(g)}" for n, g in gpus.items())
+        ]
+        if wrapped
+        else []
+    )
+    together = frozenset(
+        frozenset((a, b))
+        for a, b in itertools.combinations(allocs, 2)
+        if gpus[a] == gpus[b]
+        and allocs[a].kind == allocs[b].kind == TRAIN
+        and allocs[a].backend == allocs[b].backend
+    )
     warnings += _sharing_warnings(every, offload, together)
     busy = set().union(*map(set, every.values())) if every else set()
     idle = [g for g in range(cluster.total_gpus) if g not in busy]
     if idle:
-        fix = "lower cluster.num_nodes, use larger backends" if cluster.num_nodes > 1 else \
-            "use larger backends"
+        fix = (
+            "lower cluster.num_nodes, use larger backends"
+            if cluster.num_nodes > 1
+            else "use larger backends"
+        )
         warnings.append(
             f"{len(idle)} of {cluster.total_gpus} GPUs are idle ({format_gpu_set(idle)}): no "
-            f"engine is placed on them ({fix} or place an engine there)")
+            f"engine is placed on them ({fix} or place an engine there)"
+        )
     return Placement(gpus=gpus, mode=_mode(gpus), warnings=tuple(warnings))
-

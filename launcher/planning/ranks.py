@@ -5,6 +5,7 @@ axis order named as a string (ORDER, first axis fastest), and every group is der
 coordinates rather than built by hand. Ranks follow the engine's GPU list in order, so whoever
 places GPUs controls which ranks share a node.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -66,7 +67,8 @@ def _check_count(name: str, alloc: ModelAllocation, gpus: Sequence[int]) -> None
     if len(gpus) != alloc.world_size:
         raise PlacementError(
             f"{name} {alloc} has world size {alloc.world_size} but was given {len(gpus)} GPUs "
-            f"({format_gpu_set(gpus)}); give it {alloc.world_size} GPUs or change {name}.backend")
+            f"({format_gpu_set(gpus)}); give it {alloc.world_size} GPUs or change {name}.backend"
+        )
 
 
 def _node_words(nodes: Sequence[int], cluster: ClusterSpec) -> str:
@@ -74,8 +76,9 @@ def _node_words(nodes: Sequence[int], cluster: ClusterSpec) -> str:
     return ", ".join(f"node {n} = GPUs {n * g}-{n * g + g - 1}" for n in nodes)
 
 
-def check_training(name: str, alloc: ModelAllocation, gpus: Sequence[int],
-                   cluster: ClusterSpec) -> dict[str, list[int]]:
+def check_training(
+    name: str, alloc: ModelAllocation, gpus: Sequence[int], cluster: ClusterSpec
+) -> dict[str, list[int]]:
     """The rank grid, after checking that no tp group crosses a node (PlacementError)."""
     _check_count(name, alloc, gpus)
     coords = grid(_sizes(alloc))
@@ -85,27 +88,36 @@ def check_training(name: str, alloc: ModelAllocation, gpus: Sequence[int],
     for index, members in enumerate(_members(coords, "tp")):
         nodes = sorted({gpus[r] // g for r in members})
         if len(nodes) > 1:
-            fix = (f"use t<={g} in {name}.backend" if alloc.tp > g else
-                   f"place {name} so each block of {alloc.tp} GPUs lies within one node")
+            fix = (
+                f"use t<={g} in {name}.backend"
+                if alloc.tp > g
+                else f"place {name} so each block of {alloc.tp} GPUs lies within one node"
+            )
             raise PlacementError(
                 f"{name} {alloc} tp group {index} (ranks {format_gpu_set(members)}) gets "
                 f"GPUs {format_gpu_set(gpus[r] for r in members)}, across "
-                f"{_node_words(nodes, cluster)}: a tp group must stay on one node ({fix})")
+                f"{_node_words(nodes, cluster)}: a tp group must stay on one node ({fix})"
+            )
     return coords
 
 
-def training_ranks(name: str, alloc: ModelAllocation, gpus: Sequence[int],
-                   cluster: ClusterSpec) -> tuple[Rank, ...]:
+def training_ranks(
+    name: str, alloc: ModelAllocation, gpus: Sequence[int], cluster: ClusterSpec
+) -> tuple[Rank, ...]:
     """Rank r runs on gpus[r] at grid coordinates r; a tp group across nodes is an error."""
     coords = check_training(name, alloc, gpus, cluster)
     g = cluster.gpus_per_node
-    return tuple(Rank(r, gpu, gpu // g, gpu % g, dp, tp, pp, cp)
-                 for r, (gpu, dp, tp, pp, cp) in enumerate(
-                     zip(gpus, coords["dp"], coords["tp"], coords["pp"], coords["cp"])))
+    return tuple(
+        Rank(r, gpu, gpu // g, gpu % g, dp, tp, pp, cp)
+        for r, (gpu, dp, tp, pp, cp) in enumerate(
+            zip(gpus, coords["dp"], coords["tp"], coords["pp"], coords["cp"])
+        )
+    )
 
 
-def check_inference(name: str, alloc: ModelAllocation, gpus: Sequence[int],
-                    cluster: ClusterSpec) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+def check_inference(
+    name: str, alloc: ModelAllocation, gpus: Sequence[int], cluster: ClusterSpec
+) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
     """(gpus, nodes) per instance, after checking each stays on one node or fills whole nodes
     from a node boundary (PlacementError): SGLang and vLLM split a multi-node instance evenly
     over `--nnodes`, starting from local GPU 0."""
@@ -114,41 +126,59 @@ def check_inference(name: str, alloc: ModelAllocation, gpus: Sequence[int],
     g = cluster.gpus_per_node
     out = []
     for index in range(len(gpus) // size):
-        block = tuple(gpus[index * size:(index + 1) * size])
+        block = tuple(gpus[index * size : (index + 1) * size])
         nodes = tuple(sorted({gpu // g for gpu in block}))
-        if len(nodes) > 1 and not (block[0] % g == 0 and size % g == 0
-                                   and block == tuple(range(block[0], block[0] + size))):
+        if len(nodes) > 1 and not (
+            block[0] % g == 0 and size % g == 0 and block == tuple(range(block[0], block[0] + size))
+        ):
             if size > g and size % g:
                 fix = f"use t*p<={g} or a multiple of {g} in {name}.backend"
             elif size <= g:
                 fix = f"place {name} so each block of {size} GPUs lies within one node"
             else:
-                fix = (f"place {name} so each block of {size} GPUs starts at a node "
-                       "boundary and fills whole nodes")
+                fix = (
+                    f"place {name} so each block of {size} GPUs starts at a node "
+                    "boundary and fills whole nodes"
+                )
             raise PlacementError(
                 f"{name} {alloc} instance {index} gets GPUs {format_gpu_set(block)}, across "
                 f"{_node_words(nodes, cluster)}: an instance ({size} GPUs) must stay on one "
-                f"node or fill whole nodes from a node boundary ({fix})")
+                f"node or fill whole nodes from a node boundary ({fix})"
+            )
         out.append((block, nodes))
     return out
 
 
-def inference_instances(name: str, alloc: ModelAllocation, gpus: Sequence[int],
-                        cluster: ClusterSpec) -> tuple[Instance, ...]:
+def inference_instances(
+    name: str, alloc: ModelAllocation, gpus: Sequence[int], cluster: ClusterSpec
+) -> tuple[Instance, ...]:
     """Instance i takes the i-th block of t*p GPUs of the engine's list (see check_inference)."""
-    return tuple(Instance(index, block, nodes)
-                 for index, (block, nodes) in enumerate(check_inference(name, alloc, gpus, cluster)))
+    return tuple(
+        Instance(index, block, nodes)
+        for index, (block, nodes) in enumerate(check_inference(name, alloc, gpus, cluster))
+    )
 
 
-def component_plan(name: str, alloc: ModelAllocation, gpus: Sequence[int], cluster: ClusterSpec,
-                   inherited_from: Optional[str] = None) -> ComponentPlan:
+def component_plan(
+    name: str,
+    alloc: ModelAllocation,
+    gpus: Sequence[int],
+    cluster: ClusterSpec,
+    inherited_from: Optional[str] = None,
+) -> ComponentPlan:
     """An engine's plan entry: instances for inference backends, ranks for training ones."""
     gpus = tuple(gpus)
     if alloc.is_inference:
-        return ComponentPlan(name, alloc, inherited_from, gpus,
-                             instances=inference_instances(name, alloc, gpus, cluster))
-    return ComponentPlan(name, alloc, inherited_from, gpus,
-                         ranks=training_ranks(name, alloc, gpus, cluster))
+        return ComponentPlan(
+            name,
+            alloc,
+            inherited_from,
+            gpus,
+            instances=inference_instances(name, alloc, gpus, cluster),
+        )
+    return ComponentPlan(
+        name, alloc, inherited_from, gpus, ranks=training_ranks(name, alloc, gpus, cluster)
+    )
 
 
 # ----------------------------------------------------------------------------- weight sync
@@ -182,8 +212,9 @@ def weight_sync(actor: ComponentPlan, rollout: ComponentPlan, cluster: ClusterSp
     return WeightSync(src=actor.name, dst=rollout.name, pairs=pairs)
 
 
-def _spread(shards: list[tuple[int, int]], ranks: Sequence[Rank], load: list[int],
-            sender: list[int]) -> None:
+def _spread(
+    shards: list[tuple[int, int]], ranks: Sequence[Rank], load: list[int], sender: list[int]
+) -> None:
     """Water-fill `shards` (position, node) onto `ranks`, writing sender[position]: each round
     gives one shard to each rank at the lowest load, same-node shards first."""
     if not shards:

@@ -6,6 +6,7 @@ critic/ref/teacher with an empty backend take the actor's backend and options he
 The deprecated top-level `allocation_mode` names the engines of the run (AReaL's meaning):
 engines it does not name are off, unless set on the command line.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -92,19 +93,28 @@ def chosen_backends(spec: LaunchConfig, explicit: frozenset[str], warnings: list
     kinds = {name: (registry.SERVE if name == "rollout" else registry.TRAIN) for name in ENGINES}
     kinds.update(declared_engines(spec))
     feeds = {"actor": "rollout", **declared_feeds(spec)}
-    texts: dict[str, Optional[str]] = {name: engine(spec, name, kind).backend
-                                       for name, kind in kinds.items()}
+    texts: dict[str, Optional[str]] = {
+        name: engine(spec, name, kind).backend for name, kind in kinds.items()
+    }
     placement = {str(k): v for k, v in dict(spec.cluster.component_placement or {}).items()}
-    legacy = [(key, str(v)) for key, v in (("allocation_mode", spec.allocation_mode),
-                                           ("multi_agent_allocation",
-                                            spec.multi_agent_allocation)) if v]
+    legacy = [
+        (key, str(v))
+        for key, v in (
+            ("allocation_mode", spec.allocation_mode),
+            ("multi_agent_allocation", spec.multi_agent_allocation),
+        )
+        if v
+    ]
     if len(legacy) > 1:
-        raise ConfigError("allocation_mode and multi_agent_allocation are both set: keep one "
-                          "(multi_agent_allocation is AReaL's name for the same string)")
+        raise ConfigError(
+            "allocation_mode and multi_agent_allocation are both set: keep one "
+            "(multi_agent_allocation is AReaL's name for the same string)"
+        )
     if legacy:
         key, text = legacy[0]
-        texts, placement, more = apply_allocation_mode(text, texts, placement, explicit,
-                                                       warnings, key)
+        texts, placement, more = apply_allocation_mode(
+            text, texts, placement, explicit, warnings, key
+        )
         for name, (kind, fed) in more.items():
             kinds[name] = kind
             if fed is not None:
@@ -117,11 +127,16 @@ def chosen_backends(spec: LaunchConfig, explicit: frozenset[str], warnings: list
         if texts.get(src) is None or src not in kinds:
             continue
         if kinds.get(dst) != registry.SERVE:
-            raise ConfigError(f"components.{src}.feeds={dst!r}: not a serving component "
-                              f"(serving: {', '.join(n for n, k in kinds.items() if k == registry.SERVE)})")
-    return Chosen(texts, placement, kinds, {s: d for s, d in feeds.items()
-                                            if texts.get(s) is not None
-                                            and texts.get(d) is not None})
+            raise ConfigError(
+                f"components.{src}.feeds={dst!r}: not a serving component "
+                f"(serving: {', '.join(n for n, k in kinds.items() if k == registry.SERVE)})"
+            )
+    return Chosen(
+        texts,
+        placement,
+        kinds,
+        {s: d for s, d in feeds.items() if texts.get(s) is not None and texts.get(d) is not None},
+    )
 
 
 def parse_for(name: str, text: str, kind: Optional[str] = None) -> ModelAllocation:
@@ -134,18 +149,23 @@ def parse_for(name: str, text: str, kind: Optional[str] = None) -> ModelAllocati
     kind = kind or (registry.SERVE if name == "rollout" else registry.TRAIN)
     if registry.backend(alloc.backend).KIND != kind:
         wanted = ", ".join(registry.backend_names(kind))
-        example = "vllm:d1 or sglang:d4t2" if kind == registry.SERVE else \
-            "fsdp:d2 or megatron:d2p2"
+        example = "vllm:d1 or sglang:d4t2" if kind == registry.SERVE else "fsdp:d2 or megatron:d2p2"
         word = registry.KIND_WORDS[kind]
         article = "an" if word[0] in "aeiou" else "a"
-        raise ConfigError(f"{field}={text!r}: {name} needs {article} {word} backend ({wanted}), "
-                          f"e.g. {field}={example}")
+        raise ConfigError(
+            f"{field}={text!r}: {name} needs {article} {word} backend ({wanted}), "
+            f"e.g. {field}={example}"
+        )
     return alloc
 
 
-def engines(spec: LaunchConfig, allocs: Mapping[str, ModelAllocation],
-            inherited: Mapping[str, str], model_path: str, device: str = "cuda"
-            ) -> dict[str, Engine]:
+def engines(
+    spec: LaunchConfig,
+    allocs: Mapping[str, ModelAllocation],
+    inherited: Mapping[str, str],
+    model_path: str,
+    device: str = "cuda",
+) -> dict[str, Engine]:
     """Typed engines, in ENGINES order, for the parsed allocations. An inheriting engine
     takes the actor's options and training settings (it shares the actor's job when it can)."""
     out: dict[str, Engine] = {}
@@ -161,12 +181,17 @@ def engines(spec: LaunchConfig, allocs: Mapping[str, ModelAllocation],
             key = name if name in ENGINES else f"components.{name}"
             check_python(f"{key}.python", node.python)
             check_module(f"{key}.server_module", node.server_module)
-            out[name] = Engine(name, alloc, options, bool(node.offload or node.enable_offload),
-                               extra_args=tuple(str(a) for a in node.extra_args),
-                               model_path=model_path, python=node.python,
-                               server_module=node.server_module,
-                               server_args=server_flags(f"{key}.server_args",
-                                                        dict(node.server_args)))
+            out[name] = Engine(
+                name,
+                alloc,
+                options,
+                bool(node.offload or node.enable_offload),
+                extra_args=tuple(str(a) for a in node.extra_args),
+                model_path=model_path,
+                python=node.python,
+                server_module=node.server_module,
+                server_args=server_flags(f"{key}.server_args", dict(node.server_args)),
+            )
         else:
             parts: OffloadOptions = node.offload
             if node.enable_offload:  # RLinf's: weights and optimizer states between phases
@@ -174,15 +199,25 @@ def engines(spec: LaunchConfig, allocs: Mapping[str, ModelAllocation],
             parts = OffloadOptions(  # RLinf's offload_weight, offload_optimizer, offload_grad
                 optimizer=bool(parts.optimizer or node.offload_optimizer),
                 weight=bool(parts.weight or node.offload_weight),
-                grad=bool(parts.grad or node.offload_grad))
+                grad=bool(parts.grad or node.offload_grad),
+            )
             extra = source.extra_args if name in inherited else node.extra_args
-            training = Training(source.dtype or ("float32" if device == "cpu" else "bfloat16"),
-                                bool(source.gradient_checkpointing),
-                                int(source.mb_spec.max_tokens_per_mb))
-            out[name] = Engine(name, alloc, options, parts.any, offload_parts=parts,
-                               extra_args=tuple(str(a) for a in extra),
-                               inherited_from=inherited.get(name), model_path=model_path,
-                               training=training)
+            training = Training(
+                source.dtype or ("float32" if device == "cpu" else "bfloat16"),
+                bool(source.gradient_checkpointing),
+                int(source.mb_spec.max_tokens_per_mb),
+            )
+            out[name] = Engine(
+                name,
+                alloc,
+                options,
+                parts.any,
+                offload_parts=parts,
+                extra_args=tuple(str(a) for a in extra),
+                inherited_from=inherited.get(name),
+                model_path=model_path,
+                training=training,
+            )
     return out
 
 
@@ -195,13 +230,17 @@ def with_offload(spec: LaunchConfig, names: tuple[str, ...]) -> LaunchConfig:
             changes[name] = dataclasses.replace(node, offload=True)
         else:
             changes[name] = dataclasses.replace(
-                node, offload=OffloadOptions(optimizer=True, weight=True, grad=node.offload.grad))
+                node, offload=OffloadOptions(optimizer=True, weight=True, grad=node.offload.grad)
+            )
     return dataclasses.replace(spec, **changes)
 
 
 # ----------------------------------------------------------------------------- unused options
-def check_unused_options(spec: LaunchConfig, chosen: Optional[Mapping[str, Optional[str]]] = None,
-                         defaults: Optional[LaunchConfig] = None) -> None:
+def check_unused_options(
+    spec: LaunchConfig,
+    chosen: Optional[Mapping[str, Optional[str]]] = None,
+    defaults: Optional[LaunchConfig] = None,
+) -> None:
     """ConfigError when an option under a backend sub-key the engine does not use is set.
 
     chosen: engine -> the backend string it runs (absent or None: off), as resolved (legacy
@@ -225,8 +264,11 @@ def check_unused_options(spec: LaunchConfig, chosen: Optional[Mapping[str, Optio
             for f in dataclasses.fields(value):
                 if getattr(value, f.name) != getattr(default, f.name):
                     inherited = name in INHERITING and engine(spec, name).backend == ""
-                    raise ConfigError(_unused_message(f"{name}.{backend}.{f.name}", name, text,
-                                                      inherited, backend))
+                    raise ConfigError(
+                        _unused_message(
+                            f"{name}.{backend}.{f.name}", name, text, inherited, backend
+                        )
+                    )
 
 
 def _check_off_engine(name: str, value: Any, default: Any) -> None:
@@ -238,10 +280,12 @@ def _check_off_engine(name: str, value: Any, default: Any) -> None:
         if getattr(value, f.name) != getattr(default, f.name):
             kind = registry.SERVE if name == "rollout" else registry.TRAIN
             example = "vllm" if kind == registry.SERVE else "fsdp"
-            raise ConfigError(f"{name}.{f.name} is set but {name} is off ({name}.backend is "
-                              f"null), so it does nothing; remove it or turn {name} on "
-                              f"({name}={example}, or {name}.backend={example}:"
-                              f"{EXAMPLE_DIMS[kind]})")
+            raise ConfigError(
+                f"{name}.{f.name} is set but {name} is off ({name}.backend is "
+                f"null), so it does nothing; remove it or turn {name} on "
+                f"({name}={example}, or {name}.backend={example}:"
+                f"{EXAMPLE_DIMS[kind]})"
+            )
 
 
 def _written(spec: LaunchConfig) -> dict[str, Optional[str]]:
@@ -252,8 +296,7 @@ def _written(spec: LaunchConfig) -> dict[str, Optional[str]]:
     return texts
 
 
-def _unused_message(key: str, name: str, text: Optional[str], inherited: bool,
-                    backend: str) -> str:
+def _unused_message(key: str, name: str, text: Optional[str], inherited: bool, backend: str) -> str:
     kind = registry.SERVE if name == "rollout" else registry.TRAIN
     fix = f"remove it or use {name}.backend={backend}:{EXAMPLE_DIMS[kind]}"
     if text is None:

@@ -10,6 +10,7 @@ A bare engine that `cluster.component_placement` places gets one instance or ran
 GPU. critic, ref and teacher written bare take the actor's world size, so they share its GPUs.
 Pure: the caller gives the GPU count and parses the texts this returns.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -50,10 +51,13 @@ class Dims:
         tp, pp, cp = self.parallel.get(name, (1, 1, 1))
         unit = tp * pp * cp
         if world % unit:
-            raise ConfigError(f"{self.said[name]}: {unit} GPUs per copy do not divide the "
-                              f"{world} GPU(s) {name} gets; place it on a multiple of {unit}")
-        parts = [f"d{world // unit}"] + [f"{a}{n}" for a, n in (("t", tp), ("p", pp), ("c", cp))
-                                         if n > 1]
+            raise ConfigError(
+                f"{self.said[name]}: {unit} GPUs per copy do not divide the "
+                f"{world} GPU(s) {name} gets; place it on a multiple of {unit}"
+            )
+        parts = [f"d{world // unit}"] + [
+            f"{a}{n}" for a, n in (("t", tp), ("p", pp), ("c", cp)) if n > 1
+        ]
         return f"{backend}:{''.join(parts)}"
 
 
@@ -61,9 +65,14 @@ def _world(text: Optional[str]) -> int:
     return 0 if not text else parse_backend(text).world_size
 
 
-def size(texts: Mapping[str, Optional[str]], placement: Mapping[str, Optional[str]],
-         device: str, total_gpus: int, placed_count: Callable[[str], int],
-         dims: Dims = Dims()) -> Sizing:
+def size(
+    texts: Mapping[str, Optional[str]],
+    placement: Mapping[str, Optional[str]],
+    device: str,
+    total_gpus: int,
+    placed_count: Callable[[str], int],
+    dims: Dims = Dims(),
+) -> Sizing:
     """Fill the dims of bare backend names in `texts` (engine -> text; "" inherits the actor).
 
     total_gpus: the cluster's GPUs (cuda). placed_count(text): how many GPUs a placement text
@@ -76,16 +85,18 @@ def size(texts: Mapping[str, Optional[str]], placement: Mapping[str, Optional[st
         return Sizing(dict(texts))
     out = dict(texts)
     kind = {n: registry.backend(str(texts[n]).strip()).KIND for n in bare}
-    placed = {n.strip(): str(v) for k, v in placement.items() if v is not None
-              for n in str(k).split(",")}
+    placed = {
+        n.strip(): str(v) for k, v in placement.items() if v is not None for n in str(k).split(",")
+    }
     for name in [n for n in bare if n in placed]:
         out[name] = dims.text(name, str(texts[name]).strip(), placed_count(placed[name]))
     todo = [n for n in bare if n not in placed and n in ("rollout", "actor")]
     extra = Sizing(out)
     if device == "cpu":
         for name in todo:
-            out[name] = dims.text(name, str(texts[name]).strip(),
-                                  CPU_SIZE[kind[name]] * dims.group(name))
+            out[name] = dims.text(
+                name, str(texts[name]).strip(), CPU_SIZE[kind[name]] * dims.group(name)
+            )
         note = "sized for cpu (no GPU): " if todo else ""
     else:
         extra = _share_gpus(out, todo, total_gpus, dims) if todo else Sizing(out)  # all placed
@@ -95,12 +106,10 @@ def size(texts: Mapping[str, Optional[str]], placement: Mapping[str, Optional[st
     for name in [n for n in bare if n not in placed and n not in ("rollout", "actor")]:
         out[name] = dims.text(name, str(texts[name]).strip(), actor_world)
     sized = [f"{n}.backend={out[n]}" for n in bare]
-    return Sizing(out, extra.placement, extra.release,
-                  (note or "sized: ") + " ".join(sized))
+    return Sizing(out, extra.placement, extra.release, (note or "sized: ") + " ".join(sized))
 
 
-def _share_gpus(texts: dict[str, Optional[str]], todo: list[str], total: int,
-                dims: Dims) -> Sizing:
+def _share_gpus(texts: dict[str, Optional[str]], todo: list[str], total: int, dims: Dims) -> Sizing:
     """Size bare rollout/actor into the GPUs the other engines leave free (see module doc)."""
     from launcher.planning.resolve import is_bare
 
@@ -108,8 +117,11 @@ def _share_gpus(texts: dict[str, Optional[str]], todo: list[str], total: int,
     # a bare critic/ref/teacher takes the actor's world size later: it shares the actor's GPUs
     fixed = {n: _world(t) for n, t in texts.items() if n not in todo and t and not is_bare(t)}
     actor_world = fixed.get("actor")
-    need = sum(w for n, w in fixed.items()
-               if n in ("rollout", "actor") or actor_world is None or w != actor_world)
+    need = sum(
+        w
+        for n, w in fixed.items()
+        if n in ("rollout", "actor") or actor_world is None or w != actor_world
+    )
     free = total - need
     names = {n: str(texts[n]).strip() for n in todo}
     if len(todo) == 2 and free >= 2:

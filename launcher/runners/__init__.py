@@ -11,6 +11,7 @@ with `Config` and `Runner`, its YAML under conf/launcher/, and one line in
 launcher.spec.registry; or, in another package, the module and an `areal_launch.runners`
 entry point (no YAML: its Config is the option `launcher=<name>`).
 """
+
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
@@ -46,7 +47,8 @@ class LauncherBase:
     env: Dict[str, str] = field(default_factory=dict)
     # a plan whose memory does not fit: error (refused), warn (said, started), off (not checked)
     check_memory: str = "error"
-    # restarts per run (docs/architecture.md §11): a failed trainer job restarts with all its ranks and
+    # restarts per run (docs/architecture.md §11): a failed trainer job restarts with all its ranks
+    # and
     # resumes from its newest checkpoint; a failed server restarts alone; 0: the first failure
     # ends the run
     max_restarts: int = 0
@@ -66,21 +68,29 @@ class LauncherBase:
         if self.console not in CONSOLE:
             raise ConfigError(f"launcher.console={self.console!r}: choose {', '.join(CONSOLE)}")
         if self.check_memory not in CHECK_MEMORY:
-            raise ConfigError(f"launcher.check_memory={self.check_memory!r}: choose "
-                              f"{', '.join(CHECK_MEMORY)}")
+            raise ConfigError(
+                f"launcher.check_memory={self.check_memory!r}: choose {', '.join(CHECK_MEMORY)}"
+            )
         if not 0 <= self.max_restarts <= MAX_RESTARTS:
-            raise ConfigError(f"launcher.max_restarts={self.max_restarts}: choose 0 (no "
-                              f"restart) to {MAX_RESTARTS}")
-        for key, zero in (("grace_period_s", True), ("health_timeout_s", False),
-                          ("hang_timeout_s", False)):
+            raise ConfigError(
+                f"launcher.max_restarts={self.max_restarts}: choose 0 (no "
+                f"restart) to {MAX_RESTARTS}"
+            )
+        for key, zero in (
+            ("grace_period_s", True),
+            ("health_timeout_s", False),
+            ("hang_timeout_s", False),
+        ):
             value = getattr(self, key)
             problem = seconds_problem(value, allow_zero=zero) if value is not None else ""
             if problem:
                 raise ConfigError(f"launcher.{key}={value}: {problem}")
         port = self.base_port
         if port is not None and not MIN_PORT <= port <= MAX_PORT:
-            raise ConfigError(f"launcher.base_port={port}: choose a port from {MIN_PORT} to "
-                              f"{MAX_PORT} (or null: free ports)")
+            raise ConfigError(
+                f"launcher.base_port={port}: choose a port from {MIN_PORT} to "
+                f"{MAX_PORT} (or null: free ports)"
+            )
 
 
 class Runner(Protocol):
@@ -106,8 +116,9 @@ class Runner(Protocol):
     def cpus(self) -> tuple[int, ...]:
         """The CPU ids a node lets the run use (vLLM's CPU build binds to them); () unknown."""
 
-    def ports(self, base_port: Optional[int], dry: bool
-              ) -> AbstractContextManager[Callable[[], int]]:
+    def ports(
+        self, base_port: Optional[int], dry: bool
+    ) -> AbstractContextManager[Callable[[], int]]:
         """Where the request's ports come from while it is built (and, if not dry, held)."""
 
     def check(self, request: LaunchRequest) -> list[str]:
@@ -157,8 +168,10 @@ def name_of(config: Any) -> str:
     for name, path in registry.RUNNERS.paths().items():
         if target.startswith(path.partition(":")[0] + "."):
             return name
-    raise UserError(f"launcher._target_={target!r} is no runner of areal-launch (choose "
-                    f"launcher={' or launcher='.join(names())})")
+    raise UserError(
+        f"launcher._target_={target!r} is no runner of areal-launch (choose "
+        f"launcher={' or launcher='.join(names())})"
+    )
 
 
 def create(config: Any) -> Runner:

@@ -10,6 +10,7 @@ on this host (ports.PortReserver), so two launches never collide.
 (and its start time, so a reused pid is never signalled); each node's supervisor keeps
 `status/<node>.json`.
 """
+
 from __future__ import annotations
 
 import json
@@ -75,13 +76,18 @@ class Runner:
         # CPU-only nodes (a node group's workers) run here beside the one GPU node
         nodes = len([k for k in range(request.nodes_needed()) if not request.cpu_only(k)])
         if nodes > 1 and request.device == "cuda":
-            raise UserError(f"the plan spans {nodes} nodes with GPUs; launcher=local runs on "
-                            "this machine only: use launcher=slurm or launcher=ray, or a plan "
-                            "for one node (cluster.num_nodes=1)")
+            raise UserError(
+                f"the plan spans {nodes} nodes with GPUs; launcher=local runs on "
+                "this machine only: use launcher=slurm or launcher=ray, or a plan "
+                "for one node (cluster.num_nodes=1)"
+            )
         from launcher.node.preflight import problems
 
-        missing = problems(self.materialized(request), request.paths,  # and a GPU the mask
-                           request.flag_check)  # hides
+        missing = problems(
+            self.materialized(request),
+            request.paths,  # and a GPU the mask
+            request.flag_check,
+        )  # hides
         if missing:
             more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
             raise UserError(f"not ready to run: {missing[0]}{more}")
@@ -96,8 +102,14 @@ class Runner:
 
     def dryrun(self, request: LaunchRequest) -> str:
         made = request.areal
-        first = (f"# first: AReaL's folders {made.fileroot} and {made.name_resolve} made, this "
-                 f"run's name_resolve records ({made.trial}) cleared\n\n") if made else ""
+        first = (
+            (
+                f"# first: AReaL's folders {made.fileroot} and {made.name_resolve} made, this "
+                f"run's name_resolve records ({made.trial}) cleared\n\n"
+            )
+            if made
+            else ""
+        )
         return first + dry_run_text(self.materialized(request)) + "\n"
 
     def run(self, request: LaunchRequest) -> int:
@@ -108,20 +120,24 @@ class Runner:
         procs = self.materialized(request)
         make_areal_folders(request.areal, clear=True)
         me = os.getpid()
-        write_record(RunRecord("local", request.run_id, request.run_dir, pid=me,
-                               pid_start=start_time(me)))
+        write_record(
+            RunRecord("local", request.run_id, request.run_dir, pid=me, pid_start=start_time(me))
+        )
         out = run_console()
 
         def supervisor(cgroup: Optional[RunCgroup]) -> int:
             if cgroup is not None:
                 cgroup.join()
             return supervise(request, procs, node=None, out=out).exit_code
+
         return keeper.run_tree(supervisor, f"areal-{request.run_id}", request.grace_period_s)
 
     def status(self, record: RunRecord) -> tuple[str, int]:
         alive = is_alive(record.pid, record.pid_start)
-        lines = [f"run {record.run_id}: {'RUNNING' if alive else 'ENDED'} ({record.runner}, "
-                 f"pid {record.pid})"]
+        lines = [
+            f"run {record.run_id}: {'RUNNING' if alive else 'ENDED'} ({record.runner}, "
+            f"pid {record.pid})"
+        ]
         for path in sorted(Path(record.run_dir, "status").glob("*.json")):
             try:
                 data = json.loads(path.read_text())
@@ -149,8 +165,9 @@ class Runner:
         return f"run {record.run_id}: stop requested (pid {record.pid} still stopping)"
 
     def logs(self, record: RunRecord, follow: bool, engine: Optional[str]) -> Iterator[str]:
-        return follow_logs(Path(record.run_dir), engine,
-                           lambda: follow and is_alive(record.pid, record.pid_start))
+        return follow_logs(
+            Path(record.run_dir), engine, lambda: follow and is_alive(record.pid, record.pid_start)
+        )
 
 
 def run_console() -> RunConsole:

@@ -1,4 +1,5 @@
-"""Ray runner: plan node k on one Ray node, its supervisor inside a Ray actor (docs/architecture.md §8).
+"""Ray runner: plan node k on one Ray node, its supervisor inside a Ray actor (docs/architecture.md
+§8).
 
 `check` asks the cluster for its alive nodes and refuses a plan that cannot fit (before anything
 starts); a dry run that reaches no cluster says so and prints anyway. `run` writes the RayJob
@@ -11,6 +12,7 @@ with submission id `areal-<run id>`, so the terminal may go away.
 of an attached run they work like the local runner's, from the run folder and the driver's pid.
 This module imports ray only inside the functions of launcher=ray, never at import time.
 """
+
 from __future__ import annotations
 
 import json
@@ -74,8 +76,10 @@ class Config(LauncherBase):
         if problem:
             raise ConfigError(f"launcher.placement_timeout_s={self.placement_timeout_s}: {problem}")
         if not 0 < self.cpus_per_node <= 1024:
-            raise ConfigError(f"launcher.cpus_per_node={self.cpus_per_node}: choose a number "
-                              "of Ray CPUs from 0 to 1024 (more than 0)")
+            raise ConfigError(
+                f"launcher.cpus_per_node={self.cpus_per_node}: choose a number "
+                "of Ray CPUs from 0 to 1024 (more than 0)"
+            )
         if not str(self.address).strip():
             raise ConfigError("launcher.address is empty: use auto or HOST:PORT")
 
@@ -107,11 +111,18 @@ class Runner:
         note (the dry run also says the fit went unchecked), and a launch stops at check()'s
         connection error."""
         where = f"the Ray cluster at {self.config.address}"
-        if self.config.address == "auto" and not os.environ.get("RAY_ADDRESS") and \
-                not Path(os.environ.get("RAY_TMPDIR", "/tmp"), "ray", RAY_CURRENT).exists():
+        if (
+            self.config.address == "auto"
+            and not os.environ.get("RAY_ADDRESS")
+            and not Path(os.environ.get("RAY_TMPDIR", "/tmp"), "ray", RAY_CURRENT).exists()
+        ):
             # no cluster started on this machine: Ray's own search would say so
-            return NodeOffer(where, (), unread="no Ray cluster was found (launcher.address="
-                             "auto, RAY_ADDRESS unset, none started on this machine)")
+            return NodeOffer(
+                where,
+                (),
+                unread="no Ray cluster was found (launcher.address="
+                "auto, RAY_ADDRESS unset, none started on this machine)",
+            )
         try:
             nodes = state_api_nodes(self.config.address)
         except (LaunchError, UserError) as exc:
@@ -130,24 +141,31 @@ class Runner:
         yield counted_ports(base_port or DEFAULT_BASE_PORT)
 
     def job(self, request: LaunchRequest) -> RayJob:
-        return ray_job(request, self.python(), self.config.cpus_per_node, os.getcwd(),
-                       self.config.placement_timeout_s, self.config.group_resources)
+        return ray_job(
+            request,
+            self.python(),
+            self.config.cpus_per_node,
+            os.getcwd(),
+            self.config.placement_timeout_s,
+            self.config.group_resources,
+        )
 
     def check(self, request: LaunchRequest) -> list[str]:
         if not request.processes:
             raise UserError("the plan has no processes to run on Ray: enable rollout or actor")
         if request.nodes_needed() > request.num_nodes:
-            raise UserError(f"the plan needs {request.nodes_needed()} nodes but "
-                            f"cluster.num_nodes={request.num_nodes}; set cluster.num_nodes="
-                            f"{request.nodes_needed()}")
+            raise UserError(
+                f"the plan needs {request.nodes_needed()} nodes but "
+                f"cluster.num_nodes={request.num_nodes}; set cluster.num_nodes="
+                f"{request.nodes_needed()}"
+            )
         job = self.job(request)
         said = group_warnings(request, self.config.group_resources)
         try:
             nodes = self.cluster_nodes()
         except LaunchError as exc:
             if self.config.dry_run:  # printing needs no cluster; the fit is said to be unchecked
-                return said + [f"{exc}; the dry run did not check that the plan fits a Ray "
-                               "cluster"]
+                return said + [f"{exc}; the dry run did not check that the plan fits a Ray cluster"]
             raise
         problem = fit_problem(job, nodes, f"launcher.address={self.config.address}")
         if problem:
@@ -160,15 +178,23 @@ class Runner:
         if self.config.dry_run or self.config.detach:
             return state_api_nodes(self.config.address)
         ray = connect(self.config.address)
-        return [RayNode(n["NodeManagerAddress"], n["Resources"].get("GPU", 0.0),
-                        n["Resources"].get("CPU", 0.0), custom_resources(n["Resources"]))
-                for n in ray.nodes() if n["Alive"]]
+        return [
+            RayNode(
+                n["NodeManagerAddress"],
+                n["Resources"].get("GPU", 0.0),
+                n["Resources"].get("CPU", 0.0),
+                custom_resources(n["Resources"]),
+            )
+            for n in ray.nodes()
+            if n["Alive"]
+        ]
 
     def dryrun(self, request: LaunchRequest) -> str:
         request = for_nodes(request)
         job = self.job(request)
-        return dry_run_text(job, request, self.config.address,
-                            entrypoint(job) if self.config.detach else None)
+        return dry_run_text(
+            job, request, self.config.address, entrypoint(job) if self.config.detach else None
+        )
 
     def run(self, request: LaunchRequest) -> int:
         request = for_nodes(request)
@@ -181,10 +207,15 @@ class Runner:
         from launcher.runners.raydriver import drive
 
         me = os.getpid()
-        write_record(RunRecord("ray", request.run_id, request.run_dir, pid=me,
-                               pid_start=local.start_time(me)))
-        say(f"run {request.run_id}: {len(job.bundles)} plan node(s) on the Ray cluster at "
-            f"{self.config.address}; areal-launch status|cancel|logs {request.run_id}")
+        write_record(
+            RunRecord(
+                "ray", request.run_id, request.run_dir, pid=me, pid_start=local.start_time(me)
+            )
+        )
+        say(
+            f"run {request.run_id}: {len(job.bundles)} plan node(s) on the Ray cluster at "
+            f"{self.config.address}; areal-launch status|cancel|logs {request.run_id}"
+        )
         connect(self.config.address)
         return drive(request, job, say, actor_env())
 
@@ -192,20 +223,37 @@ class Runner:
         """The driver as a Ray job: the run folder (request.json, ray-job.json) travels as
         its working_dir; Ray keeps its output (`areal-launch logs`)."""
         client = job_client(self.config.address)
-        env = {**actor_env(), "RAY_JOB_STOP_WAIT_TIME_S": f"{request.grace_period_s + 15:.0f}",
-               **DRIVER_ENV}
+        env = {
+            **actor_env(),
+            "RAY_JOB_STOP_WAIT_TIME_S": f"{request.grace_period_s + 15:.0f}",
+            **DRIVER_ENV,
+        }
         try:
-            client.submit_job(entrypoint=shlex.join(entrypoint(job)), submission_id=job.name,
-                              runtime_env={"working_dir": request.run_dir, "env_vars": env},
-                              metadata={"run_dir": request.run_dir})
+            client.submit_job(
+                entrypoint=shlex.join(entrypoint(job)),
+                submission_id=job.name,
+                runtime_env={"working_dir": request.run_dir, "env_vars": env},
+                metadata={"run_dir": request.run_dir},
+            )
         except Exception as exc:  # noqa: BLE001 - the Job API's refusals become one line
-            raise LaunchError(f"the Ray Job API at {client.get_address()} refused the job: "
-                              f"{first_line(exc)}") from None
-        write_record(RunRecord("ray", request.run_id, request.run_dir, job_id=job.name,
-                               address=client.get_address()))
+            raise LaunchError(
+                f"the Ray Job API at {client.get_address()} refused the job: {first_line(exc)}"
+            ) from None
+        write_record(
+            RunRecord(
+                "ray",
+                request.run_id,
+                request.run_dir,
+                job_id=job.name,
+                address=client.get_address(),
+            )
+        )
         print(job.name, flush=True)
-        print(f"areal-launch: submitted; areal-launch status|logs|cancel {job.name}",
-              file=sys.stderr, flush=True)
+        print(
+            f"areal-launch: submitted; areal-launch status|logs|cancel {job.name}",
+            file=sys.stderr,
+            flush=True,
+        )
         return 0
 
     # ------------------------------------------------------------------------- a run
@@ -214,8 +262,11 @@ class Runner:
             return self._attached().status(record)
         info = _job_info(record)
         if info is None:
-            return (f"job {record.job_id}: not known to the Ray cluster at {record.address}"
-                    f"\nrun folder: {record.run_dir}", 1)
+            return (
+                f"job {record.job_id}: not known to the Ray cluster at {record.address}"
+                f"\nrun folder: {record.run_dir}",
+                1,
+            )
         lines = [f"job {record.job_id}: {info.status} (Ray job at {record.address})"]
         if info.message:
             lines.append(f"  {info.message}")
@@ -229,8 +280,9 @@ class Runner:
             return self._attached().cancel(record)
         info = _job_info(record)
         if info is None:
-            raise UserError(f"job {record.job_id}: not known to the Ray cluster at "
-                            f"{record.address}")
+            raise UserError(
+                f"job {record.job_id}: not known to the Ray cluster at {record.address}"
+            )
         if str(info.status) in FINISHED:
             return f"job {record.job_id}: already {info.status}; nothing to cancel"
         client = job_client(str(record.address))
@@ -268,8 +320,10 @@ def probe(address: str) -> None:
     try:
         socket.create_connection((m.group(1), int(m.group(2))), timeout=PROBE_S).close()
     except OSError as exc:
-        raise LaunchError(f"no Ray cluster answers at {given} ({exc.strerror or exc}): start "
-                          "one (ray start --head) or set launcher.address=HOST:PORT") from None
+        raise LaunchError(
+            f"no Ray cluster answers at {given} ({exc.strerror or exc}): start "
+            "one (ray start --head) or set launcher.address=HOST:PORT"
+        ) from None
 
 
 def _import_ray() -> Any:
@@ -279,8 +333,10 @@ def _import_ray() -> Any:
     try:
         import ray
     except ImportError as exc:
-        raise UserError(f"launcher=ray needs Ray here ({exc}): pip install -e '.[ray]' "
-                        "(ray[default]==2.60.0, the version the cluster runs)") from None
+        raise UserError(
+            f"launcher=ray needs Ray here ({exc}): pip install -e '.[ray]' "
+            "(ray[default]==2.60.0, the version the cluster runs)"
+        ) from None
 
     logging.getLogger("ray").setLevel(logging.WARNING)  # after import: ray sets its own
     return ray
@@ -294,9 +350,11 @@ def connect(address: str) -> Any:
         try:
             ray.init(address=address, logging_level="ERROR", log_to_driver=True)
         except Exception as exc:  # noqa: BLE001 - Ray's connection errors become one line
-            raise LaunchError(f"cannot connect to the Ray cluster at {address}: "
-                              f"{first_line(exc)}: start one (ray start --head) or set "
-                              "launcher.address=HOST:PORT") from None
+            raise LaunchError(
+                f"cannot connect to the Ray cluster at {address}: "
+                f"{first_line(exc)}: start one (ray start --head) or set "
+                "launcher.address=HOST:PORT"
+            ) from None
     return ray
 
 
@@ -309,11 +367,18 @@ def state_api_nodes(address: str) -> list[RayNode]:
     try:
         found = list_nodes(address=address, filters=[("state", "=", "ALIVE")])
     except Exception as exc:  # noqa: BLE001
-        raise LaunchError(f"cannot ask the Ray cluster at {address} for its nodes: "
-                          f"{first_line(exc)}") from None
-    return [RayNode(n.node_ip, n.resources_total.get("GPU", 0.0),
-                    n.resources_total.get("CPU", 0.0), custom_resources(n.resources_total))
-            for n in found]
+        raise LaunchError(
+            f"cannot ask the Ray cluster at {address} for its nodes: {first_line(exc)}"
+        ) from None
+    return [
+        RayNode(
+            n.node_ip,
+            n.resources_total.get("GPU", 0.0),
+            n.resources_total.get("CPU", 0.0),
+            custom_resources(n.resources_total),
+        )
+        for n in found
+    ]
 
 
 def job_client(address: str) -> Any:
@@ -327,8 +392,10 @@ def job_client(address: str) -> Any:
     try:
         return JobSubmissionClient(address)
     except Exception as exc:  # noqa: BLE001
-        raise LaunchError(f"cannot reach the Ray Job API at {address}: {first_line(exc)} "
-                          "(a detached run needs the cluster's dashboard)") from None
+        raise LaunchError(
+            f"cannot reach the Ray Job API at {address}: {first_line(exc)} "
+            "(a detached run needs the cluster's dashboard)"
+        ) from None
 
 
 def actor_env() -> dict[str, str]:
@@ -349,8 +416,9 @@ def _job_info(record: RunRecord) -> Any:
     except Exception as exc:  # noqa: BLE001
         if "does not exist" in str(exc) or "404" in str(exc):
             return None
-        raise LaunchError(f"cannot ask the Ray Job API at {record.address}: "
-                          f"{first_line(exc)}") from None
+        raise LaunchError(
+            f"cannot ask the Ray Job API at {record.address}: {first_line(exc)}"
+        ) from None
 
 
 _PREFIX = re.compile(r"\((?P<actor>[^()\s]+) pid=\d+(?:, ip=[^)]*)?\) (?P<name>[^\s|]+)\s+\| ")
@@ -378,12 +446,14 @@ def _tailed(client: Any, job: str) -> Iterator[str]:
         async def tail() -> None:
             async for chunk in client.tail_job_logs(job):
                 chunks.put(chunk)
+
         try:
             asyncio.run(tail())
         except Exception as exc:  # noqa: BLE001 - said once, at the end of the lines
             chunks.put(f"\nareal-launch: the log stream ended: {first_line(exc)}\n")
         finally:
             chunks.put(None)
+
     threading.Thread(target=pump, daemon=True).start()
     partial = ""
     while (chunk := chunks.get()) is not None:
@@ -401,6 +471,7 @@ def _engine_filter(run_dir: Path, engine: Optional[str]) -> Callable[[str], bool
     def keep(line: str) -> bool:
         m = _PREFIX.match(line)
         return m is not None and m.group("name") in names
+
     return keep
 
 
@@ -417,8 +488,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         request = LaunchRequest.from_dict(json.loads(Path(args[0]).read_text()))
         job = RayJob.from_dict(json.loads(Path(args[1]).read_text()))
-        say(f"run {request.run_id}: the driver of Ray job {job.name}; run folder "
-            f"{request.run_dir}")
+        say(f"run {request.run_id}: the driver of Ray job {job.name}; run folder {request.run_dir}")
         connect("auto")  # RAY_ADDRESS: Ray sets it for a job's entrypoint
         return drive(request, job, say, {})  # the actors inherit the job's runtime_env
     except (LaunchError, OSError, ValueError, KeyError) as exc:

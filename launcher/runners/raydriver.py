@@ -14,6 +14,7 @@ design D: nothing was left in any case measured). The driver coordinates the nod
 succeeds when every node with trainers exits 0, then nodes with servers only are stopped; the
 first node that fails or is lost stops all of them; SIGINT/SIGTERM/SIGHUP stop all, exit 128+N.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from launcher.node.runs import make_areal_folders, write_private
 from launcher.spec.errors import LaunchError
-from launcher.spec.request import ArealFolders
 from launcher.spec.plan import ENV_GPUS
+from launcher.spec.request import ArealFolders
 
 if TYPE_CHECKING:  # the driver's; a node actor loads only what it runs (it starts sooner)
     from launcher.node.supervisor import StopRequest
@@ -78,9 +79,13 @@ class NodeActor:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         write_private(path, request_json)
         gpus = [str(g) for g in ray.get_runtime_context().get_accelerator_ids().get("GPU", [])]
-        self.proc = subprocess.Popen(argv, env=node_env(os.environ, gpus),
-                                     cwd=cwd if os.path.isdir(cwd) else str(path.parent),
-                                     stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            argv,
+            env=node_env(os.environ, gpus),
+            cwd=cwd if os.path.isdir(cwd) else str(path.parent),
+            stdin=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         self.copier = threading.Thread(target=self._copy_stderr, daemon=True)
         self.copier.start()
         return self.proc.pid
@@ -103,8 +108,12 @@ class NodeActor:
             status = json.loads((self.run_dir / "status" / f"node{self.node}.json").read_text())
         except (OSError, ValueError):
             status = {}
-        return {"code": code, "reason": status.get("reason"), "tail": status.get("tail", []),
-                "said": list(self.said)}
+        return {
+            "code": code,
+            "reason": status.get("reason"),
+            "tail": status.get("tail", []),
+            "said": list(self.said),
+        }
 
     def stop(self) -> int:
         """SIGTERM to the supervisor: it stops its processes (grace, then KILL) and exits."""
@@ -134,8 +143,7 @@ def _initial_environ() -> set[str]:
         raw = Path("/proc/self/environ").read_bytes()
     except OSError:
         return set(os.environ)
-    return {item.split(b"=", 1)[0].decode("utf-8", "replace") for item in raw.split(b"\0")
-            if item}
+    return {item.split(b"=", 1)[0].decode("utf-8", "replace") for item in raw.split(b"\0") if item}
 
 
 # ----------------------------------------------------------------------------- the driver
@@ -147,8 +155,9 @@ class Verdict:
     lines: list[str] = field(default_factory=list)
 
 
-def drive(request: LaunchRequest, job: RayJob, say: Callable[[str], None],
-          actor_env: dict[str, str]) -> int:
+def drive(
+    request: LaunchRequest, job: RayJob, say: Callable[[str], None], actor_env: dict[str, str]
+) -> int:
     """Perform `job` for `request` on the connected Ray cluster; the run's exit code.
     LaunchError when the cluster cannot place it in time (nothing was started)."""
     import ray
@@ -167,12 +176,19 @@ def drive(request: LaunchRequest, job: RayJob, say: Callable[[str], None],
     try:
         with stop_signals_recorded(stop):
             remote = ray.remote(NodeActor)  # the actors start as soon as their bundles are placed
-            actors = [remote.options(  # wait() blocks in one thread while stop() runs
-                max_concurrency=4, num_cpus=job.cpus(k), num_gpus=job.gpus(k),
-                memory=job.memory(k), runtime_env=job.runtime_env(k, actor_env),
-                scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    pg, placement_group_bundle_index=k)).remote(k)
-                for k in range(len(job.bundles))]
+            actors = [
+                remote.options(  # wait() blocks in one thread while stop() runs
+                    max_concurrency=4,
+                    num_cpus=job.cpus(k),
+                    num_gpus=job.gpus(k),
+                    memory=job.memory(k),
+                    runtime_env=job.runtime_env(k, actor_env),
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(
+                        pg, placement_group_bundle_index=k
+                    ),
+                ).remote(k)
+                for k in range(len(job.bundles))
+            ]
             if not _wait_for([pg.ready()], stop, job.placement_timeout_s):
                 if stop.signum is None:
                     raise LaunchError(_pending(job, ray.available_resources()))
@@ -181,18 +197,30 @@ def drive(request: LaunchRequest, job: RayJob, say: Callable[[str], None],
             if hosts is None:
                 return _stopped(stop)
             say("placed: " + ", ".join(f"plan node {k} on {h}" for k, h in enumerate(hosts)))
-            if request.areal is not None and request.nodes and _get(
-                    [actors[request.nodes[0]].prepare.remote(request.areal.to_dict())],
-                    stop) is None:
+            if (
+                request.areal is not None
+                and request.nodes
+                and _get([actors[request.nodes[0]].prepare.remote(request.areal.to_dict())], stop)
+                is None
+            ):
                 return _stopped(stop)
             text = request.to_json()
-            if _get([a.start.remote(job.node_argv(k, hosts), text, job.request_path, job.cwd)
-                     for k, a in enumerate(actors)], stop) is None:
+            if (
+                _get(
+                    [
+                        a.start.remote(job.node_argv(k, hosts), text, job.request_path, job.cwd)
+                        for k, a in enumerate(actors)
+                    ],
+                    stop,
+                )
+                is None
+            ):
                 return _stopped(stop)
             verdict = _watch(request, actors, hosts, stop, say, begun)
     except RayError as exc:  # an actor died before its node started
-        verdict = Verdict(1, [f"run failed: a node actor could not start its node: "
-                              f"{first_line(exc)}"])
+        verdict = Verdict(
+            1, [f"run failed: a node actor could not start its node: {first_line(exc)}"]
+        )
     finally:
         _stop_nodes(actors, request.grace_period_s, stop)
         remove_placement_group(pg)
@@ -229,18 +257,27 @@ def _pending(job: RayJob, free: dict[str, float]) -> str:
     """What the placement timeout says: the bundles still pending, what is free now."""
     from launcher.runners.rayjob import STRATEGY
 
-    bundles = "; ".join(f"plan node {k}: {json.dumps(b, sort_keys=True)}"
-                        for k, b in enumerate(job.bundles))
+    bundles = "; ".join(
+        f"plan node {k}: {json.dumps(b, sort_keys=True)}" for k, b in enumerate(job.bundles)
+    )
     now = ", ".join(f"{free.get(r, 0):g} {r}" for r in ("GPU", "CPU"))
-    return (f"the Ray cluster did not place the run within {job.placement_timeout_s:g} s: "
-            f"placement group {job.name} ({STRATEGY}, one node each) is still pending for "
-            f"{bundles}; free in the cluster now: {now} (`ray status` lists the pending "
-            "demands): wait for other jobs to free their nodes, or raise "
-            "launcher.placement_timeout_s")
+    return (
+        f"the Ray cluster did not place the run within {job.placement_timeout_s:g} s: "
+        f"placement group {job.name} ({STRATEGY}, one node each) is still pending for "
+        f"{bundles}; free in the cluster now: {now} (`ray status` lists the pending "
+        "demands): wait for other jobs to free their nodes, or raise "
+        "launcher.placement_timeout_s"
+    )
 
 
-def _watch(request: LaunchRequest, actors: list, hosts: list[str], stop: StopRequest,
-           say: Callable[[str], None], begun: float) -> Verdict:
+def _watch(
+    request: LaunchRequest,
+    actors: list,
+    hosts: list[str],
+    stop: StopRequest,
+    say: Callable[[str], None],
+    begun: float,
+) -> Verdict:
     """Until every node with trainers has exited 0 (or, with no trainers, until stopped); the
     first node that fails or is lost ends the run."""
     import ray
@@ -264,14 +301,27 @@ def _watch(request: LaunchRequest, actors: list, hosts: list[str], stop: StopReq
                 say(f"{why}: stopping every node")
                 return Verdict(1, [f"run failed: {why}"])
             if result["code"] != 0:
-                reason = result["reason"] or (result["said"][-1] if result["said"] else
-                                              f"its supervisor exited with {result['code']}")
+                reason = result["reason"] or (
+                    result["said"][-1]
+                    if result["said"]
+                    else f"its supervisor exited with {result['code']}"
+                )
                 say(f"plan node {k} failed: stopping every node")
-                return Verdict(1, [f"run failed: plan node {k} ({hosts[k]}): {reason}",
-                                   *(f"  {line}" for line in result["tail"])])
+                return Verdict(
+                    1,
+                    [
+                        f"run failed: plan node {k} ({hosts[k]}): {reason}",
+                        *(f"  {line}" for line in result["tail"]),
+                    ],
+                )
             needed.discard(k)
-    return Verdict(0, [f"run finished: every node with trainers exited 0 after "
-                       f"{time.monotonic() - begun:.0f} s; run folder {request.run_dir}"])
+    return Verdict(
+        0,
+        [
+            f"run finished: every node with trainers exited 0 after "
+            f"{time.monotonic() - begun:.0f} s; run folder {request.run_dir}"
+        ],
+    )
 
 
 def _stop_nodes(actors: list, grace_s: float, stop: StopRequest) -> None:

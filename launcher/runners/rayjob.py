@@ -13,6 +13,7 @@ runs it), and STRICT_SPREAD still gives every plan node a Ray node of its own. A
 node group asks for that group's custom resources too (launcher.group_resources), so it lands
 on the Ray nodes started with them; a CPU-only node asks for no GPU.
 """
+
 from __future__ import annotations
 
 import json
@@ -52,10 +53,20 @@ ACCELERATOR = "accelerator_type:"  # Ray's resource naming a node's GPU type: ac
 def ray_offer(nodes: Sequence[RayNode], where: str) -> NodeOffer:
     """What `nodes` offer a run planned with cluster.device=auto: each node's GPUs and the GPU
     type Ray's accelerator_type resource names (launcher.planning.offer reads it)."""
-    return NodeOffer(where, tuple(
-        OfferedNode(n.ip, int(n.gpus), next((k[len(ACCELERATOR):] for k in sorted(n.custom)
-                                             if k.startswith(ACCELERATOR)), None))
-        for n in nodes))
+    return NodeOffer(
+        where,
+        tuple(
+            OfferedNode(
+                n.ip,
+                int(n.gpus),
+                next(
+                    (k[len(ACCELERATOR) :] for k in sorted(n.custom) if k.startswith(ACCELERATOR)),
+                    None,
+                ),
+            )
+            for n in nodes
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -71,15 +82,27 @@ class RayJob:
     images: tuple[Optional[str], ...] = ()  # node actor k's container (runtime_env image_uri)
 
     def to_dict(self) -> dict:
-        return {"run_id": self.run_id, "request_path": self.request_path,
-                "python": self.python, "cwd": self.cwd, "bundles": list(self.bundles),
-                "placement_timeout_s": self.placement_timeout_s, "images": list(self.images)}
+        return {
+            "run_id": self.run_id,
+            "request_path": self.request_path,
+            "python": self.python,
+            "cwd": self.cwd,
+            "bundles": list(self.bundles),
+            "placement_timeout_s": self.placement_timeout_s,
+            "images": list(self.images),
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> "RayJob":
-        return cls(str(d["run_id"]), str(d["request_path"]), str(d["python"]), str(d["cwd"]),
-                   tuple({str(k): float(v) for k, v in b.items()} for b in d["bundles"]),
-                   float(d["placement_timeout_s"]), tuple(d.get("images", ())))
+        return cls(
+            str(d["run_id"]),
+            str(d["request_path"]),
+            str(d["python"]),
+            str(d["cwd"]),
+            tuple({str(k): float(v) for k, v in b.items()} for b in d["bundles"]),
+            float(d["placement_timeout_s"]),
+            tuple(d.get("images", ())),
+        )
 
     @property
     def name(self) -> str:
@@ -88,8 +111,16 @@ class RayJob:
 
     def node_argv(self, node: int, hosts: Sequence[str]) -> list[str]:
         """What node actor `node` runs: the node's supervisor, every plan node's address given."""
-        return [self.python, "-m", NODE_MODULE, self.request_path, "--node", str(node),
-                "--hosts", ",".join(hosts)]
+        return [
+            self.python,
+            "-m",
+            NODE_MODULE,
+            self.request_path,
+            "--node",
+            str(node),
+            "--hosts",
+            ",".join(hosts),
+        ]
 
     def gpus(self, node: int) -> int:
         return int(self.bundles[node].get("GPU", 0))
@@ -120,9 +151,14 @@ def gpus_on_node(request: LaunchRequest, node: int) -> int:
     return max((g + 1 for p in request.on_node(node) for g in p.gpus), default=0)
 
 
-def ray_job(request: LaunchRequest, python: str, cpus_per_node: float, cwd: str,
-            placement_timeout_s: float,
-            group_resources: Optional[Mapping[str, Mapping[str, float]]] = None) -> RayJob:
+def ray_job(
+    request: LaunchRequest,
+    python: str,
+    cpus_per_node: float,
+    cwd: str,
+    placement_timeout_s: float,
+    group_resources: Optional[Mapping[str, Mapping[str, float]]] = None,
+) -> RayJob:
     """group_resources: node group label -> the custom resources each of its plan nodes asks."""
     given = checked_groups(request, group_resources or {})
     bundles, images = [], []
@@ -136,17 +172,26 @@ def ray_job(request: LaunchRequest, python: str, cpus_per_node: float, cwd: str,
         bundle.update(given.get(request.group_label(node) or "", {}))
         bundles.append(bundle)
         if len(ask.images) > 1:
-            raise UserError(f"plan node {node} runs engines asking different images "
-                            f"({', '.join(ask.images)}) in their scheduling_spec, but one Ray "
-                            "actor runs a node's processes: give them the same image")
+            raise UserError(
+                f"plan node {node} runs engines asking different images "
+                f"({', '.join(ask.images)}) in their scheduling_spec, but one Ray "
+                "actor runs a node's processes: give them the same image"
+            )
         images.append(ask.images[0] if ask.images else None)
-    return RayJob(request.run_id, f"{request.run_dir}/{REQUEST_FILE}", python, cwd,
-                  tuple(bundles), placement_timeout_s,
-                  tuple(images) if any(images) else ())
+    return RayJob(
+        request.run_id,
+        f"{request.run_dir}/{REQUEST_FILE}",
+        python,
+        cwd,
+        tuple(bundles),
+        placement_timeout_s,
+        tuple(images) if any(images) else (),
+    )
 
 
-def checked_groups(request: LaunchRequest, given: Mapping[str, Mapping[str, float]]
-                   ) -> dict[str, dict[str, float]]:
+def checked_groups(
+    request: LaunchRequest, given: Mapping[str, Mapping[str, float]]
+) -> dict[str, dict[str, float]]:
     """launcher.group_resources, checked: a label of the plan's node groups, custom resources
     (not CPU or GPU: those come from the plan) in positive amounts."""
     labels = {g.label for g in request.node_groups}
@@ -154,29 +199,41 @@ def checked_groups(request: LaunchRequest, given: Mapping[str, Mapping[str, floa
     for label, resources in given.items():
         key = f"launcher.group_resources.{label}"
         if label not in labels:
-            raise UserError(f"{key}: the plan has no node group {label!r} (its groups: "
-                            f"{', '.join(sorted(labels)) or 'none'}); use a label of "
-                            "cluster.node_groups")
+            raise UserError(
+                f"{key}: the plan has no node group {label!r} (its groups: "
+                f"{', '.join(sorted(labels)) or 'none'}); use a label of "
+                "cluster.node_groups"
+            )
         out[label] = {}
         for name, amount in dict(resources or {}).items():
-            if name in ("CPU", "GPU") or not isinstance(amount, (int, float)) \
-                    or isinstance(amount, bool) or not 0 < amount <= 1e9:
-                raise UserError(f"{key}.{name}={amount!r}: a custom Ray resource (not CPU or "
-                                "GPU, which the plan sets) and an amount above 0, e.g. "
-                                f"{key}={{cpu_node: 1}}")
+            if (
+                name in ("CPU", "GPU")
+                or not isinstance(amount, (int, float))
+                or isinstance(amount, bool)
+                or not 0 < amount <= 1e9
+            ):
+                raise UserError(
+                    f"{key}.{name}={amount!r}: a custom Ray resource (not CPU or "
+                    "GPU, which the plan sets) and an amount above 0, e.g. "
+                    f"{key}={{cpu_node: 1}}"
+                )
             out[label][str(name)] = float(amount)
     return out
 
 
 def group_warnings(request: LaunchRequest, given: Mapping[str, Mapping[str, float]]) -> list[str]:
     """A CPU-only node group that asks for no custom resource may land on a GPU node."""
-    cpu = sorted({request.group_label(k) or "" for k in range(request.nodes_needed())
-                  if request.cpu_only(k)})
-    return [f"node group {label!r} is CPU-only but launcher.group_resources has none for it: "
-            "its plan nodes may land on any Ray node with the CPUs (start its Ray nodes with a "
-            f"custom resource, e.g. --resources='{{\"cpu_node\": 1}}', and set "
-            f"launcher.group_resources.{label}={{cpu_node: 1}})" for label in cpu
-            if label and not given.get(label)]
+    cpu = sorted(
+        {request.group_label(k) or "" for k in range(request.nodes_needed()) if request.cpu_only(k)}
+    )
+    return [
+        f"node group {label!r} is CPU-only but launcher.group_resources has none for it: "
+        "its plan nodes may land on any Ray node with the CPUs (start its Ray nodes with a "
+        f"custom resource, e.g. --resources='{{\"cpu_node\": 1}}', and set "
+        f"launcher.group_resources.{label}={{cpu_node: 1}})"
+        for label in cpu
+        if label and not given.get(label)
+    ]
 
 
 def placeholder_hosts(job: RayJob) -> list[str]:
@@ -190,21 +247,33 @@ def entrypoint(job: RayJob) -> list[str]:
     return [job.python, "-m", "launcher.runners.ray", REQUEST_FILE, JOB_FILE]
 
 
-def dry_run_text(job: RayJob, request: LaunchRequest, address: str,
-                 job_entry: Optional[list[str]]) -> str:
+def dry_run_text(
+    job: RayJob, request: LaunchRequest, address: str, job_entry: Optional[list[str]]
+) -> str:
     """Exactly what the runner executes, secrets masked."""
-    lines = [f"# Ray cluster: launcher.address={address}; driver: "
-             + ("a Ray job, submission id " + job.name if job_entry else "this command")]
+    lines = [
+        f"# Ray cluster: launcher.address={address}; driver: "
+        + ("a Ray job, submission id " + job.name if job_entry else "this command")
+    ]
     if job_entry:
-        lines += ["# job: entrypoint, working_dir = the run folder (request.json travels with it)",
-                  shlex.join(job_entry)]
-    lines.append(f"# placement group {job.name}: {STRATEGY}, bundle k = plan node k, placed "
-                 f"within {job.placement_timeout_s:g} s")
+        lines += [
+            "# job: entrypoint, working_dir = the run folder (request.json travels with it)",
+            shlex.join(job_entry),
+        ]
+    lines.append(
+        f"# placement group {job.name}: {STRATEGY}, bundle k = plan node k, placed "
+        f"within {job.placement_timeout_s:g} s"
+    )
     lines += [f"bundle {k}: {json.dumps(b, sort_keys=True)}" for k, b in enumerate(job.bundles)]
-    lines += [f"# node actor {k} runs in the image {job.image(k)} (runtime_env image_uri)"
-              for k in range(len(job.bundles)) if job.image(k)]
-    lines.append(f"# node actor k (bundle k) runs in {shlex.quote(job.cwd)}; HOSTk = the address"
-                 " of the Ray node bundle k lands on")
+    lines += [
+        f"# node actor {k} runs in the image {job.image(k)} (runtime_env image_uri)"
+        for k in range(len(job.bundles))
+        if job.image(k)
+    ]
+    lines.append(
+        f"# node actor k (bundle k) runs in {shlex.quote(job.cwd)}; HOSTk = the address"
+        " of the Ray node bundle k lands on"
+    )
     hosts = placeholder_hosts(job)
     lines += [f"node {k}: {shlex.join(job.node_argv(k, hosts))}" for k in range(len(job.bundles))]
     lines.append(f"# {job.request_path} (secrets masked):")
@@ -216,44 +285,62 @@ def fit_problem(job: RayJob, nodes: Sequence[RayNode], where: str) -> Optional[s
     """Why the bundles cannot go on distinct nodes of `nodes` (None: they can), with a fix.
     `where` names the cluster in the message (launcher.address=...)."""
     asked = any(MEMORY in b for b in job.bundles)
-    have = "; ".join(f"{n.ip}: {n.gpus:g} GPU, {n.cpus:g} CPU" + (
-        f", {n.custom.get(MEMORY, 0) / GIB:.0f} GiB memory" if asked else "")
-        for n in nodes) or "none"
+    have = (
+        "; ".join(
+            f"{n.ip}: {n.gpus:g} GPU, {n.cpus:g} CPU"
+            + (f", {n.custom.get(MEMORY, 0) / GIB:.0f} GiB memory" if asked else "")
+            for n in nodes
+        )
+        or "none"
+    )
     want = len(job.bundles)
     if want > len(nodes):
-        return (f"the plan needs {want} Ray nodes (one per plan node) but the Ray cluster "
-                f"({where}) has {len(nodes)} alive ({have}): add Ray nodes, or plan for "
-                f"{len(nodes)} (cluster.num_nodes={len(nodes)})")
+        return (
+            f"the plan needs {want} Ray nodes (one per plan node) but the Ray cluster "
+            f"({where}) has {len(nodes)} alive ({have}): add Ray nodes, or plan for "
+            f"{len(nodes)} (cluster.num_nodes={len(nodes)})"
+        )
     custom = sorted({k for b in job.bundles for k in b if k not in ("GPU", "CPU", MEMORY)})
     for name in custom:  # a node group's plan nodes, each on a Ray node of its own
         asking = [b for b in job.bundles if name in b]
         holding = [n for n in nodes if n.custom.get(name, 0) > 0]
         if not _fit_apart(asking, holding):
-            return (f"{len(asking)} plan node(s) ask for the custom resource {name!r} "
-                    f"(launcher.group_resources) but the Ray cluster ({where}) has "
-                    f"{len(holding)} node(s) with it that fit them: start more Ray nodes "
-                    f"with --resources='{{\"{name}\": 1}}'")
+            return (
+                f"{len(asking)} plan node(s) ask for the custom resource {name!r} "
+                f"(launcher.group_resources) but the Ray cluster ({where}) has "
+                f"{len(holding)} node(s) with it that fit them: start more Ray nodes "
+                f"with --resources='{{\"{name}\": 1}}'"
+            )
     for k, b in enumerate(job.bundles):
         if not any(_fits(b, n) for n in nodes):
-            return (f"plan node {k} needs {_text(b)} on one Ray node but no node of the Ray "
-                    f"cluster ({where}) has that many ({have}): set cluster.gpus_per_node to "
-                    f"at most {max(n.gpus for n in nodes):g}, or lower launcher.cpus_per_node "
-                    "(and the cpu and mem of the engines' scheduling_spec)")
+            return (
+                f"plan node {k} needs {_text(b)} on one Ray node but no node of the Ray "
+                f"cluster ({where}) has that many ({have}): set cluster.gpus_per_node to "
+                f"at most {max(n.gpus for n in nodes):g}, or lower launcher.cpus_per_node "
+                "(and the cpu and mem of the engines' scheduling_spec)"
+            )
     if not _fit_apart(job.bundles, nodes):
-        return (f"the plan's {want} nodes ({'; '.join(map(_text, job.bundles))}) do not fit on "
-                f"distinct nodes of the Ray cluster ({where}; {have}): add Ray nodes with that "
-                "many GPUs, or use fewer GPUs per node")
+        return (
+            f"the plan's {want} nodes ({'; '.join(map(_text, job.bundles))}) do not fit on "
+            f"distinct nodes of the Ray cluster ({where}; {have}): add Ray nodes with that "
+            "many GPUs, or use fewer GPUs per node"
+        )
     return None
 
 
 def _fits(bundle: dict[str, float], node: RayNode) -> bool:
-    return bundle.get("GPU", 0) <= node.gpus and bundle.get("CPU", 0) <= node.cpus and \
-        all(v <= node.custom.get(k, 0) for k, v in bundle.items() if k not in ("GPU", "CPU"))
+    return (
+        bundle.get("GPU", 0) <= node.gpus
+        and bundle.get("CPU", 0) <= node.cpus
+        and all(v <= node.custom.get(k, 0) for k, v in bundle.items() if k not in ("GPU", "CPU"))
+    )
 
 
 def _text(bundle: dict[str, float]) -> str:
-    return ", ".join(f"{v / GIB:g} GiB {k}" if k == MEMORY else f"{v:g} {k}"
-                     for k, v in sorted(bundle.items(), reverse=True))
+    return ", ".join(
+        f"{v / GIB:g} GiB {k}" if k == MEMORY else f"{v:g} {k}"
+        for k, v in sorted(bundle.items(), reverse=True)
+    )
 
 
 def _fit_apart(bundles: Sequence[dict[str, float]], nodes: Sequence[RayNode]) -> bool:
@@ -266,8 +353,10 @@ def _fit_apart(bundles: Sequence[dict[str, float]], nodes: Sequence[RayNode]) ->
         return True
     cpus = max((b.get("CPU", 0) for b in bundles), default=0)
     memory = max((b.get(MEMORY, 0) for b in bundles), default=0)
-    room = sorted((n.gpus for n in nodes if n.cpus >= cpus and
-                   n.custom.get(MEMORY, 0) >= memory), reverse=True)
+    room = sorted(
+        (n.gpus for n in nodes if n.cpus >= cpus and n.custom.get(MEMORY, 0) >= memory),
+        reverse=True,
+    )
     need = sorted((b.get("GPU", 0) for b in bundles), reverse=True)
     return len(need) <= len(room) and all(g <= r for g, r in zip(need, room))
 

@@ -13,6 +13,7 @@ Safety: the processes' command lines travel as data in request.json, never throu
 every value that reaches the script is single-quoted with `shlex.quote`. `launcher.setup` lines
 are the exception: they are commands by design, run as given before each node's supervisor.
 """
+
 from __future__ import annotations
 
 import shlex
@@ -35,8 +36,10 @@ def gpus_per_node(request: LaunchRequest, nodes: Optional[range] = None) -> int:
     None: of every node) uses (positions are indices into what Slurm shows the task). 0 on cpu."""
     if request.device != "cuda":
         return 0
-    return max((g + 1 for p in request.processes for g in p.gpus
-                if nodes is None or p.node in nodes), default=0)
+    return max(
+        (g + 1 for p in request.processes for g in p.gpus if nodes is None or p.node in nodes),
+        default=0,
+    )
 
 
 def cpu_warning(request: LaunchRequest, opts: Any) -> list[str]:
@@ -45,14 +48,19 @@ def cpu_warning(request: LaunchRequest, opts: Any) -> list[str]:
     gpus = gpus_per_node(request)
     out = []
     if _opt(opts, "cpus_per_gpu") is None and gpus not in (request.gpus_per_node, 0):
-        out.append(f"the job takes {gpus} of {request.gpus_per_node} GPUs per node and Slurm's "
-                   "default CPUs with them (DefCpuPerGPU, often 1): set launcher.cpus_per_gpu")
+        out.append(
+            f"the job takes {gpus} of {request.gpus_per_node} GPUs per node and Slurm's "
+            "default CPUs with them (DefCpuPerGPU, often 1): set launcher.cpus_per_gpu"
+        )
     given = _opt(opts, "group_sbatch") or {}
     for s in node_sets(request, opts):
-        out += [f"node group {label!r} is CPU-only but launcher.group_sbatch has no options "
-                "for it: its nodes come from the job's default partition (set e.g. "
-                f"launcher.group_sbatch.{label}=[--partition=cpu])"
-                for label in s.labels if s.cpu_only and label not in given]
+        out += [
+            f"node group {label!r} is CPU-only but launcher.group_sbatch has no options "
+            "for it: its nodes come from the job's default partition (set e.g. "
+            f"launcher.group_sbatch.{label}=[--partition=cpu])"
+            for label in s.labels
+            if s.cpu_only and label not in given
+        ]
     return out
 
 
@@ -77,15 +85,19 @@ def node_sets(request: LaunchRequest, opts: Any) -> list[NodeSet]:
     known = {g.label for g in request.node_groups}
     unknown = sorted(set(given) - known)
     if unknown:
-        raise UserError(f"launcher.group_sbatch.{unknown[0]}: the plan has no node group "
-                        f"{unknown[0]!r} (its groups: {', '.join(sorted(known)) or 'none'}); "
-                        "use a label of cluster.node_groups")
+        raise UserError(
+            f"launcher.group_sbatch.{unknown[0]}: the plan has no node group "
+            f"{unknown[0]!r} (its groups: {', '.join(sorted(known)) or 'none'}); "
+            "use a label of cluster.node_groups"
+        )
     group_of: dict[int, str] = {}
     for g in reversed(request.node_groups):  # the first group holding a node wins
         group_of.update(dict.fromkeys(g.nodes, g.label))
     labels = [group_of.get(k) for k in range(request.nodes_needed())]
-    keys = [(tuple(str(o) for o in given.get(label or "", ())), request.cpu_only(k))
-            for k, label in enumerate(labels)]
+    keys = [
+        (tuple(str(o) for o in given.get(label or "", ())), request.cpu_only(k))
+        for k, label in enumerate(labels)
+    ]
     out: list[NodeSet] = []
     first = 0
     for k in range(1, len(keys) + 1):
@@ -101,12 +113,18 @@ def node_sets(request: LaunchRequest, opts: Any) -> list[NodeSet]:
     return out
 
 
-def render_sbatch(request: LaunchRequest, opts: Any, python: str,
-                  package_dirs: Sequence[str] = (), mask_secrets: bool = False) -> str:
+def render_sbatch(
+    request: LaunchRequest,
+    opts: Any,
+    python: str,
+    package_dirs: Sequence[str] = (),
+    mask_secrets: bool = False,
+) -> str:
     """The whole sbatch script for one run. `opts` is the Slurm runner's Config.
 
     python: the interpreter on the nodes (inside the container, with one). A job that takes
-    every GPU of its nodes (request.gpus_per_node) takes whole nodes. package_dirs: the launcher's package folders, mounted into a container at the same path.
+    every GPU of its nodes (request.gpus_per_node) takes whole nodes. package_dirs: the launcher's
+    package folders, mounted into a container at the same path.
     Node groups with CPU-only nodes or options of their own make a heterogeneous job, one
     component per node set (node_sets), run by one srun step with a part per component.
     Raises UserError for what cannot be run: no processes, more nodes than the plan's cluster,
@@ -116,17 +134,23 @@ def render_sbatch(request: LaunchRequest, opts: Any, python: str,
         raise UserError("the plan has no processes to run on Slurm: enable rollout or actor")
     n_nodes = request.nodes_needed()
     if n_nodes > request.num_nodes:
-        raise UserError(f"the plan needs {n_nodes} nodes but cluster.num_nodes="
-                        f"{request.num_nodes}; set cluster.num_nodes={n_nodes}")
+        raise UserError(
+            f"the plan needs {n_nodes} nodes but cluster.num_nodes="
+            f"{request.num_nodes}; set cluster.num_nodes={n_nodes}"
+        )
     gpus = gpus_per_node(request)
     if gpus > request.gpus_per_node:
-        raise UserError(f"the plan uses {gpus} GPUs on a node but nodes have "
-                        f"cluster.gpus_per_node={request.gpus_per_node}")
+        raise UserError(
+            f"the plan uses {gpus} GPUs on a node but nodes have "
+            f"cluster.gpus_per_node={request.gpus_per_node}"
+        )
     sets = node_sets(request, opts)
-    lines = ["#!/bin/bash",
-             f"# areal-launch: {len(request.processes)} process(es) on {n_nodes} node(s); one "
-             "task per node runs that node's supervisor",
-             *_sbatch_lines(opts, request, sets)]
+    lines = [
+        "#!/bin/bash",
+        f"# areal-launch: {len(request.processes)} process(es) on {n_nodes} node(s); one "
+        "task per node runs that node's supervisor",
+        *_sbatch_lines(opts, request, sets),
+    ]
     lines += _body(request, opts, python, sets, package_dirs)
     return "\n".join(lines) + "\n"
 
@@ -148,8 +172,10 @@ def _sbatch_lines(opts: Any, request: LaunchRequest, sets: Sequence[NodeSet]) ->
     out = [f"#SBATCH --job-name={d('launcher.job_name', request.job_name)}"]
     for k, s in enumerate(sets):
         if k:
-            out.append(f"#SBATCH hetjob  # plan node(s) {_span(s.nodes)}: node group(s) "
-                       f"{', '.join(s.labels) or 'none'}")
+            out.append(
+                f"#SBATCH hetjob  # plan node(s) {_span(s.nodes)}: node group(s) "
+                f"{', '.join(s.labels) or 'none'}"
+            )
         out += [f"#SBATCH --nodes={len(s.nodes)}", "#SBATCH --ntasks-per-node=1"]
         if s.gpus > 0:
             out.append(f"#SBATCH --gpus-per-node={s.gpus}")
@@ -159,8 +185,15 @@ def _sbatch_lines(opts: Any, request: LaunchRequest, sets: Sequence[NodeSet]) ->
             out += _job_lines(opts, request)
         # Slurm carries account, qos and time over to later components, not these; a CPU-only
         # set's partition is its group's (launcher.group_sbatch)
-        keys = () if s.cpu_only else (("partition", "partition"), ("cpus_per_gpu", "cpus-per-gpu"),
-                                      ("mem_per_gpu", "mem-per-gpu"))
+        keys = (
+            ()
+            if s.cpu_only
+            else (
+                ("partition", "partition"),
+                ("cpus_per_gpu", "cpus-per-gpu"),
+                ("mem_per_gpu", "mem-per-gpu"),
+            )
+        )
         for key, flag in keys:
             value = _opt(opts, key)
             if value is not None:
@@ -181,11 +214,13 @@ def _job_lines(opts: Any, request: LaunchRequest) -> list[str]:
     """What holds for the whole job: its output file, requeue, account, qos, time."""
     d = _directive_value
     # sbatch expands %j and friends in the path: a literal % is written %%
-    out = [f"#SBATCH --output="
-           f"{d('run_dir', request.run_dir.replace('%', '%%') + '/slurm-%j.out')}"]
+    out = [f"#SBATCH --output={d('run_dir', request.run_dir.replace('%', '%%') + '/slurm-%j.out')}"]
     if _opt(opts, "requeue"):  # USR1 before the time limit: checkpoint, then requeue (below)
-        out += ["#SBATCH --requeue", f"#SBATCH --signal=B:USR1@{int(opts.requeue_signal_s)}",
-                "#SBATCH --open-mode=append"]
+        out += [
+            "#SBATCH --requeue",
+            f"#SBATCH --signal=B:USR1@{int(opts.requeue_signal_s)}",
+            "#SBATCH --open-mode=append",
+        ]
     else:
         out.append("#SBATCH --no-requeue")
     for key, flag in (("account", "account"), ("qos", "qos"), ("time_limit", "time")):
@@ -207,8 +242,13 @@ def shell_word(value: str) -> str:
 
 
 # ----------------------------------------------------------------------------- body
-def _body(request: LaunchRequest, opts: Any, python: str, sets: Sequence[NodeSet],
-          package_dirs: Sequence[str]) -> list[str]:
+def _body(
+    request: LaunchRequest,
+    opts: Any,
+    python: str,
+    sets: Sequence[NodeSet],
+    package_dirs: Sequence[str],
+) -> list[str]:
     q = shell_word
     run_dir = request.run_dir
     het = len(sets) > 1
@@ -216,8 +256,10 @@ def _body(request: LaunchRequest, opts: Any, python: str, sets: Sequence[NodeSet
     setup = [str(s) for s in _opt(opts, "setup") or ()]  # commands by design: run as given
     image = _opt(opts, "container_image")
     if image is not None and package_dirs:
-        setup = [f"export PYTHONPATH={q(_parent(package_dirs))}${{PYTHONPATH:+:$PYTHONPATH}}",
-                 *setup]
+        setup = [
+            f"export PYTHONPATH={q(_parent(package_dirs))}${{PYTHONPATH:+:$PYTHONPATH}}",
+            *setup,
+        ]
     if setup:  # then the supervisor replaces the shell
         script = "set -e\n" + "\n".join(setup) + '\nexec "$@"'
         command = ["bash", "-c", shlex.quote(script), "areal-node", *command]
@@ -226,46 +268,63 @@ def _body(request: LaunchRequest, opts: Any, python: str, sets: Sequence[NodeSet
         part = _srun_part(request, opts, s, k if het else None, package_dirs)
         # a CPU-only node shows its supervisor no GPUs (the batch shell's would be inherited)
         cmd = (["env", "-u", ENV_GPUS] if s.cpu_only else []) + command
-        step += [("srun " if k == 0 else "  ") + " ".join(part) + " \\",
-                 "  " + " ".join(cmd) + (" : \\" if k < len(sets) - 1 else "")]
+        step += [
+            ("srun " if k == 0 else "  ") + " ".join(part) + " \\",
+            "  " + " ".join(cmd) + (" : \\" if k < len(sets) - 1 else ""),
+        ]
     if _opt(opts, "requeue"):
         step = _requeue_lines(opts, step)
     else:
         step.append("rc=$?")
     if het:  # each component's nodes, in plan node order
-        hosts = (f"AREAL_HOSTS=$(for k in $(seq 0 {len(sets) - 1}); do "
-                 'v=SLURM_JOB_NODELIST_HET_GROUP_$k; scontrol show hostnames "${!v}"; done | '
-                 "paste -sd, -)")
+        hosts = (
+            f"AREAL_HOSTS=$(for k in $(seq 0 {len(sets) - 1}); do "
+            'v=SLURM_JOB_NODELIST_HET_GROUP_$k; scontrol show hostnames "${!v}"; done | '
+            "paste -sd, -)"
+        )
     else:
         hosts = 'AREAL_HOSTS=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | paste -sd, -)'
     return [
         "",
         "set -uo pipefail",
         f"RUN_DIR={q(run_dir)}",
-        '# plan node k is the k-th node of the allocation (each task reads $SLURM_NODEID)',
+        "# plan node k is the k-th node of the allocation (each task reads $SLURM_NODEID)",
         hosts,
         "export AREAL_HOSTS",
         'echo "areal-launch: job $SLURM_JOB_ID on $AREAL_HOSTS"',
         'mkdir -p "$RUN_DIR/logs"',
         *step,
         'if [ "$rc" = 0 ]; then echo "areal-launch: job finished: ok"; else',
-        '  echo "areal-launch: job failed: a node\'s supervisor exited with $rc (its root cause '
+        "  echo \"areal-launch: job failed: a node's supervisor exited with $rc (its root cause "
         'is above)"; fi',
         'exit "$rc"',
     ]
 
 
-def _srun_part(request: LaunchRequest, opts: Any, s: NodeSet, het_group: Optional[int],
-               package_dirs: Sequence[str]) -> list[str]:
+def _srun_part(
+    request: LaunchRequest,
+    opts: Any,
+    s: NodeSet,
+    het_group: Optional[int],
+    package_dirs: Sequence[str],
+) -> list[str]:
     """srun's options for one node set (the whole step when the job is not heterogeneous)."""
     q = shell_word
     part = [] if het_group is None else [f"--het-group={het_group}"]
-    part += [f"--nodes={len(s.nodes)}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
-             f"--job-name={q(request.job_name)}", "--export=ALL"]
+    part += [
+        f"--nodes={len(s.nodes)}",
+        "--ntasks-per-node=1",
+        "--kill-on-bad-exit=1",
+        f"--job-name={q(request.job_name)}",
+        "--export=ALL",
+    ]
     part.append(f"--gpus-per-node={s.gpus}" if s.gpus else "--gres=none")
     if s.whole:
-        part.append("--cpus-per-task=$SLURM_CPUS_ON_NODE" if het_group is None else
-                    f"--cpus-per-task=${{SLURM_JOB_CPUS_PER_NODE_HET_GROUP_{het_group}%%[(,]*}}")
+        part.append(
+            "--cpus-per-task=$SLURM_CPUS_ON_NODE"
+            if het_group is None
+            else f"--cpus-per-task=${{SLURM_JOB_CPUS_PER_NODE_HET_GROUP_{het_group}%%[(,]*}}"
+        )
     elif s.gpus and _opt(opts, "cpus_per_gpu") is not None:
         part.append(f"--cpus-per-gpu={q(str(_opt(opts, 'cpus_per_gpu')))}")
     image = _opt(opts, "container_image")
@@ -293,10 +352,10 @@ def _requeue_lines(opts: Any, step: list[str]) -> list[str]:
         f'  grep -qs "\\"requeue\\": $1}}" {records}/*.json && return 0',
         f"  mkdir -p {records}",
         f"  local n=$(( $(find {records} -maxdepth 1 -name '[0-9]*.json' | wc -l) + 1 ))",
-        f"  until ( set -C; printf '{{\"n\": %d, \"kind\": \"{restarts.REQUEUE}\", "
-        "\"name\": \"job %s\", \"reason\": \"%s\", \"uptime_s\": %d, \"time\": %d, "
-        f"\"requeue\": %d}}\\n' \"$n\" \"$SLURM_JOB_ID\" \"$2\" \"$SECONDS\" "
-        f"\"$(date +%s)\" \"$1\" > {records}/$n.json ) 2>/dev/null; do n=$((n + 1)); done",
+        f'  until ( set -C; printf \'{{"n": %d, "kind": "{restarts.REQUEUE}", '
+        '"name": "job %s", "reason": "%s", "uptime_s": %d, "time": %d, '
+        f'"requeue": %d}}\\n\' "$n" "$SLURM_JOB_ID" "$2" "$SECONDS" '
+        f'"$(date +%s)" "$1" > {records}/$n.json ) 2>/dev/null; do n=$((n + 1)); done',
         "}",
         'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then',
         '  record_requeue "$SLURM_RESTART_COUNT" "Slurm started the job again (a requeue: '
@@ -327,7 +386,8 @@ def _requeue_lines(opts: Any, step: list[str]) -> list[str]:
         "}",
         "trap requeue_job USR1",
         "# the step runs in the background so that the shell takes USR1 while it waits",
-        *step[:-1], step[-1] + " &",
+        *step[:-1],
+        step[-1] + " &",
         "step=$!",
         "# USR1 ends a wait early (rc 138): wait again, for the step's own exit code",
         'while :; do trapped=; wait "$step"; rc=$?; [ -n "$trapped" ] || break; done',

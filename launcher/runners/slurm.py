@@ -7,6 +7,7 @@ controller's memory, including jobs that ended in the last MinJobAge seconds), t
 (accounting), then the job's own last words in its output file; a Slurm that does not answer
 is said to be unreachable, not to have forgotten the job.
 """
+
 from __future__ import annotations
 
 import os
@@ -32,8 +33,20 @@ from launcher.spec.request import LaunchRequest
 SCRIPT_NAME = "job.sbatch"
 MIN_REQUEUE_SIGNAL_S, MAX_REQUEUE_SIGNAL_S = 30, 65535  # Slurm's --signal takes up to 65535
 # states in which a job may still write to its logs
-ACTIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED",
-                           "REQUEUED", "REQUEUE_HOLD", "RESIZING", "SIGNALING", "STAGE_OUT"})
+ACTIVE_STATES = frozenset(
+    {
+        "PENDING",
+        "CONFIGURING",
+        "RUNNING",
+        "COMPLETING",
+        "SUSPENDED",
+        "REQUEUED",
+        "REQUEUE_HOLD",
+        "RESIZING",
+        "SIGNALING",
+        "STAGE_OUT",
+    }
+)
 _JOB_ID = re.compile(r"[0-9]+\Z")  # ASCII digits only: Python's \d takes any script's digits
 
 
@@ -59,7 +72,8 @@ class Config(LauncherBase):
     setup: List[str] = field(default_factory=list)  # shell commands before each node's tasks
     job_name: Optional[str] = None  # None: <experiment_name>-<trial_name>
     # before the time limit, ask the trainers for a checkpoint and requeue the job; it starts
-    # again in the same run folder and resumes (docs/architecture.md §11). Slurm signals requeue_signal_s
+    # again in the same run folder and resumes (docs/architecture.md §11). Slurm signals
+    # requeue_signal_s
     # before the limit (--signal=B:USR1@N; its timer ticks about every 30 s)
     requeue: bool = False
     requeue_signal_s: int = 300
@@ -67,15 +81,19 @@ class Config(LauncherBase):
     def __post_init__(self) -> None:
         super().__post_init__()
         if not MIN_REQUEUE_SIGNAL_S <= self.requeue_signal_s <= MAX_REQUEUE_SIGNAL_S:
-            raise ConfigError(f"launcher.requeue_signal_s={self.requeue_signal_s}: choose "
-                              f"{MIN_REQUEUE_SIGNAL_S} to {MAX_REQUEUE_SIGNAL_S} seconds "
-                              "(Slurm's lead before the time limit)")
+            raise ConfigError(
+                f"launcher.requeue_signal_s={self.requeue_signal_s}: choose "
+                f"{MIN_REQUEUE_SIGNAL_S} to {MAX_REQUEUE_SIGNAL_S} seconds "
+                "(Slurm's lead before the time limit)"
+            )
         check_values(self)
         limit = time_limit_s(self.time_limit) if self.time_limit is not None else None
         if self.requeue and limit is not None and self.requeue_signal_s >= limit:
-            raise ConfigError(f"launcher.requeue_signal_s={self.requeue_signal_s} is not below "
-                              f"launcher.time_limit={self.time_limit} ({limit} s): the job "
-                              "would be requeued as it starts; lower requeue_signal_s")
+            raise ConfigError(
+                f"launcher.requeue_signal_s={self.requeue_signal_s} is not below "
+                f"launcher.time_limit={self.time_limit} ({limit} s): the job "
+                "would be requeued as it starts; lower requeue_signal_s"
+            )
 
 
 _MEM = re.compile(r"[0-9]{1,12}[KMGT]?\Z", re.IGNORECASE)  # sbatch's --mem-per-gpu: no decimals
@@ -90,17 +108,23 @@ def check_values(config: "Config") -> None:
         m = _TIME.match(str(text).strip())
         parts = [int(g) for g in m.groups()[2:] if g is not None] if m else []
         if m is None or any(p > 59 for p in parts):
-            raise ConfigError(f"launcher.time_limit={text}: not a Slurm time; write "
-                              "MINUTES, H:MM:SS or D-HH:MM:SS (e.g. 4:00:00, 2-00:00:00), "
-                              "minutes and seconds below 60, or UNLIMITED")
+            raise ConfigError(
+                f"launcher.time_limit={text}: not a Slurm time; write "
+                "MINUTES, H:MM:SS or D-HH:MM:SS (e.g. 4:00:00, 2-00:00:00), "
+                "minutes and seconds below 60, or UNLIMITED"
+            )
     mem = config.mem_per_gpu
     if mem is not None and not _MEM.match(str(mem).strip()):
-        raise ConfigError(f"launcher.mem_per_gpu={mem}: not a Slurm size; write a "
-                          "whole number with an optional unit K, M, G or T (e.g. 64G, 512M)")
+        raise ConfigError(
+            f"launcher.mem_per_gpu={mem}: not a Slurm size; write a "
+            "whole number with an optional unit K, M, G or T (e.g. 64G, 512M)"
+        )
     cpus = config.cpus_per_gpu
     if cpus is not None and not 1 <= cpus <= MAX_CPUS_PER_GPU:
-        raise ConfigError(f"launcher.cpus_per_gpu={cpus}: choose 1 to {MAX_CPUS_PER_GPU} "
-                          "(or null: whole nodes when the plan fills them)")
+        raise ConfigError(
+            f"launcher.cpus_per_gpu={cpus}: choose 1 to {MAX_CPUS_PER_GPU} "
+            "(or null: whole nodes when the plan fills them)"
+        )
 
 
 def check_request(config: "Config", request: LaunchRequest) -> None:
@@ -109,10 +133,12 @@ def check_request(config: "Config", request: LaunchRequest) -> None:
         return
     for key in ("mem_per_gpu", "cpus_per_gpu"):
         if getattr(config, key) not in (None, ""):
-            raise ConfigError(f"launcher.{key} is set but the plan asks Slurm for no GPU "
-                              "(cluster.device=cpu), and sbatch refuses per-GPU resources "
-                              "without one; remove it (launcher.sbatch_extra=[--mem=64G] "
-                              "sizes a CPU job)")
+            raise ConfigError(
+                f"launcher.{key} is set but the plan asks Slurm for no GPU "
+                "(cluster.device=cpu), and sbatch refuses per-GPU resources "
+                "without one; remove it (launcher.sbatch_extra=[--mem=64G] "
+                "sizes a CPU job)"
+            )
 
 
 _TIME = re.compile(r"(?:(\d{1,6})-)?(\d{1,9})(?::(\d{1,9}))?(?::(\d{1,9}))?\Z")
@@ -149,8 +175,9 @@ class Runner:
         """The job's partition's nodes, from sinfo (runners/slurmnodes.py)."""
         from launcher.runners.slurmnodes import job_partition, read_offer
 
-        return read_offer(job_partition(self.config.partition, self.config.sbatch_extra,
-                                        os.environ))
+        return read_offer(
+            job_partition(self.config.partition, self.config.sbatch_extra, os.environ)
+        )
 
     def python(self) -> str:
         return self.config.container_python if self.config.container_image else sys.executable
@@ -172,9 +199,12 @@ class Runner:
         return cpu_warning(request, self.config)
 
     def dryrun(self, request: LaunchRequest) -> str:
-        return (self.script(request, mask_secrets=True)
-                + f"\n# {request.run_dir}/{REQUEST_FILE} (secrets masked):\n"
-                + request.to_json(mask_secrets=True) + "\n")
+        return (
+            self.script(request, mask_secrets=True)
+            + f"\n# {request.run_dir}/{REQUEST_FILE} (secrets masked):\n"
+            + request.to_json(mask_secrets=True)
+            + "\n"
+        )
 
     def run(self, request: LaunchRequest) -> int:
         run_dir = Path(request.run_dir)
@@ -193,9 +223,12 @@ class Runner:
     def logs(self, record: RunRecord, follow: bool, engine: Optional[str]) -> Iterator[str]:
         job_id = _job(record)
         run_dir = Path(record.run_dir)
-        return follow_logs(run_dir, engine,
-                           lambda: follow and (job_state(job_id) or "") in ACTIVE_STATES,
-                           extra=[("job", run_dir / f"slurm-{job_id}.out")])
+        return follow_logs(
+            run_dir,
+            engine,
+            lambda: follow and (job_state(job_id) or "") in ACTIVE_STATES,
+            extra=[("job", run_dir / f"slurm-{job_id}.out")],
+        )
 
 
 def package_dirs() -> list[str]:
@@ -251,8 +284,7 @@ def job_state(job_id: str) -> Optional[str]:
         return acct.stdout.split()[0]  # "CANCELLED by 0" -> CANCELLED
     if queue.returncode != 0 and "Invalid job id" not in queue.stderr:
         why = _last_line(queue.stderr) or f"exit code {queue.returncode}"
-        raise SlurmUnreachable(f"job {job_id}: cannot ask Slurm (squeue: {why}); is slurmctld "
-                               "up?")
+        raise SlurmUnreachable(f"job {job_id}: cannot ask Slurm (squeue: {why}); is slurmctld up?")
     return None
 
 
@@ -263,8 +295,11 @@ def job_status(job_id: str, run_dir: Optional[Path]) -> tuple[str, int]:
     state = job_state(job_id)
     last = _last_job_word(run_dir, job_id) if run_dir else None
     facts = "".join(f"\n{line}" for line in progress_lines(run_dir)) if run_dir else ""
-    tail = (f"\nthe job's last word: {last}" if last else "") + facts + \
-        (f"\nrun folder: {run_dir}" if run_dir else "")
+    tail = (
+        (f"\nthe job's last word: {last}" if last else "")
+        + facts
+        + (f"\nrun folder: {run_dir}" if run_dir else "")
+    )
     if state is None:
         why = _last_line(_run(["sacct", "-X", "-n", "-j", job_id]).stderr) or "no record"
         return f"job {job_id}: not known to Slurm (squeue: no such job; sacct: {why})" + tail, 1
@@ -281,8 +316,9 @@ def _steps_text(job_id: str, state: str) -> str:
     out = _run(["sacct", "-n", "-P", "-j", job_id, "-o", "JobID,JobName,State,ExitCode,NodeList"])
     rows = [ln.split("|") for ln in out.stdout.splitlines() if ln.count("|") == 4]
     rows = [r for r in rows if "." in r[0] and not r[0].endswith((".batch", ".extern"))]
-    return "".join(f"\n  step {r[0]} {r[1]}: {r[2].split()[0]} (exit {r[3]}) on {r[4]}"
-                   for r in rows)
+    return "".join(
+        f"\n  step {r[0]} {r[1]}: {r[2].split()[0]} (exit {r[3]}) on {r[4]}" for r in rows
+    )
 
 
 def _last_job_word(run_dir: Path, job_id: str) -> Optional[str]:
@@ -312,18 +348,27 @@ def cancel(job_id: str) -> str:
 def checked_job_id(job_id: str) -> str:
     text = str(job_id).strip()
     if not _JOB_ID.match(text):
-        raise UserError(f"job id {text!r}: expected the number areal-launch printed when it "
-                        "submitted the job, e.g. 1234")
+        raise UserError(
+            f"job id {text!r}: expected the number areal-launch printed when it "
+            "submitted the job, e.g. 1234"
+        )
     return text
 
 
 def _run(argv: list[str]) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=60,
-                              env={**os.environ, "SLURM_TIME_FORMAT": "standard"})
+        return subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "SLURM_TIME_FORMAT": "standard"},
+        )
     except FileNotFoundError:
-        raise UserError(f"{argv[0]} not found: launcher=slurm needs Slurm's commands "
-                        "(sbatch, squeue, sacct, scancel) on PATH") from None
+        raise UserError(
+            f"{argv[0]} not found: launcher=slurm needs Slurm's commands "
+            "(sbatch, squeue, sacct, scancel) on PATH"
+        ) from None
     except subprocess.TimeoutExpired:
         raise LaunchError(f"{argv[0]} did not answer within 60 s: is slurmctld up?") from None
 

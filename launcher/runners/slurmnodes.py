@@ -5,6 +5,7 @@ cluster.device=auto under launcher=slurm plans for these nodes, never for the lo
 level tests it on captured output; `read_offer` runs one `sinfo -N` with a short timeout and
 turns a sinfo that is missing, hangs or fails into one UserError line.
 """
+
 from __future__ import annotations
 
 import re
@@ -18,8 +19,10 @@ SINFO_TIMEOUT_S = 5.0  # a controller answers in milliseconds; a dead one makes 
 SINFO_FORMAT = "%N|%P|%G"  # node, partition (the default one ends in *), its gres
 # one gres entry: name[:type][:count][(S:0-1)], e.g. gpu:h100:8(S:0-1), gpu:8, gpu
 _GRES = re.compile(r"(?P<name>[^:()]+)(?::(?P<type>[^:()]+))?(?::(?P<count>\d+))?(?:\(.*\))?\Z")
-FIX = ("set cluster.device=cuda (with cluster.gpus_per_node=N where the config gives none) or "
-       "cluster.device=cpu to plan without asking Slurm")
+FIX = (
+    "set cluster.device=cuda (with cluster.gpus_per_node=N where the config gives none) or "
+    "cluster.device=cpu to plan without asking Slurm"
+)
 
 
 def gpus_of(gres: str) -> tuple[int, Optional[str]]:
@@ -69,16 +72,22 @@ def parse_sinfo(text: str, partition: Optional[str]) -> NodeOffer:
             nodes.setdefault(name, OfferedNode(name, gpus, kind))
     where = f"Slurm partition {partition or default}"
     if not nodes:
-        said = "names no default partition" if wanted is None and default is None else \
-            f"lists no node in partition {partition or default}"
-        raise UserError(f"launcher=slurm, cluster.device=auto: sinfo {said}; set "
-                        f"launcher.partition to one of Slurm's partitions (sinfo -s lists them), "
-                        f"or {FIX}")
+        said = (
+            "names no default partition"
+            if wanted is None and default is None
+            else f"lists no node in partition {partition or default}"
+        )
+        raise UserError(
+            f"launcher=slurm, cluster.device=auto: sinfo {said}; set "
+            f"launcher.partition to one of Slurm's partitions (sinfo -s lists them), "
+            f"or {FIX}"
+        )
     return NodeOffer(where, tuple(nodes[n] for n in sorted(nodes)))
 
 
-def job_partition(partition: Optional[str], sbatch_extra: Sequence[str],
-                  env: Mapping[str, str]) -> Optional[str]:
+def job_partition(
+    partition: Optional[str], sbatch_extra: Sequence[str], env: Mapping[str, str]
+) -> Optional[str]:
     """The partition sbatch will put the job in: launcher.partition, else a --partition/-p
     of launcher.sbatch_extra, else $SBATCH_PARTITION; None: Slurm's default."""
     if partition:
@@ -87,7 +96,7 @@ def job_partition(partition: Optional[str], sbatch_extra: Sequence[str],
     for k, option in enumerate(extra):
         for flag in ("--partition=", "-p"):
             if option.startswith(flag) and option != flag:
-                return option[len(flag):].lstrip("=") or None
+                return option[len(flag) :].lstrip("=") or None
         if option in ("--partition", "-p") and k + 1 < len(extra):
             return extra[k + 1]
     return env.get("SBATCH_PARTITION") or None
@@ -115,13 +124,19 @@ def _ask_sinfo(partition: Optional[str]) -> NodeOffer:
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=SINFO_TIMEOUT_S)
     except FileNotFoundError:
-        raise UserError("launcher=slurm, cluster.device=auto reads the partition's GPUs with "
-                        f"sinfo, which is not on PATH here; {FIX}") from None
+        raise UserError(
+            "launcher=slurm, cluster.device=auto reads the partition's GPUs with "
+            f"sinfo, which is not on PATH here; {FIX}"
+        ) from None
     except subprocess.TimeoutExpired:
-        raise UserError(f"launcher=slurm, cluster.device=auto: sinfo did not answer within "
-                        f"{SINFO_TIMEOUT_S:.0f} s (is slurmctld up?); {FIX}") from None
+        raise UserError(
+            f"launcher=slurm, cluster.device=auto: sinfo did not answer within "
+            f"{SINFO_TIMEOUT_S:.0f} s (is slurmctld up?); {FIX}"
+        ) from None
     if out.returncode != 0:
         lines = [ln.strip() for ln in out.stderr.splitlines() if ln.strip()]
-        raise UserError(f"launcher=slurm, cluster.device=auto: sinfo failed "
-                        f"({lines[-1] if lines else f'exit code {out.returncode}'}); {FIX}")
+        raise UserError(
+            f"launcher=slurm, cluster.device=auto: sinfo failed "
+            f"({lines[-1] if lines else f'exit code {out.returncode}'}); {FIX}"
+        )
     return parse_sinfo(out.stdout, partition)

@@ -9,6 +9,7 @@ microseconds (the peer's Earley parser takes milliseconds and reports by scrapin
     hybrid := ['('] 'attn:' dims '|' 'ffn:' dims [')']   megatron, archon only
     size   := [1-9][0-9]*
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,8 +27,9 @@ MAX_SIZE_DIGITS = 6  # no real grid has a million-way dim; also keeps int() off 
 
 def known() -> str:
     """The engines' backend names, for hints (a worker's backend is named in its own key)."""
-    return ", ".join(n for kind in (registry.SERVE, registry.TRAIN)
-                     for n in registry.backend_names(kind))
+    return ", ".join(
+        n for kind in (registry.SERVE, registry.TRAIN) for n in registry.backend_names(kind)
+    )
 
 
 def is_hybrid_backend(backend: str) -> bool:
@@ -82,8 +84,14 @@ class ModelAllocation:
         takes = registry.backend_dims(self.backend)
         if takes is None:
             return f"unknown backend {self.backend!r}", f"known: {known()}"
-        sizes = (("d", self.dp), ("t", self.tp), ("p", self.pp), ("c", self.cp),
-                 ("e", self.ep), ("etp", self.etp))
+        sizes = (
+            ("d", self.dp),
+            ("t", self.tp),
+            ("p", self.pp),
+            ("c", self.cp),
+            ("e", self.ep),
+            ("etp", self.etp),
+        )
         for letter, size in sizes:
             if type(size) is not int or size < 1:
                 return f"{letter} must be a positive int, not {size!r}", "sizes start at 1"
@@ -95,14 +103,20 @@ class ModelAllocation:
             return "etp > 1 needs the attn/ffn form", f"e.g. {HYBRID_EXAMPLE}"
         world, experts = self.world_size, self.pp * self.etp * self.ep
         if world > MAX_GPUS:
-            return (f"world size {world} is more than the {MAX_GPUS} GPUs areal-launch plans "
-                    "for", "use smaller sizes")
+            return (
+                f"world size {world} is more than the {MAX_GPUS} GPUs areal-launch plans for",
+                "use smaller sizes",
+            )
         if world % experts:
-            return (f"pp*etp*ep ({experts}) does not divide the world size ({world})",
-                    "choose expert sizes whose product with pp divides dp*tp*pp*cp")
+            return (
+                f"pp*etp*ep ({experts}) does not divide the world size ({world})",
+                "choose expert sizes whose product with pp divides dp*tp*pp*cp",
+            )
         if type(self.edp) is not int or self.edp not in (0, world // experts):
-            return (f"edp {self.edp!r} != world/(pp*etp*ep) = {world // experts}",
-                    "leave edp out to derive it")
+            return (
+                f"edp {self.edp!r} != world/(pp*etp*ep) = {world // experts}",
+                "leave edp out to derive it",
+            )
         return None
 
     @property
@@ -119,8 +133,15 @@ class ModelAllocation:
         return self.kind == registry.SERVE
 
     def to_dict(self) -> dict:
-        return {"dp": self.dp, "tp": self.tp, "pp": self.pp, "cp": self.cp,
-                "ep": self.ep, "etp": self.etp, "edp": self.edp}
+        return {
+            "dp": self.dp,
+            "tp": self.tp,
+            "pp": self.pp,
+            "cp": self.cp,
+            "ep": self.ep,
+            "etp": self.etp,
+            "edp": self.edp,
+        }
 
     def __str__(self) -> str:
         """Canonical text: dims in the order d p t c e, size-1 dims left out, no spaces."""
@@ -128,8 +149,9 @@ class ModelAllocation:
             attn = _dims_text((("d", self.dp), ("p", self.pp), ("t", self.tp), ("c", self.cp)))
             ffn = _dims_text((("d", self.edp), ("p", self.pp), ("t", self.etp), ("e", self.ep)))
             return f"{self.backend}:(attn:{attn}|ffn:{ffn})"
-        return f"{self.backend}:" + _dims_text((("d", self.dp), ("p", self.pp), ("t", self.tp),
-                                                ("c", self.cp), ("e", self.ep)))
+        return f"{self.backend}:" + _dims_text(
+            (("d", self.dp), ("p", self.pp), ("t", self.tp), ("c", self.cp), ("e", self.ep))
+        )
 
 
 def _dims_text(dims: tuple[tuple[str, int], ...]) -> str:
@@ -144,8 +166,9 @@ def _not_taken(backend: str, dim: str) -> str:
     name = DIM_NAMES.get(dim, dim)
     if others:
         return f"{backend} takes {takes}; use {others[0]} for {name} parallel"
-    trainers = ", ".join(b for b in registry.backend_names(registry.TRAIN)
-                         if dim in (registry.backend_dims(b) or ""))
+    trainers = ", ".join(
+        b for b in registry.backend_names(registry.TRAIN) if dim in (registry.backend_dims(b) or "")
+    )
     return f"{backend} takes {takes}; {name} parallel is for training backends: {trainers}"
 
 
@@ -158,8 +181,9 @@ class SpecText:
         self.spec = spec
         s = "".join(spec.split())
         self.s, self.n = s, len(s)
-        self.cols = None if len(s) == len(spec) else [i for i, ch in enumerate(spec)
-                                                       if not ch.isspace()]
+        self.cols = (
+            None if len(s) == len(spec) else [i for i, ch in enumerate(spec) if not ch.isspace()]
+        )
 
     def column(self, pos: int) -> int:
         if self.cols is None:
@@ -176,8 +200,9 @@ class SpecText:
         if not s.islower():
             for k, ch in enumerate(s):
                 if "A" <= ch <= "Z":
-                    raise self.error(k, "backend strings are lowercase",
-                                     f"use lowercase: {s.lower()}")
+                    raise self.error(
+                        k, "backend strings are lowercase", f"use lowercase: {s.lower()}"
+                    )
 
 
 ANONYMOUS_DIMS = "dtpce"  # what a legacy part without a backend may take (then fsdp or megatron)
@@ -192,8 +217,11 @@ def anonymous_backend(pp: int, ep: int, hybrid: bool) -> str:
 def starts_anonymous(t: SpecText, i: int) -> bool:
     """A legacy part with no backend: `[name]:dims`, `d4p2`, `attn:...|ffn:...`, `(attn:...`."""
     s, n = t.s, t.n
-    return i < n and (s[i] in "[(" or s.startswith("attn", i)
-                      or (s[i] in DIM_NAMES and i + 1 < n and s[i + 1] in DIGITS))
+    return i < n and (
+        s[i] in "[("
+        or s.startswith("attn", i)
+        or (s[i] in DIM_NAMES and i + 1 < n and s[i + 1] in DIGITS)
+    )
 
 
 def read_component(t: SpecText, i: int, names: bool) -> tuple[ModelAllocation, Optional[str], int]:
@@ -215,12 +243,12 @@ def read_component(t: SpecText, i: int, names: bool) -> tuple[ModelAllocation, O
     name = None
     if j < n and s[j] == "[":
         if not names:
-            label = s[j:s.find("]", j) + 1] or "[actor]"
+            label = s[j : s.find("]", j) + 1] or "[actor]"
             raise _several_engines(t, j, f"engine names like {label!r} are allocation_mode syntax")
         k = s.find("]", j)
         if k < 0:
             raise t.error(j, "unclosed '['", "write the name as fsdp[actor]:d4")
-        name = s[j + 1:k]
+        name = s[j + 1 : k]
         j = k + 1
     if anonymous and name is None and j < n and s[j] != ":":
         pass  # bare dims (`d4`) or a bare attn/ffn form
@@ -229,16 +257,22 @@ def read_component(t: SpecText, i: int, names: bool) -> tuple[ModelAllocation, O
             fix = s.replace(".", ":")
             raise t.error(j, "use ':' after the backend, not '.'", f"write {fix}")
         shown = backend or s[i:j]
-        raise t.error(j, f"expected ':' and dims after {shown!r}",
-                      f"e.g. {example(backend) if backend else 'fsdp[actor]:d4'}")
+        raise t.error(
+            j,
+            f"expected ':' and dims after {shown!r}",
+            f"e.g. {example(backend) if backend else 'fsdp[actor]:d4'}",
+        )
     else:
         j += 1
     if j < n and (s[j] == "(" or s.startswith("attn", j)):
         if anonymous:
             backend = anonymous_backend(1, 1, hybrid=True)
         elif not is_hybrid_backend(backend):
-            raise t.error(j, f"{backend} has no attn/ffn form",
-                          f"only megatron and archon do, e.g. {HYBRID_EXAMPLE}")
+            raise t.error(
+                j,
+                f"{backend} has no attn/ffn form",
+                f"only megatron and archon do, e.g. {HYBRID_EXAMPLE}",
+            )
         alloc, j = _read_hybrid(t, j, backend)
         return alloc, name, j
     start = j
@@ -246,16 +280,22 @@ def read_component(t: SpecText, i: int, names: bool) -> tuple[ModelAllocation, O
     if s.startswith("|ffn", j) and (anonymous or is_hybrid_backend(backend)):
         end = s.find("+", j)
         rest = (s[j:end] if end >= 0 else s[j:]).rstrip(")") + ")"
-        raise t.error(start, "the attn/ffn form needs 'attn:' before the attention dims",
-                      f"write {backend or 'megatron'}:(attn:{s[start:j]}{rest}")
+        raise t.error(
+            start,
+            "the attn/ffn form needs 'attn:' before the attention dims",
+            f"write {backend or 'megatron'}:(attn:{s[start:j]}{rest}",
+        )
     dp, tp, pp, cp = dims.get("d", 1), dims.get("t", 1), dims.get("p", 1), dims.get("c", 1)
     ep = dims.get("e", 1)
     if anonymous:
         backend = anonymous_backend(pp, ep, hybrid=False)
     world = _bounded_world(t, start, dp * tp * pp * cp)
     if ep > 1 and world % (pp * ep):
-        raise t.error(pos["e"], f"p*e ({pp * ep}) does not divide the world size d*t*p*c "
-                                f"({world})", f"choose e so that p*e divides {world}")
+        raise t.error(
+            pos["e"],
+            f"p*e ({pp * ep}) does not divide the world size d*t*p*c ({world})",
+            f"choose e so that p*e divides {world}",
+        )
     return ModelAllocation(backend, dp, tp, pp, cp, ep, 1, world // (pp * ep)), name, j
 
 
@@ -263,8 +303,11 @@ def _bounded_world(t: SpecText, pos: int, world: int) -> int:
     """World sizes are GPU counts: past MAX_GPUS nothing could place them, and building their
     rank maps would only eat memory, so they are refused here, in microseconds."""
     if world > MAX_GPUS:
-        raise t.error(pos, f"world size d*t*p*c = {world} is more than the {MAX_GPUS} GPUs "
-                           "areal-launch plans for", "use smaller dims")
+        raise t.error(
+            pos,
+            f"world size d*t*p*c = {world} is more than the {MAX_GPUS} GPUs areal-launch plans for",
+            "use smaller dims",
+        )
     return world
 
 
@@ -290,28 +333,35 @@ def _read_dims(t: SpecText, i: int, takes: str, owner: str) -> tuple[dict, dict,
         if s[j] == "0":
             fix = s[j:k].lstrip("0")
             if not fix:
-                raise t.error(j, f"sizes start at 1, not {ch}{s[j:k]}",
-                              f"write {ch}1 or leave {ch} out")
+                raise t.error(
+                    j, f"sizes start at 1, not {ch}{s[j:k]}", f"write {ch}1 or leave {ch} out"
+                )
             raise t.error(j, f"size {s[j:k]} has a leading zero", f"write {ch}{fix}")
         if k - j > MAX_SIZE_DIGITS:
             raise t.error(j, f"size of {ch!r} is too large", "sizes are GPU counts")
         if ch in sizes:
-            raise t.error(i, f"{ch!r} given twice, first at column {t.column(pos[ch])}",
-                          "give each dim once")
+            raise t.error(
+                i, f"{ch!r} given twice, first at column {t.column(pos[ch])}", "give each dim once"
+            )
         size = int(s[j:k])
         if ch not in takes and (size > 1 or owner in ("attn", "ffn")):
             if owner == "attn":
-                raise t.error(i, f"attn does not take {ch!r}", "e goes in the ffn part; "
-                                                               "attn takes d, t, p, c")
+                raise t.error(
+                    i, f"attn does not take {ch!r}", "e goes in the ffn part; attn takes d, t, p, c"
+                )
             if owner == "ffn":
-                raise t.error(i, f"ffn does not take {ch!r}", "c goes in the attn part; "
-                                                              "ffn takes d, t, p, e")
+                raise t.error(
+                    i, f"ffn does not take {ch!r}", "c goes in the attn part; ffn takes d, t, p, e"
+                )
             raise t.error(i, f"{owner} does not take {ch!r}", _not_taken(owner, ch))
         sizes[ch], pos[ch] = size, i
         i = k
     if not sizes:
-        raise t.error(i, f"expected dims after {t.s[:i]!r}",
-                      f"e.g. {example(owner) if registry.backend_dims(owner) else HYBRID_EXAMPLE}")
+        raise t.error(
+            i,
+            f"expected dims after {t.s[:i]!r}",
+            f"e.g. {example(owner) if registry.backend_dims(owner) else HYBRID_EXAMPLE}",
+        )
     return sizes, pos, i
 
 
@@ -323,10 +373,14 @@ def _not_a_dim(t: SpecText, i: int, first: bool) -> AllocationError:
             return t.error(i, "the attn/ffn form starts with 'attn:'", f"e.g. {HYBRID_EXAMPLE}")
         return t.error(i, "missing '|' before 'ffn'", f"e.g. {HYBRID_EXAMPLE}")
     if any(s.startswith(b, i) for b in registry.backend_names()):
-        return t.error(i, "a second backend with no '+' before it",
-                       "allocation_mode joins engines with '+'; a backend field holds one")
-    return t.error(i, f"unknown dim {s[i]!r}",
-                   "dims are d data, t tensor, p pipeline, c context, e expert")
+        return t.error(
+            i,
+            "a second backend with no '+' before it",
+            "allocation_mode joins engines with '+'; a backend field holds one",
+        )
+    return t.error(
+        i, f"unknown dim {s[i]!r}", "dims are d data, t tensor, p pipeline, c context, e expert"
+    )
 
 
 def _read_hybrid(t: SpecText, i: int, backend: str) -> tuple[ModelAllocation, int]:
@@ -349,21 +403,30 @@ def _read_hybrid(t: SpecText, i: int, backend: str) -> tuple[ModelAllocation, in
     dp, tp, pp, cp = attn.get("d", 1), attn.get("t", 1), attn.get("p", 1), attn.get("c", 1)
     world = _bounded_world(t, ffn_at - 1, dp * tp * pp * cp)
     if ffn.get("p", pp) != pp:
-        raise t.error(fpos["p"], f"ffn p{ffn['p']} differs from attn p{pp}",
-                      "p must be equal in attn and ffn; leave it out of ffn to inherit it")
+        raise t.error(
+            fpos["p"],
+            f"ffn p{ffn['p']} differs from attn p{pp}",
+            "p must be equal in attn and ffn; leave it out of ffn to inherit it",
+        )
     ep, etp = ffn.get("e", 1), ffn.get("t", 1)
     if "d" in ffn:
         edp = ffn["d"]
     elif world % (ep * etp * pp):
-        raise t.error(ffn_at, f"cannot derive expert dp: attn world_size ({world}) is not "
-                              f"divisible by ffn ep*tp*pp ({ep * etp * pp})",
-                      f"choose ffn e, t, p whose product divides {world}")
+        raise t.error(
+            ffn_at,
+            f"cannot derive expert dp: attn world_size ({world}) is not "
+            f"divisible by ffn ep*tp*pp ({ep * etp * pp})",
+            f"choose ffn e, t, p whose product divides {world}",
+        )
     else:
         edp = world // (ep * etp * pp)
     if edp * pp * etp * ep != world:
-        raise t.error(ffn_at, f"ffn world size d*p*t*e ({edp * pp * etp * ep}) differs from "
-                              f"attn world size d*p*t*c ({world})",
-                      "both parts describe the same GPUs; leave ffn d out to derive it")
+        raise t.error(
+            ffn_at,
+            f"ffn world size d*p*t*e ({edp * pp * etp * ep}) differs from "
+            f"attn world size d*p*t*c ({world})",
+            "both parts describe the same GPUs; leave ffn d out to derive it",
+        )
     return ModelAllocation(backend, dp, tp, pp, cp, ep, etp, edp, True), i
 
 
@@ -380,8 +443,9 @@ def _unknown_backend(t: SpecText, i: int, j: int, word: str) -> AllocationError:
     for name in registry.backend_names():
         if word.startswith(name):
             cut = i + len(name)
-            return t.error(cut, f"unknown backend {word!r}",
-                           f"put ':' after the backend: {s[:cut]}:{s[cut:]}")
+            return t.error(
+                cut, f"unknown backend {word!r}", f"put ':' after the backend: {s[:cut]}:{s[cut:]}"
+            )
     import difflib  # only on this error path
 
     close = difflib.get_close_matches(word, registry.backend_names(), n=1)
@@ -420,14 +484,18 @@ def read_parts(t: SpecText) -> list[Part]:
             return parts
         ch = t.s[j]
         if ch not in "+|":
-            raise t.error(j, f"unexpected {ch!r}", "join parts with '+' (separate GPUs) or "
-                                                   "'|' (shared GPUs)")
+            raise t.error(
+                j, f"unexpected {ch!r}", "join parts with '+' (separate GPUs) or '|' (shared GPUs)"
+            )
         if ch == "+":
             group += 1
         i = j + 1
         if i == t.n:
-            raise t.error(i, f"expected a part after {ch!r}",
-                          "e.g. sglang[rollout]:d2+fsdp[actor]:d4|fsdp[critic]:d4")
+            raise t.error(
+                i,
+                f"expected a part after {ch!r}",
+                "e.g. sglang[rollout]:d2+fsdp[actor]:d4|fsdp[critic]:d4",
+            )
 
 
 def implied_names(parts: list[Part]) -> list[Optional[str]]:
@@ -458,12 +526,16 @@ def _several_engines(t: SpecText, i: int, what: str) -> AllocationError:
         named = [(n, p.alloc) for n, p in zip(implied_names(parts), parts) if p.alloc]
         if all(n is not None for n, _ in named) and named:
             texts = [f"{n}.backend={a}" for n, a in named]
-            fields = " and ".join((", ".join(texts[:-1]), texts[-1])) if len(texts) > 1 \
-                else texts[0]
+            fields = (
+                " and ".join((", ".join(texts[:-1]), texts[-1])) if len(texts) > 1 else texts[0]
+            )
     except AllocationError:
         pass
-    return t.error(i, what, f"this field holds one engine's backend: set {fields} separately, "
-                            "or use allocation_mode")
+    return t.error(
+        i,
+        what,
+        f"this field holds one engine's backend: set {fields} separately, or use allocation_mode",
+    )
 
 
 def parse_backend(spec: str) -> ModelAllocation:
@@ -472,17 +544,19 @@ def parse_backend(spec: str) -> ModelAllocation:
         raise AllocationError(repr(spec), "a backend string must be text", hint="e.g. fsdp:d8")
     t = SpecText(spec)
     if not t.n:
-        raise AllocationError(spec, "empty backend string",
-                              hint="write <backend>:<dims>, e.g. sglang:d4t2 or fsdp:d8")
+        raise AllocationError(
+            spec, "empty backend string", hint="write <backend>:<dims>, e.g. sglang:d4t2 or fsdp:d8"
+        )
     t.require_lowercase()
     s = t.s
     alloc, _, i = read_component(t, 0, names=False)
     if i < t.n:
         ch = s[i]
         if ch in "+|":
-            raise _several_engines(t, i, f"{ch!r} joins several engines, which is allocation_mode "
-                                         "syntax")
+            raise _several_engines(
+                t, i, f"{ch!r} joins several engines, which is allocation_mode syntax"
+            )
         if ch == ")":
             raise t.error(i, "unmatched ')'", f"write {s[:i]}")
-        raise t.error(i, f"unexpected {ch!r}", f"write dims together: {s[:i]}{s[i + 1:]}")
+        raise t.error(i, f"unexpected {ch!r}", f"write dims together: {s[:i]}{s[i + 1 :]}")
     return alloc

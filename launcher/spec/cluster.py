@@ -5,6 +5,7 @@ Node groups (RLinf's `cluster.node_groups`, docs/architecture.md §15) label set
 carry their own environment and Python, and may have no GPUs: CPU-only nodes come after every
 GPU node (`cpu_nodes` of the `num_nodes`), so the numbering above holds unchanged.
 """
+
 from __future__ import annotations
 
 import re
@@ -26,14 +27,25 @@ class NodeGroup:
     hardware: Optional[str] = None  # what the nodes are (H100, Franka, ...), for people
 
     def to_dict(self) -> dict:
-        return {"label": self.label, "nodes": list(self.nodes), "gpus": self.gpus,
-                "env": dict(self.env), "python": self.python, "hardware": self.hardware}
+        return {
+            "label": self.label,
+            "nodes": list(self.nodes),
+            "gpus": self.gpus,
+            "env": dict(self.env),
+            "python": self.python,
+            "hardware": self.hardware,
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "NodeGroup":
-        return cls(str(d["label"]), tuple(int(n) for n in d["nodes"]), bool(d.get("gpus", True)),
-                   {str(k): str(v) for k, v in (d.get("env") or {}).items()}, d.get("python"),
-                   d.get("hardware"))
+        return cls(
+            str(d["label"]),
+            tuple(int(n) for n in d["nodes"]),
+            bool(d.get("gpus", True)),
+            {str(k): str(v) for k, v in (d.get("env") or {}).items()},
+            d.get("python"),
+            d.get("hardware"),
+        )
 
 
 @dataclass(frozen=True)
@@ -66,8 +78,11 @@ class ClusterSpec:
         return next((g for g in self.groups if node in g.nodes), None)
 
     def to_dict(self) -> dict:
-        out: dict[str, Any] = {"num_nodes": self.num_nodes, "gpus_per_node": self.gpus_per_node,
-                               "device": self.device}
+        out: dict[str, Any] = {
+            "num_nodes": self.num_nodes,
+            "gpus_per_node": self.gpus_per_node,
+            "device": self.device,
+        }
         if self.groups or self.cpu_nodes:
             out["cpu_nodes"] = self.cpu_nodes
             out["node_groups"] = [g.to_dict() for g in self.groups]
@@ -75,9 +90,13 @@ class ClusterSpec:
 
     @classmethod
     def from_dict(cls, c: Mapping[str, Any]) -> "ClusterSpec":
-        return cls(int(c["num_nodes"]), int(c["gpus_per_node"]), str(c.get("device", "cuda")),
-                   tuple(NodeGroup.from_dict(g) for g in c.get("node_groups", ())),
-                   int(c.get("cpu_nodes", 0)))
+        return cls(
+            int(c["num_nodes"]),
+            int(c["gpus_per_node"]),
+            str(c.get("device", "cuda")),
+            tuple(NodeGroup.from_dict(g) for g in c.get("node_groups", ())),
+            int(c.get("cpu_nodes", 0)),
+        )
 
 
 UNBOUNDED = ClusterSpec(1, 1 << 16, "cpu")  # more virtual slots than any machine runs

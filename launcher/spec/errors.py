@@ -9,6 +9,7 @@ catches everything the launcher says, and `except UserError` only the mistakes.
 
 The CLI prints either as one `error:` line with exit code 2.
 """
+
 from __future__ import annotations
 
 

@@ -3,6 +3,7 @@
 Parsing and printing live together so that every message and picture writes a set the way the
 user would type it (`format_gpu_set(parse_gpu_set(t)) == t` for canonical text).
 """
+
 from __future__ import annotations
 
 import re
@@ -22,8 +23,9 @@ def _fail(text: str, key: str, problem: str, fix: str) -> PlacementError:
 
 def _cluster_words(cluster: ClusterSpec) -> str:
     nodes = "node" if cluster.num_nodes == 1 else "nodes"
-    return (f"GPUs 0-{cluster.total_gpus - 1} ({cluster.gpu_nodes} {nodes} x "
-            f"{cluster.gpus_per_node})")
+    return (
+        f"GPUs 0-{cluster.total_gpus - 1} ({cluster.gpu_nodes} {nodes} x {cluster.gpus_per_node})"
+    )
 
 
 def parse_gpu_set(text: Union[str, int], cluster: ClusterSpec, key: str = "") -> tuple[int, ...]:
@@ -46,23 +48,37 @@ def parse_gpu_set(text: Union[str, int], cluster: ClusterSpec, key: str = "") ->
         part = part.strip()
         match = _ITEM.fullmatch(part)
         if match is None:
-            raise _fail(text, key, f"{part!r} is not a GPU index or range",
-                        "write all, a-b, a, or a list like 0-2,5,7")
+            raise _fail(
+                text,
+                key,
+                f"{part!r} is not a GPU index or range",
+                "write all, a-b, a, or a list like 0-2,5,7",
+            )
         if max(len(match[1]), len(match[2] or "")) > MAX_INDEX_DIGITS:
-            raise _fail(text[:40] + ("..." if len(text) > 40 else ""), key,
-                        "a GPU index is too large", f"the cluster has {_cluster_words(cluster)}")
+            raise _fail(
+                text[:40] + ("..." if len(text) > 40 else ""),
+                key,
+                "a GPU index is too large",
+                f"the cluster has {_cluster_words(cluster)}",
+            )
         lo = int(match[1])
         hi = int(match[2]) if match[2] is not None else lo
         if hi < lo:
             raise _fail(text, key, f"range {part!r} descends", f"write {hi}-{lo}")
         if gpus and lo <= gpus[-1]:
-            problem = (f"GPU {lo} is listed twice" if lo in gpus else
-                       f"{part!r} comes after GPU {gpus[-1]}")
+            problem = (
+                f"GPU {lo} is listed twice"
+                if lo in gpus
+                else f"{part!r} comes after GPU {gpus[-1]}"
+            )
             raise _fail(text, key, problem, "list each GPU once, in ascending order")
         if hi >= total:
-            raise _fail(text, key, f"GPU {hi} is outside the cluster, which has "
-                        f"{_cluster_words(cluster)}",
-                        "use smaller indices or raise cluster.num_nodes")
+            raise _fail(
+                text,
+                key,
+                f"GPU {hi} is outside the cluster, which has {_cluster_words(cluster)}",
+                "use smaller indices or raise cluster.num_nodes",
+            )
         gpus.extend(range(lo, hi + 1))
     return tuple(gpus)
 

@@ -4,6 +4,7 @@ A huge number is refused with a clear error in microseconds, before any list of 
 built (a plan for a billion nodes would otherwise eat memory for a minute and die). The bounds
 are far above any real job: the largest training clusters have about 10^5 GPUs.
 """
+
 from __future__ import annotations
 
 import math

@@ -1,10 +1,12 @@
-"""The plan: everything the launcher decided, as pure data (JSON schema 1, docs/architecture.md §6), and the
+"""The plan: everything the launcher decided, as pure data (JSON schema 1, docs/architecture.md
+§6), and the
 environment contract every started process is told (docs/architecture.md §7).
 
 `plan` prints it, runners write it to the run folder and hand its path to every process
 (`AREAL_LAUNCH_PLAN`); `Plan.from_dict` reads it back, so the launcher, the runtime API and
 every runner share one reader. Built by `launcher.planning.build.build_plan`; nothing here does I/O.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -20,12 +22,18 @@ from launcher.spec.registry import TRAIN, WORKER
 
 SCHEMA = 1
 ENGINES = ("rollout", "actor", "critic", "ref", "teacher", "inference")  # engine order, everywhere
-INHERITING = ("critic", "ref", "teacher", "inference")  # may take the actor's backend ("") and share its GPUs
+INHERITING = (
+    "critic",
+    "ref",
+    "teacher",
+    "inference",
+)  # may take the actor's backend ("") and share its GPUs
 ON_WHEN_PLACED = ("inference",)  # off by default, the actor's backend when placed (RLinf's)
 WORKERS = ("env", "reward", "agent")  # RLinf's worker components, top-level keys of the config
 
 # ----------------------------------------------------------------------------- environment
-# What a started process is told (docs/architecture.md §7). Every reader and writer imports these names.
+# What a started process is told (docs/architecture.md §7). Every reader and writer imports these
+# names.
 ENV_PLAN = "AREAL_LAUNCH_PLAN"  # path of the plan JSON
 ENV_RUN_DIR = "AREAL_RUN_DIR"  # the run folder
 ENV_COMPONENT = "AREAL_COMPONENT"  # the engine(s) a process serves: "actor" or "actor,ref"
@@ -85,6 +93,7 @@ def fill_hosts(text: str, hosts: Sequence[str]) -> str:
     def one(m: "re.Match[str]") -> str:
         host = hosts[int(m.group(2))]
         return host if m.group(1) == "NODE" else bind_address(host)
+
     return _PLACEHOLDER.sub(one, text)
 
 
@@ -116,13 +125,22 @@ class Rank:
     cp: int
 
     def to_dict(self) -> dict:
-        return dict(rank=self.rank, gpu=self.gpu, node=self.node, local_gpu=self.local_gpu,
-                    dp=self.dp, tp=self.tp, pp=self.pp, cp=self.cp)
+        return dict(
+            rank=self.rank,
+            gpu=self.gpu,
+            node=self.node,
+            local_gpu=self.local_gpu,
+            dp=self.dp,
+            tp=self.tp,
+            pp=self.pp,
+            cp=self.cp,
+        )
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Rank":
-        return cls(*(int(d[k]) for k in ("rank", "gpu", "node", "local_gpu", "dp", "tp", "pp",
-                                          "cp")))
+        return cls(
+            *(int(d[k]) for k in ("rank", "gpu", "node", "local_gpu", "dp", "tp", "pp", "cp"))
+        )
 
 
 @dataclass(frozen=True)
@@ -181,8 +199,12 @@ class Runs(Sequence[Instance]):
 
     @classmethod
     def from_list(cls, items: Sequence[Mapping[str, Any]]) -> "Runs":
-        return cls([(int(r["first"]), int(r["count"]), tuple(int(g) for g in r["gpus"]),
-                     int(r["node"])) for r in items])
+        return cls(
+            [
+                (int(r["first"]), int(r["count"]), tuple(int(g) for g in r["gpus"]), int(r["node"]))
+                for r in items
+            ]
+        )
 
 
 @dataclass(frozen=True)
@@ -208,8 +230,11 @@ class WeightSync:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "WeightSync":
-        return cls(d["from"], d["to"], tuple(SyncPair(int(p["rank"]), int(p["instance"]),
-                                                      int(p["tp"])) for p in d["pairs"]))
+        return cls(
+            d["from"],
+            d["to"],
+            tuple(SyncPair(int(p["rank"]), int(p["instance"]), int(p["tp"])) for p in d["pairs"]),
+        )
 
 
 @dataclass(frozen=True)
@@ -242,19 +267,31 @@ class ProcessSpec:
         return self.role == "trainer"
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "component": self.component, "role": self.role,
-                "node": self.node, "argv": list(self.argv), "env": dict(self.env),
-                "gpus": list(self.gpus), "ports": list(self.ports),
-                "health_url": self.health_url}
+        return {
+            "name": self.name,
+            "component": self.component,
+            "role": self.role,
+            "node": self.node,
+            "argv": list(self.argv),
+            "env": dict(self.env),
+            "gpus": list(self.gpus),
+            "ports": list(self.ports),
+            "health_url": self.health_url,
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ProcessSpec":
-        return cls(name=str(d["name"]), component=str(d.get("component", d["name"])),
-                   role=str(d["role"]), node=int(d.get("node", 0)), argv=tuple(d["argv"]),
-                   env={str(k): str(v) for k, v in (d.get("env") or {}).items()},
-                   gpus=tuple(int(g) for g in d.get("gpus", ())),
-                   ports=tuple(int(p) for p in d.get("ports", ())),
-                   health_url=d.get("health_url"))
+        return cls(
+            name=str(d["name"]),
+            component=str(d.get("component", d["name"])),
+            role=str(d["role"]),
+            node=int(d.get("node", 0)),
+            argv=tuple(d["argv"]),
+            env={str(k): str(v) for k, v in (d.get("env") or {}).items()},
+            gpus=tuple(int(g) for g in d.get("gpus", ())),
+            ports=tuple(int(p) for p in d.get("ports", ())),
+            health_url=d.get("health_url"),
+        )
 
 
 @dataclass(frozen=True)
@@ -309,16 +346,20 @@ class ComponentPlan:
 
     @classmethod
     def from_dict(cls, name: str, d: Mapping[str, Any]) -> "ComponentPlan":
-        return cls(name=name, alloc=parse_backend(str(d["spec"])),
-                   inherited_from=d.get("inherited_from"), gpus=tuple(d.get("gpus", ())),
-                   ranks=tuple(Rank.from_dict(r) for r in d.get("ranks", ())),
-                   instances=Runs.from_list(d["runs"]) if "runs" in d else
-                   tuple(Instance.from_dict(i) for i in d.get("instances", ())))
+        return cls(
+            name=name,
+            alloc=parse_backend(str(d["spec"])),
+            inherited_from=d.get("inherited_from"),
+            gpus=tuple(d.get("gpus", ())),
+            ranks=tuple(Rank.from_dict(r) for r in d.get("ranks", ())),
+            instances=Runs.from_list(d["runs"])
+            if "runs" in d
+            else tuple(Instance.from_dict(i) for i in d.get("instances", ())),
+        )
 
 
 INDENT_UP_TO = 256  # processes
-_KNOWN_KEYS = ("schema", "cluster", "mode", "components", "weight_sync", "processes",
-               "warnings")
+_KNOWN_KEYS = ("schema", "cluster", "mode", "components", "weight_sync", "processes", "warnings")
 
 
 def plan_meta(d: Mapping[str, Any]) -> dict:
@@ -366,11 +407,12 @@ class Plan:
         """The plan a `to_dict` wrote (the launcher's own JSON; not for untrusted input)."""
         if d.get("schema") != SCHEMA:
             raise ValueError(f"plan schema {d.get('schema')!r}: this launcher reads {SCHEMA}")
-        return cls(cluster=ClusterSpec.from_dict(d["cluster"]),
-                   mode=str(d["mode"]),
-                   components={n: ComponentPlan.from_dict(n, comp)
-                               for n, comp in d["components"].items()},
-                   weight_sync=tuple(WeightSync.from_dict(w) for w in d.get("weight_sync", ())),
-                   processes=tuple(ProcessSpec.from_dict(p) for p in d.get("processes", ())),
-                   warnings=tuple(d.get("warnings", ())),
-                   meta=plan_meta(d))
+        return cls(
+            cluster=ClusterSpec.from_dict(d["cluster"]),
+            mode=str(d["mode"]),
+            components={n: ComponentPlan.from_dict(n, comp) for n, comp in d["components"].items()},
+            weight_sync=tuple(WeightSync.from_dict(w) for w in d.get("weight_sync", ())),
+            processes=tuple(ProcessSpec.from_dict(p) for p in d.get("processes", ())),
+            warnings=tuple(d.get("warnings", ())),
+            meta=plan_meta(d),
+        )

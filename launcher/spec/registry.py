@@ -15,6 +15,7 @@ This module sits at the bottom layer and names the upper ones only as strings: t
 importing launcher.backends, and the schema finds the recipes' options without importing
 recipes.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -88,8 +89,10 @@ class Registry:
                 for part in filter(None, attr.split(".")):
                     obj = getattr(obj, part)
             except (ImportError, AttributeError) as exc:
-                raise ConfigError(f"{self.group} entry {name!r} = {path!r} cannot be loaded "
-                                  f"({exc}); reinstall the package that registers it") from None
+                raise ConfigError(
+                    f"{self.group} entry {name!r} = {path!r} cannot be loaded "
+                    f"({exc}); reinstall the package that registers it"
+                ) from None
             self._loaded[name] = obj
         return self._loaded[name]
 
@@ -107,8 +110,11 @@ def _entry_points() -> dict[str, tuple[tuple[str, str], ...]]:
     seen: set[str] = set()
     for folder in sys.path:
         try:
-            entries = sorted(e.name for e in os.scandir(folder or ".")
-                             if e.name.endswith((".dist-info", ".egg-info")))
+            entries = sorted(
+                e.name
+                for e in os.scandir(folder or ".")
+                if e.name.endswith((".dist-info", ".egg-info"))
+            )
         except OSError:  # a zip, or a folder that is not there
             continue
         for entry in entries:

@@ -1,13 +1,15 @@
 """The launch request: what every runner executes, and what a dry run prints
 (docs/architecture.md, "Runners").
 
-Backends turn the plan into processes (launcher.backends.processes); the request adds what the node supervisors need (run id, run
+Backends turn the plan into processes (launcher.backends.processes); the request adds what the node
+supervisors need (run id, run
 folder, deadlines). It is runner-neutral: hosts are placeholders and GPUs are positions in a
 node's visible GPUs. `materialize` is the one place that turns a process into what is exec'd
 on a node: hosts filled in, CUDA_VISIBLE_DEVICES set to the GPUs those positions name there
 (the user's mask, Slurm's or Ray's ids, UUIDs and MIG ids as given). The supervisor runs it on
 the node; dry runs run it too, so what they print is what would run.
 """
+
 from __future__ import annotations
 
 import json
@@ -47,8 +49,7 @@ class ArealFolders:
     trial: str  # "<experiment_name>/<trial_name>"
 
     def to_dict(self) -> dict:
-        return {"fileroot": self.fileroot, "name_resolve": self.name_resolve,
-                "trial": self.trial}
+        return {"fileroot": self.fileroot, "name_resolve": self.name_resolve, "trial": self.trial}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ArealFolders":
@@ -67,13 +68,15 @@ class FlagCheck:
     origins: tuple[tuple[str, str], ...]  # (flag, where it was written)
 
     def to_dict(self) -> dict:
-        return {"backend": self.backend, "component": self.component,
-                "origins": dict(self.origins)}
+        return {"backend": self.backend, "component": self.component, "origins": dict(self.origins)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "FlagCheck":
-        return cls(str(d["backend"]), str(d["component"]),
-                   tuple((str(k), str(v)) for k, v in dict(d["origins"]).items()))
+        return cls(
+            str(d["backend"]),
+            str(d["component"]),
+            tuple((str(k), str(v)) for k, v in dict(d["origins"]).items()),
+        )
 
 
 @dataclass(frozen=True)
@@ -147,8 +150,12 @@ class LaunchRequest:
     def nodes_needed(self) -> int:
         """Nodes the run needs: up to the highest node a process runs on or names."""
         used = [p.node for p in self.processes]
-        used += [n for p in self.processes for text in (*p.argv, *p.env.values())
-                 for n in nodes_named(text)]
+        used += [
+            n
+            for p in self.processes
+            for text in (*p.argv, *p.env.values())
+            for n in nodes_named(text)
+        ]
         return max(used, default=0) + 1
 
     def node_ask(self, node: int) -> NodeAsk:
@@ -172,20 +179,33 @@ class LaunchRequest:
         if mask_secrets:
             for p in procs:
                 p["env"] = mask_env(p["env"])
-        return {"schema": REQUEST_SCHEMA, "run_id": self.run_id, "run_dir": self.run_dir,
-                "job_name": self.job_name, "device": self.device, "num_nodes": self.num_nodes,
-                "gpus_per_node": self.gpus_per_node,
-                "grace_period_s": self.grace_period_s,
-                "health_timeout_s": self.health_timeout_s, "paths": list(self.paths),
-                "max_restarts": self.max_restarts, "hang_timeout_s": self.hang_timeout_s,
-                "console": self.console,
-                **({"node_groups": [g.to_dict() for g in self.node_groups],
-                    "cpu_nodes": self.cpu_nodes} if self.node_groups or self.cpu_nodes else {}),
-                **({"areal": self.areal.to_dict()} if self.areal else {}),
-                **({"flag_check": self.flag_check.to_dict()} if self.flag_check else {}),
-                **({"asks": {k: a.to_dict() for k, a in self.asks.items()}} if self.asks
-                   else {}),
-                "processes": procs}
+        return {
+            "schema": REQUEST_SCHEMA,
+            "run_id": self.run_id,
+            "run_dir": self.run_dir,
+            "job_name": self.job_name,
+            "device": self.device,
+            "num_nodes": self.num_nodes,
+            "gpus_per_node": self.gpus_per_node,
+            "grace_period_s": self.grace_period_s,
+            "health_timeout_s": self.health_timeout_s,
+            "paths": list(self.paths),
+            "max_restarts": self.max_restarts,
+            "hang_timeout_s": self.hang_timeout_s,
+            "console": self.console,
+            **(
+                {
+                    "node_groups": [g.to_dict() for g in self.node_groups],
+                    "cpu_nodes": self.cpu_nodes,
+                }
+                if self.node_groups or self.cpu_nodes
+                else {}
+            ),
+            **({"areal": self.areal.to_dict()} if self.areal else {}),
+            **({"flag_check": self.flag_check.to_dict()} if self.flag_check else {}),
+            **({"asks": {k: a.to_dict() for k, a in self.asks.items()}} if self.asks else {}),
+            "processes": procs,
+        }
 
     def to_json(self, mask_secrets: bool = False) -> str:
         indent = 1 if len(self.processes) <= INDENT_UP_TO else None  # as the plan's
@@ -194,25 +214,32 @@ class LaunchRequest:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "LaunchRequest":
         if d.get("schema") != REQUEST_SCHEMA:
-            raise LaunchError(f"launch request schema {d.get('schema')!r}: this launcher reads "
-                              f"{REQUEST_SCHEMA} (was the run started by another version?)")
-        return cls(run_id=str(d["run_id"]), run_dir=str(d["run_dir"]),
-                   job_name=str(d["job_name"]), device=str(d["device"]),
-                   num_nodes=int(d["num_nodes"]), gpus_per_node=int(d["gpus_per_node"]),
-                   processes=tuple(ProcessSpec.from_dict(p) for p in d["processes"]),
-                   grace_period_s=float(d["grace_period_s"]),
-                   health_timeout_s=float(d["health_timeout_s"]),
-                   paths=tuple(str(p) for p in d.get("paths", ())),
-                   max_restarts=int(d.get("max_restarts", 0)),
-                   hang_timeout_s=(None if d.get("hang_timeout_s") is None
-                                   else float(d["hang_timeout_s"])),
-                   console=str(d.get("console", "auto")),
-                   node_groups=tuple(NodeGroup.from_dict(g) for g in d.get("node_groups", ())),
-                   cpu_nodes=int(d.get("cpu_nodes", 0)),
-                   areal=ArealFolders.from_dict(d["areal"]) if d.get("areal") else None,
-                   flag_check=(FlagCheck.from_dict(d["flag_check"]) if d.get("flag_check")
-                               else None),
-                   asks={str(k): EngineAsk.from_dict(a) for k, a in d.get("asks", {}).items()})
+            raise LaunchError(
+                f"launch request schema {d.get('schema')!r}: this launcher reads "
+                f"{REQUEST_SCHEMA} (was the run started by another version?)"
+            )
+        return cls(
+            run_id=str(d["run_id"]),
+            run_dir=str(d["run_dir"]),
+            job_name=str(d["job_name"]),
+            device=str(d["device"]),
+            num_nodes=int(d["num_nodes"]),
+            gpus_per_node=int(d["gpus_per_node"]),
+            processes=tuple(ProcessSpec.from_dict(p) for p in d["processes"]),
+            grace_period_s=float(d["grace_period_s"]),
+            health_timeout_s=float(d["health_timeout_s"]),
+            paths=tuple(str(p) for p in d.get("paths", ())),
+            max_restarts=int(d.get("max_restarts", 0)),
+            hang_timeout_s=(
+                None if d.get("hang_timeout_s") is None else float(d["hang_timeout_s"])
+            ),
+            console=str(d.get("console", "auto")),
+            node_groups=tuple(NodeGroup.from_dict(g) for g in d.get("node_groups", ())),
+            cpu_nodes=int(d.get("cpu_nodes", 0)),
+            areal=ArealFolders.from_dict(d["areal"]) if d.get("areal") else None,
+            flag_check=(FlagCheck.from_dict(d["flag_check"]) if d.get("flag_check") else None),
+            asks={str(k): EngineAsk.from_dict(a) for k, a in d.get("asks", {}).items()},
+        )
 
 
 # ----------------------------------------------------------------------------- on a node
@@ -247,15 +274,22 @@ def gpu_ids(spec: ProcessSpec, visible: Optional[Sequence[str]]) -> str:
     missing = [g for g in spec.gpus if g >= len(visible)]
     if missing:
         shown = ",".join(visible) if visible else "none"
-        raise UserError(f"{spec.name} needs GPU {missing[0]} of node {spec.node}, but "
-                        f"{ENV_GPUS} there shows {len(visible)} GPU(s) ({shown}): plan GPU "
-                        f"indices are positions in the visible GPUs; show more GPUs or set "
-                        f"cluster.gpus_per_node={len(visible)}")
+        raise UserError(
+            f"{spec.name} needs GPU {missing[0]} of node {spec.node}, but "
+            f"{ENV_GPUS} there shows {len(visible)} GPU(s) ({shown}): plan GPU "
+            f"indices are positions in the visible GPUs; show more GPUs or set "
+            f"cluster.gpus_per_node={len(visible)}"
+        )
     return ",".join(visible[g] for g in spec.gpus)
 
 
-def materialize(spec: ProcessSpec, hosts: Sequence[str], visible: Optional[Sequence[str]],
-                device: str, run_id: str) -> Materialized:
+def materialize(
+    spec: ProcessSpec,
+    hosts: Sequence[str],
+    visible: Optional[Sequence[str]],
+    device: str,
+    run_id: str,
+) -> Materialized:
     """What runs for `spec` on its node (see module doc). On cpu every GPU is hidden."""
     env = {k: fill_hosts(v, hosts) for k, v in spec.env.items()}
     env[ENV_GPUS] = gpu_ids(spec, visible) if device == "cuda" else ""

@@ -9,6 +9,7 @@ experiment, the run's tag and its sweep's parent; TensorBoard's log dir in the r
 trainer's rank 0 opens the trackers with it (launcher.worker.tracking); the launcher itself
 imports none of them. Pure: names and strings only.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -22,19 +23,26 @@ TENSORBOARD, WANDB, MLFLOW = "tensorboard", "wandb", "mlflow"
 TRACKERS = (TENSORBOARD, WANDB, MLFLOW)
 DEFAULT = (TENSORBOARD,)
 # what the trainer imports for each tracker (the preflight asks its interpreter), and how to get it
-PACKAGES = {TENSORBOARD: ("tensorboardX",), WANDB: ("wandb",),
-            MLFLOW: ("mlflow", "sqlalchemy", "alembic")}  # mlflow-skinny's SQLite store
-INSTALL = {TENSORBOARD: "pip install 'areal-launch[tensorboard]'",
-           WANDB: "pip install 'areal-launch[wandb]'",
-           MLFLOW: "pip install 'areal-launch[mlflow]'"}
+PACKAGES = {
+    TENSORBOARD: ("tensorboardX",),
+    WANDB: ("wandb",),
+    MLFLOW: ("mlflow", "sqlalchemy", "alembic"),
+}  # mlflow-skinny's SQLite store
+INSTALL = {
+    TENSORBOARD: "pip install 'areal-launch[tensorboard]'",
+    WANDB: "pip install 'areal-launch[wandb]'",
+    MLFLOW: "pip install 'areal-launch[mlflow]'",
+}
 
 ENV_TRACKING = "AREAL_TRACKING"  # the trackers rank 0 writes to, comma-separated ("" none)
 ENV_TENSORBOARD_DIR = "AREAL_TENSORBOARD_DIR"
 ENV_SWEEP = "AREAL_SWEEP"  # the sweep a run is a point of: W&B's group, MLflow's parent run
 ENV_RUN_NAME = "AREAL_RUN_NAME"
 # the environment a user may set (shell or launcher.env) that the launcher then leaves alone
-USER_KEYS = {WANDB: ("WANDB_PROJECT", "WANDB_MODE", "WANDB_ENTITY"),
-             MLFLOW: ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME")}
+USER_KEYS = {
+    WANDB: ("WANDB_PROJECT", "WANDB_MODE", "WANDB_ENTITY"),
+    MLFLOW: ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME"),
+}
 TENSORBOARD_FOLDER = "tensorboard"
 MLFLOW_DB = "mlflow.db"
 MLFLOW_RUN_TAG = "areal_launch.run_id"  # MLflow makes its own run ids: ours is a tag
@@ -51,9 +59,11 @@ def check(names: Iterable[object]) -> tuple[str, ...]:
     for name in names:
         text = str(name).strip().lower()
         if text not in TRACKERS:
-            raise ConfigError(f"launcher.tracking: {name!r} is no tracker; choose from "
-                              f"{', '.join(TRACKERS)} (a list: launcher.tracking=[wandb,mlflow], "
-                              "or [] for none)")
+            raise ConfigError(
+                f"launcher.tracking: {name!r} is no tracker; choose from "
+                f"{', '.join(TRACKERS)} (a list: launcher.tracking=[wandb,mlflow], "
+                "or [] for none)"
+            )
         if text not in out:
             out.append(text)
     return tuple(out)
@@ -84,14 +94,18 @@ class Identity:
         if TENSORBOARD in self.trackers:
             out[ENV_TENSORBOARD_DIR] = str(PurePath(self.run_dir, TENSORBOARD_FOLDER))
         if WANDB in self.trackers:
-            out.update(WANDB_RUN_ID=self.run_id, WANDB_RESUME="allow", WANDB_NAME=self.name,
-                       WANDB_PROJECT=self.project, WANDB_DIR=self.run_dir)
+            out.update(
+                WANDB_RUN_ID=self.run_id,
+                WANDB_RESUME="allow",
+                WANDB_NAME=self.name,
+                WANDB_PROJECT=self.project,
+                WANDB_DIR=self.run_dir,
+            )
             if self.sweep:
                 out["WANDB_RUN_GROUP"] = self.sweep
         if MLFLOW in self.trackers:
             db = PurePath(self.run_dir).parent / MLFLOW_DB
-            out.update(MLFLOW_TRACKING_URI=f"sqlite:///{db}",
-                       MLFLOW_EXPERIMENT_NAME=self.project)
+            out.update(MLFLOW_TRACKING_URI=f"sqlite:///{db}", MLFLOW_EXPERIMENT_NAME=self.project)
         for tracker in self.trackers:
             for key in USER_KEYS.get(tracker, ()):
                 if given.get(key):

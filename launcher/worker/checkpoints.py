@@ -16,6 +16,7 @@ tracker's service killed by the stop could lose it).
 
 Stdlib only: the launcher (status, requeue) and the trainers both import it.
 """
+
 from __future__ import annotations
 
 import json
@@ -92,8 +93,9 @@ def staging(folder: PathLike, step: int, pid: Optional[int] = None) -> Path:
     return path
 
 
-def commit(staged: PathLike, step: int, restart: int = 0,
-           extra: Optional[Mapping[str, Any]] = None) -> Path:
+def commit(
+    staged: PathLike, step: int, restart: int = 0, extra: Optional[Mapping[str, Any]] = None
+) -> Path:
     """Write meta.json into the staged folder and rename it to `step_<k>`. A `step_<k>` already
     there (a rerun of that step) is renamed away first and removed after; between the two
     renames the newest complete checkpoint is an older step, never a half-written one."""

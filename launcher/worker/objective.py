@@ -4,6 +4,7 @@ sweeper optimises (the default recipe: the mean reward of its last step; higher 
 A recipe writes it once, at the end, from one rank; the launcher reads it when the run has
 ended. Stdlib only: trainers import it.
 """
+
 from __future__ import annotations
 
 import json

@@ -12,6 +12,7 @@ STACK_SIGNAL only to processes that said they handle it (an unhandled SIGUSR2 ki
 
 Stdlib only: the launcher imports it, and so does every trainer (through launcher.worker.runtime).
 """
+
 from __future__ import annotations
 
 import faulthandler
@@ -58,10 +59,17 @@ class Progress:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Progress":
-        return cls(rank=int(data["rank"]), pid=int(data["pid"]), step=int(data["step"]),
-                   phase=str(data["phase"]), time=float(data["time"]),
-                   restart=int(data.get("restart", 0)), stacks=data.get("stacks") or None,
-                   host=str(data.get("host", "")), job=str(data.get("job", "")))
+        return cls(
+            rank=int(data["rank"]),
+            pid=int(data["pid"]),
+            step=int(data["step"]),
+            phase=str(data["phase"]),
+            time=float(data["time"]),
+            restart=int(data.get("restart", 0)),
+            stacks=data.get("stacks") or None,
+            host=str(data.get("host", "")),
+            job=str(data.get("job", "")),
+        )
 
 
 def folder(run_dir: PathLike) -> Path:
@@ -115,9 +123,18 @@ def enable_stack_dumps() -> str:
     return STACK_SIGNAL.name
 
 
-def record(rank: int, step: int, phase: str, restart: int, stacks: Optional[str],
-           job: str = "") -> Progress:
+def record(
+    rank: int, step: int, phase: str, restart: int, stacks: Optional[str], job: str = ""
+) -> Progress:
     """This process's record now."""
-    return Progress(rank=int(rank), pid=os.getpid(), step=int(step), phase=str(phase),
-                    time=time.time(), restart=int(restart), stacks=stacks,
-                    host=socket.gethostname(), job=job)
+    return Progress(
+        rank=int(rank),
+        pid=os.getpid(),
+        step=int(step),
+        phase=str(phase),
+        time=time.time(),
+        restart=int(restart),
+        stacks=stacks,
+        host=socket.gethostname(),
+        job=job,
+    )

@@ -7,9 +7,11 @@ weights go to, and where the servers are, instead of re-deriving the launcher's 
 coordinates and groups are read from the plan's rank list, so worker and launcher cannot
 disagree. Stdlib only, so any worker (and the launcher) imports it without torch.
 
-Surviving failures (docs/architecture.md §11): `restart()` is the job's restart count ($AREAL_RESTART, 0 on
+Surviving failures (docs/architecture.md §11): `restart()` is the job's restart count
+($AREAL_RESTART, 0 on
 the first attempt), `checkpoint_dir()` where checkpoints go (`<run folder>/checkpoints`,
-launcher/worker/checkpoints.py), `latest_checkpoint()` the newest complete one (step, path) to resume
+launcher/worker/checkpoints.py), `latest_checkpoint()` the newest complete one (step, path) to
+resume
 from, `checkpoint_request()` / `checkpoint_request_done(id)` the launcher's asking for one.
 `heartbeat(step, phase)` keeps `<run folder>/progress/<job>.<rank>.json` current for the launcher's
 hang watchdog and status (launcher/worker/progress.py); the first call also makes SIGUSR2 dump every
@@ -19,6 +21,7 @@ Metrics (docs/architecture.md §16): `log(metrics, step)` on rank 0 writes to th
 `launcher.tracking` and `<run folder>/metrics.jsonl`, one step axis over every restart;
 `finish_tracking()` closes them and draws the run's picture.
 """
+
 from __future__ import annotations
 
 import json
@@ -167,8 +170,10 @@ class RuntimePlan:
         for entry in self._ranks(engine):
             if entry.rank == r:
                 return entry.to_dict()
-        raise LaunchError(f"rank {r} is not in {engine!r} (world size "
-                          f"{self.world_size(engine)}); check RANK and the plan")
+        raise LaunchError(
+            f"rank {r} is not in {engine!r} (world size "
+            f"{self.world_size(engine)}); check RANK and the plan"
+        )
 
     def size(self, axis: str, engine: str = "actor") -> int:
         """How many ranks one `axis` group has (1 + the largest coordinate on that axis)."""
@@ -187,8 +192,9 @@ class RuntimePlan:
         """The engine's parallel sizes (dp, tp, pp, cp, ep, etp, edp), from its backend spec."""
         return dict(self._component(engine).alloc.to_dict())
 
-    def mesh_layout(self, dims: tuple[str, ...] = ("dp", "cp", "tp"),
-                    engine: str = "actor") -> MeshLayout:
+    def mesh_layout(
+        self, dims: tuple[str, ...] = ("dp", "cp", "tp"), engine: str = "actor"
+    ) -> MeshLayout:
         """The engine's ranks laid out by their plan coordinates on `dims` (outermost first;
         FSDP's mesh is (dp, cp, tp)). An axis left out of `dims` must have size 1 and every
         place of the grid must hold exactly one rank, else LaunchError naming the rank."""
@@ -196,20 +202,26 @@ class RuntimePlan:
             _check_axis(axis)
         for axis in AXES:
             if axis not in dims and self.size(axis, engine) > 1:
-                raise LaunchError(f"{engine} has {self.size(axis, engine)} {axis} ranks but a "
-                                  f"mesh of {', '.join(dims)} has no {axis} axis")
+                raise LaunchError(
+                    f"{engine} has {self.size(axis, engine)} {axis} ranks but a "
+                    f"mesh of {', '.join(dims)} has no {axis} axis"
+                )
         shape = [self.size(axis, engine) for axis in dims]
         grid: dict[tuple[int, ...], int] = {}
         for entry in self._ranks(engine):
             place = tuple(getattr(entry, axis) for axis in dims)
             if place in grid:
                 where = " ".join(f"{a} {c}" for a, c in zip(dims, place))
-                raise LaunchError(f"rank {entry.rank}: {where} is rank {grid[place]}'s place "
-                                  f"too in the {engine} plan")
+                raise LaunchError(
+                    f"rank {entry.rank}: {where} is rank {grid[place]}'s place "
+                    f"too in the {engine} plan"
+                )
             grid[place] = entry.rank
         if len(grid) != _product(shape):
-            raise LaunchError(f"{engine}: {len(grid)} ranks do not fill a "
-                              f"{' x '.join(map(str, shape))} ({', '.join(dims)}) grid")
+            raise LaunchError(
+                f"{engine}: {len(grid)} ranks do not fill a "
+                f"{' x '.join(map(str, shape))} ({', '.join(dims)}) grid"
+            )
 
         def nest(prefix: tuple[int, ...]) -> list:
             if len(prefix) == len(dims) - 1:
@@ -218,24 +230,28 @@ class RuntimePlan:
 
         return MeshLayout(tuple(dims), nest(()))
 
-    def expert_group(self, axis: str, rank: Optional[int] = None,
-                     engine: str = "actor") -> list[int]:
+    def expert_group(
+        self, axis: str, rank: Optional[int] = None, engine: str = "actor"
+    ) -> list[int]:
         """Megatron's expert groups (etp, ep, edp) holding `rank`: experts re-partition the
-        same ranks over (etp, ep, edp, pp), etp fastest (docs/architecture.md §3; Megatron's expert rank
+        same ranks over (etp, ep, edp, pp), etp fastest (docs/architecture.md §3; Megatron's expert
+        rank
         generator), laid out by launcher.planning.ranks' one grid formula."""
         from launcher.planning.ranks import grid
 
         if axis not in EXPERT_AXES:
-            raise LaunchError(f"unknown expert axis {axis!r}; use one of "
-                              f"{', '.join(EXPERT_AXES)}")
+            raise LaunchError(f"unknown expert axis {axis!r}; use one of {', '.join(EXPERT_AXES)}")
         p = self.parallel(engine)
         order = ("etp", "ep", "edp", "pp")
-        coords = grid({"etp": p["etp"], "ep": p["ep"], "edp": p["edp"], "pp": p["pp"]},
-                      "-".join(order))
+        coords = grid(
+            {"etp": p["etp"], "ep": p["ep"], "edp": p["edp"], "pp": p["pp"]}, "-".join(order)
+        )
         world = len(coords["pp"])
         if world != self.world_size(engine):
-            raise LaunchError(f"{engine}: etp*ep*edp*pp = {world} but the plan has "
-                              f"{self.world_size(engine)} ranks")
+            raise LaunchError(
+                f"{engine}: etp*ep*edp*pp = {world} but the plan has "
+                f"{self.world_size(engine)} ranks"
+            )
         r = self.rank(rank)
         others = [a for a in order if a != axis]
         return [o for o in range(world) if all(coords[a][o] == coords[a][r] for a in others)]
@@ -252,14 +268,17 @@ class RuntimePlan:
         """How a training engine trains, from the plan: dtype, gradient_checkpointing,
         max_tokens_per_mb (the launcher's defaults where the plan carries none)."""
         default = "float32" if self.device() == "cpu" else "bfloat16"
-        return {"dtype": default, "gradient_checkpointing": False, "max_tokens_per_mb": 10240,
-                **(self._engine_options(engine).get("training") or {})}
+        return {
+            "dtype": default,
+            "gradient_checkpointing": False,
+            "max_tokens_per_mb": 10240,
+            **(self._engine_options(engine).get("training") or {}),
+        }
 
     def offload(self, engine: str = "actor") -> Any:
         """The engine's offload setting from the plan: {"weight", "optimizer", "grad"} for a
         training engine, a bool for rollout; falsy when the plan carries none."""
-        return self._engine_options(engine).get("offload") or ({} if engine != "rollout"
-                                                               else False)
+        return self._engine_options(engine).get("offload") or ({} if engine != "rollout" else False)
 
     def shares_gpus(self, first: str = "actor", second: str = "rollout") -> bool:
         """True when both engines run in the plan and their GPU sets (virtual slots on cpu)
@@ -305,8 +324,7 @@ class RuntimePlan:
         if run_dir:
             checkpoints.mark_done(run_dir, request_id, final)
 
-    def hold_for_stop(self, request_id: str, step: int,
-                      say: Callable[[str], None] = print) -> bool:
+    def hold_for_stop(self, request_id: str, step: int, say: Callable[[str], None] = print) -> bool:
         """After the checkpoint of request `request_id`: when the launcher said it stops the
         job next (a requeue), hold here, heartbeating, until it does, so that nothing is done or
         logged that the resume would do again. Returns False at once when the launcher goes on
@@ -315,8 +333,10 @@ class RuntimePlan:
         bound = checkpoints.stop_within_s(run_dir, request_id) if run_dir else None
         if bound is None:
             return False
-        say(f"step {step}: the launcher stops this job within {bound} s after this checkpoint: "
-            "holding")
+        say(
+            f"step {step}: the launcher stops this job within {bound} s after this checkpoint: "
+            "holding"
+        )
         deadline = time.monotonic() + bound
         while time.monotonic() < deadline:
             self.heartbeat(step, "held for the stop")
@@ -343,8 +363,12 @@ class RuntimePlan:
         key = (int(step), str(phase))
         if self._beat.get("last") == key and now - self._beat.get("at", 0.0) < min_interval_s:
             return False
-        progress.write(run_dir, progress.record(self.rank(), step, phase, self.restart(),
-                                                stacks, self.env.get(ENV_COMPONENT, "")))
+        progress.write(
+            run_dir,
+            progress.record(
+                self.rank(), step, phase, self.restart(), stacks, self.env.get(ENV_COMPONENT, "")
+            ),
+        )
         self._beat.update(last=key, at=now)
         return True
 
@@ -389,12 +413,18 @@ class RuntimePlan:
         comp = self.plan.components.get("rollout")
         return comp.backend if comp else None
 
-    def weight_targets(self, rank: Optional[int] = None, src: str = "actor",
-                       dst: str = "rollout") -> list[tuple[int, int]]:
+    def weight_targets(
+        self, rank: Optional[int] = None, src: str = "actor", dst: str = "rollout"
+    ) -> list[tuple[int, int]]:
         """(instance, tp rank) pairs that training rank `rank` of `src` feeds in `dst`."""
         r = self.rank(rank)
-        return sorted((p.instance, p.tp) for sync in self.plan.weight_sync
-                      if sync.src == src and sync.dst == dst for p in sync.pairs if p.rank == r)
+        return sorted(
+            (p.instance, p.tp)
+            for sync in self.plan.weight_sync
+            if sync.src == src and sync.dst == dst
+            for p in sync.pairs
+            if p.rank == r
+        )
 
     def server_addrs(self) -> list[str]:
         """host:port of every rollout server: $AREAL_LLM_SERVER_ADDRS, else the plan's servers
@@ -414,8 +444,9 @@ class RuntimePlan:
         """How long the launcher waits for the servers' /health: a trainer waits as long."""
         return float(self.meta.get("health_timeout_s") or default)
 
-    def wait_for_servers(self, timeout_s: float = HEALTH_TIMEOUT_S,
-                         interval_s: float = 1.0) -> list[str]:
+    def wait_for_servers(
+        self, timeout_s: float = HEALTH_TIMEOUT_S, interval_s: float = 1.0
+    ) -> list[str]:
         """Block until every server answers /health with 200; return their addresses."""
         return wait_for_servers(self.server_addrs(), timeout_s, interval_s)
 
@@ -449,8 +480,10 @@ def read_plan(data: Mapping[str, Any], path: Optional[str] = None) -> Plan:
     try:
         return Plan.from_dict(data)
     except (KeyError, TypeError, ValueError) as exc:
-        raise LaunchError(f"{path or 'the plan'}: not a plan of schema {SCHEMA} the launcher "
-                          f"wrote ({type(exc).__name__}: {exc})") from None
+        raise LaunchError(
+            f"{path or 'the plan'}: not a plan of schema {SCHEMA} the launcher "
+            f"wrote ({type(exc).__name__}: {exc})"
+        ) from None
 
 
 def health_ok(addr: str, timeout_s: float = 2.0) -> bool:
@@ -462,12 +495,15 @@ def health_ok(addr: str, timeout_s: float = 2.0) -> bool:
         return False
 
 
-def wait_for_servers(addrs: list[str], timeout_s: float = HEALTH_TIMEOUT_S,
-                     interval_s: float = 1.0) -> list[str]:
+def wait_for_servers(
+    addrs: list[str], timeout_s: float = HEALTH_TIMEOUT_S, interval_s: float = 1.0
+) -> list[str]:
     """Poll each address's /health until all answer 200; TimeoutError names the late ones."""
     if not addrs:
-        raise LaunchError(f"no rollout servers to wait for: set {ENV_SERVER_ADDRS} "
-                          "or give the plan a rollout component")
+        raise LaunchError(
+            f"no rollout servers to wait for: set {ENV_SERVER_ADDRS} "
+            "or give the plan a rollout component"
+        )
     deadline = time.monotonic() + timeout_s
     pending = list(addrs)
     while True:
@@ -475,19 +511,20 @@ def wait_for_servers(addrs: list[str], timeout_s: float = HEALTH_TIMEOUT_S,
         if not pending:
             return list(addrs)
         if time.monotonic() >= deadline:
-            raise TimeoutError(f"rollout servers not healthy after {timeout_s:.0f}s: "
-                               + ", ".join(pending))
+            raise TimeoutError(
+                f"rollout servers not healthy after {timeout_s:.0f}s: " + ", ".join(pending)
+            )
         time.sleep(interval_s)
 
 
-def plan_from_dict(data: Mapping[str, Any], env: Optional[Mapping[str, str]] = None,
-                   path: Optional[str] = None) -> RuntimePlan:
+def plan_from_dict(
+    data: Mapping[str, Any], env: Optional[Mapping[str, str]] = None, path: Optional[str] = None
+) -> RuntimePlan:
     """A RuntimePlan over a plan dict; `env` defaults to this process's environment."""
     return RuntimePlan(data=data, env=dict(os.environ if env is None else env), path=path)
 
 
-def load_plan(path: Optional[str] = None,
-              env: Optional[Mapping[str, str]] = None) -> RuntimePlan:
+def load_plan(path: Optional[str] = None, env: Optional[Mapping[str, str]] = None) -> RuntimePlan:
     """Read the plan JSON at `path` (default: $AREAL_LAUNCH_PLAN)."""
     environ = dict(os.environ if env is None else env)
     path = path or environ.get(ENV_PLAN)

@@ -1,6 +1,7 @@
 """Build the tiny Llama that `make demo` serves and trains: no hub access is needed.
 
-`python -m launcher.worker.tiny_model [OUT] [--seed N] [--force]` writes a random-weight Llama (hidden
+`python -m launcher.worker.tiny_model [OUT] [--seed N] [--force]` writes a random-weight Llama
+(hidden
 128, 2 layers, 4 heads of 32: vLLM's CPU attention refuses head sizes below 32) with a byte-level
 BPE tokenizer trained here on a small corpus of number words, so the demo's reward (say numbers)
 is reachable from the first step. Default folder: $AREAL_TINY_MODEL, else
@@ -11,6 +12,7 @@ second builder racing the first simply keeps the winner's folder.
 Only the functions that locate the model are importable without torch; the build itself
 imports torch, tokenizers and transformers inside `build`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,12 +27,24 @@ ENV_DIR = "AREAL_TINY_MODEL"
 DEFAULT_DIR = "~/.cache/areal-launch/tiny-llama"
 MARKER = ".areal-tiny-model-complete"
 
-NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
-                "ten")
+NUMBER_WORDS = (
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+)
 _SPECIAL = ["<unk>", "<s>", "</s>", "<pad>"]
 _CHAT_TEMPLATE = (
     "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
-    "{% if add_generation_prompt %}assistant:{% endif %}")
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
 
 
 def default_path() -> Path:
@@ -48,7 +62,7 @@ def _corpus() -> list[str]:
     words = NUMBER_WORDS
     lines = []
     for start in range(len(words)):
-        lines.append("count: " + " ".join(words[start:start + 5]))
+        lines.append("count: " + " ".join(words[start : start + 5]))
     for a in range(5):
         for b in range(5):
             lines.append(f"{words[a]} plus {words[b]} is {words[a + b]}")
@@ -71,23 +85,43 @@ def build(out: Path, seed: int = 0) -> Path:
     bpe = Tokenizer(models.BPE(unk_token="<unk>"))
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
-    bpe.train_from_iterator(_corpus(), trainers.BpeTrainer(
-        vocab_size=448, special_tokens=_SPECIAL,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    bpe.train_from_iterator(
+        _corpus(),
+        trainers.BpeTrainer(
+            vocab_size=448,
+            special_tokens=_SPECIAL,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     bos = bpe.token_to_id("<s>")
     # BOS in front of every prompt, as vLLM's tokenizer call does: keeps server and trainer equal
     bpe.post_processor = processors.TemplateProcessing(
-        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", bos)])
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", bos)]
+    )
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=bpe, unk_token="<unk>", bos_token="<s>", eos_token="</s>",
-        pad_token="<pad>", model_max_length=512)
+        tokenizer_object=bpe,
+        unk_token="<unk>",
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        model_max_length=512,
+    )
     tokenizer.chat_template = _CHAT_TEMPLATE
 
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=4, head_dim=32, max_position_embeddings=512,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=False)
+        vocab_size=len(tokenizer),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        head_dim=32,
+        max_position_embeddings=512,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=False,
+    )
     # transformers >= 5 names it `dtype`; older releases read `torch_dtype`
     setattr(config, "dtype" if hasattr(config, "dtype") else "torch_dtype", "float32")
     model = LlamaForCausalLM(config).float()
@@ -124,10 +158,13 @@ def ensure(path: Optional[os.PathLike | str] = None, seed: int = 0, force: bool 
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m launcher.worker.tiny_model",
-                                     description="Build the tiny Llama used by the demo.")
-    parser.add_argument("out", nargs="?", default=None,
-                        help=f"model folder (default: ${ENV_DIR} or {DEFAULT_DIR})")
+    parser = argparse.ArgumentParser(
+        prog="python -m launcher.worker.tiny_model",
+        description="Build the tiny Llama used by the demo.",
+    )
+    parser.add_argument(
+        "out", nargs="?", default=None, help=f"model folder (default: ${ENV_DIR} or {DEFAULT_DIR})"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
     parser.add_argument("--force", action="store_true", help="rebuild even if present")
     args = parser.parse_args(argv)

@@ -5,13 +5,15 @@ The launcher named the runs (launcher.spec.tracking: W&B run id, MLflow run tag 
 TensorBoard dir); this module opens them on the first `log` of each start of the trainer and
 continues them: W&B resumes its run id, MLflow finds its run by tag (and a sweep point its
 sweep's parent run, made once under a file lock), TensorBoard writes a new event file into the
-same folder; SIGTERM (a job's other rank failed) closes them first. One step axis over every restart and requeue: `metrics.jsonl` is the record of
+same folder; SIGTERM (a job's other rank failed) closes them first. One step axis over every
+restart and requeue: `metrics.jsonl` is the record of
 what was logged, written after the trackers; a step it holds is not logged again (a restart
 re-does the steps after its checkpoint), and TensorBoard is told to purge what lies beyond it
 (a start that died between the trackers and the record). Each tracker's package is imported
 here, in the trainer, on first use; the launcher's preflight made sure it is installed.
 `tracking.json` in the run folder says where each run is, for `areal-launch status`.
 """
+
 from __future__ import annotations
 
 import json
@@ -76,9 +78,11 @@ class Trackers:
         step = int(step)
         if step in self.logged:
             return False
-        values = {str(k): float(v) for k, v in metrics.items()
-                  if isinstance(v, (int, float)) and not isinstance(v, bool)
-                  and math.isfinite(float(v))}
+        values = {
+            str(k): float(v)
+            for k, v in metrics.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))
+        }
         if not self.is_open:
             self._open()
         for writer in self.writers.values():
@@ -102,7 +106,8 @@ class Trackers:
         openers: dict[str, Callable[[], Writer]] = {
             spec.TENSORBOARD: lambda: TensorBoard(self.env, purge, self.restart),
             spec.WANDB: lambda: WandB(self.env, self.run_dir),
-            spec.MLFLOW: lambda: MLflow(self.env)}
+            spec.MLFLOW: lambda: MLflow(self.env),
+        }
         where = read_identity(self.run_dir)
         for name in self.names:
             writer = openers[name]()
@@ -131,6 +136,7 @@ class Trackers:
                 return
             signal.signal(signal.SIGTERM, previous or signal.SIG_DFL)
             os.kill(os.getpid(), signum)
+
         signal.signal(signal.SIGTERM, closing)
 
 
@@ -154,10 +160,17 @@ class TensorBoard:
 
         logdir = _need(env, spec.ENV_TENSORBOARD_DIR)
         os.makedirs(logdir, exist_ok=True)
-        self.writer = EventsWriter(os.path.join(logdir, "events"), f".{restart:04d}.{os.getpid()}.{time.time_ns()}")
+        self.writer = EventsWriter(
+            os.path.join(logdir, "events"), f".{restart:04d}.{os.getpid()}.{time.time_ns()}"
+        )
         if purge_step is not None:
-            self.writer.write_event(Event(wall_time=time.time(), step=purge_step,
-                                          session_log=SessionLog(status=SessionLog.START)))
+            self.writer.write_event(
+                Event(
+                    wall_time=time.time(),
+                    step=purge_step,
+                    session_log=SessionLog(status=SessionLog.START),
+                )
+            )
         self.where = {"logdir": logdir}
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
@@ -165,8 +178,9 @@ class TensorBoard:
         from tensorboardX.proto.summary_pb2 import Summary
 
         values = [Summary.Value(tag=key, simple_value=value) for key, value in metrics.items()]
-        self.writer.write_event(Event(wall_time=time.time(), step=step,
-                                      summary=Summary(value=values)))
+        self.writer.write_event(
+            Event(wall_time=time.time(), step=step, summary=Summary(value=values))
+        )
         self.writer.flush()
 
     def close(self) -> None:
@@ -181,15 +195,20 @@ class WandB:
         import wandb
 
         self.run = wandb.init(
-            id=_need(env, "WANDB_RUN_ID"), resume="allow",
-            project=env.get("WANDB_PROJECT") or None, entity=env.get("WANDB_ENTITY") or None,
-            group=env.get("WANDB_RUN_GROUP") or None, name=env.get("WANDB_NAME") or None,
+            id=_need(env, "WANDB_RUN_ID"),
+            resume="allow",
+            project=env.get("WANDB_PROJECT") or None,
+            entity=env.get("WANDB_ENTITY") or None,
+            group=env.get("WANDB_RUN_GROUP") or None,
+            name=env.get("WANDB_NAME") or None,
             dir=env.get("WANDB_DIR") or str(run_dir),
-            settings=wandb.Settings(console="off", silent=True))
-        self.where = {"path": "/".join(p for p in (self.run.entity, self.run.project,
-                                                   self.run.id) if p),
-                      "mode": env.get("WANDB_MODE") or "online",
-                      "dir": env.get("WANDB_DIR") or str(run_dir)}
+            settings=wandb.Settings(console="off", silent=True),
+        )
+        self.where = {
+            "path": "/".join(p for p in (self.run.entity, self.run.project, self.run.id) if p),
+            "mode": env.get("WANDB_MODE") or "online",
+            "dir": env.get("WANDB_DIR") or str(run_dir),
+        }
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         self.run.log(dict(metrics), step=step, commit=True)  # a row now, not at the next step
@@ -216,8 +235,9 @@ class MLflow:
             tags = {spec.MLFLOW_RUN_TAG: marker}
             if self.parent:
                 tags["mlflow.parentRunId"] = self.parent
-            run_id = self.client.create_run(experiment, run_name=env.get(spec.ENV_RUN_NAME),
-                                            tags=tags).info.run_id
+            run_id = self.client.create_run(
+                experiment, run_name=env.get(spec.ENV_RUN_NAME), tags=tags
+            ).info.run_id
         else:
             self.client.update_run(run_id, "RUNNING")
         if self.parent:  # the sweep runs while any of its points does
@@ -238,8 +258,12 @@ class MLflow:
             return str(again.experiment_id)
 
     def _find(self, experiment: str, tag: str, value: str) -> Optional[str]:
-        runs = self.client.search_runs([experiment], filter_string=f"tags.`{tag}` = '{value}'",
-                                       max_results=1, order_by=["attributes.start_time ASC"])
+        runs = self.client.search_runs(
+            [experiment],
+            filter_string=f"tags.`{tag}` = '{value}'",
+            max_results=1,
+            order_by=["attributes.start_time ASC"],
+        )
         return str(runs[0].info.run_id) if runs else None
 
     def _parent(self, uri: str, experiment: str, sweep: str) -> str:
@@ -249,14 +273,17 @@ class MLflow:
         if uri.startswith("sqlite:///"):
             import fcntl
 
-            lock = open(Path(uri[len("sqlite:///"):]).with_suffix(".lock"), "a")
+            lock = open(Path(uri[len("sqlite:///") :]).with_suffix(".lock"), "a")
             fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             found = self._find(experiment, spec.MLFLOW_SWEEP_TAG, sweep)
             if found is not None:
                 return found
-            return str(self.client.create_run(experiment, run_name=sweep,
-                                              tags={spec.MLFLOW_SWEEP_TAG: sweep}).info.run_id)
+            return str(
+                self.client.create_run(
+                    experiment, run_name=sweep, tags={spec.MLFLOW_SWEEP_TAG: sweep}
+                ).info.run_id
+            )
         finally:
             if lock is not None:
                 lock.close()
@@ -265,8 +292,9 @@ class MLflow:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        self.client.log_batch(self.run_id, metrics=[Metric(k, v, now, step)
-                                                    for k, v in metrics.items()])
+        self.client.log_batch(
+            self.run_id, metrics=[Metric(k, v, now, step) for k, v in metrics.items()]
+        )
 
     def close(self) -> None:
         """This run ends; so does the sweep's parent when no other point of it is running (a
@@ -275,8 +303,10 @@ class MLflow:
         if self.parent is None:
             return
         running = self.client.search_runs(
-            [self.experiment], max_results=1,
+            [self.experiment],
+            max_results=1,
             filter_string=f"tags.`mlflow.parentRunId` = '{self.parent}' and "
-                          "attributes.status = 'RUNNING'")
+            "attributes.status = 'RUNNING'",
+        )
         if not running:
             self.client.set_terminated(self.parent)

@@ -10,6 +10,7 @@ loads that folder when it is new, computes the log-probs of rows r, r+world, ...
 `step-<k>.rank-<r>.json`; the actor waits for every rank's part. At the end the actor writes
 `stop` and the inference job exits 0. Every file is written whole (temporary name, rename).
 """
+
 from __future__ import annotations
 
 import json
@@ -54,28 +55,40 @@ class InferenceClient:
         (root / "stop").unlink(missing_ok=True)
         return cls(root, rt.world_size("inference"), rt.health_timeout_s())
 
-    def logprobs(self, step: int, seqs: list[tuple[list[int], list[int]]], weights: str,
-                 version: str, beat: Callable[[], Any]) -> list[list[float]]:
+    def logprobs(
+        self,
+        step: int,
+        seqs: list[tuple[list[int], list[int]]],
+        weights: str,
+        version: str,
+        beat: Callable[[], Any],
+    ) -> list[list[float]]:
         """Each sequence's completion-token log-probs as the inference engine computes them
         on `weights` (rank 0 of the actor)."""
         for stale in self.root.glob(f"step-{step}.rank-*.json"):  # a restarted actor's step
             stale.unlink()
-        _write(self.root / f"step-{step}.json", {"step": step, "weights": weights,
-                                                "version": version, "seqs": seqs})
+        _write(
+            self.root / f"step-{step}.json",
+            {"step": step, "weights": weights, "version": version, "seqs": seqs},
+        )
         out: list[Optional[list[float]]] = [None] * len(seqs)
         deadline = time.monotonic() + self.timeout_s
         for r in range(self.world):
             path = self.root / f"step-{step}.rank-{r}.json"
             while not path.exists():
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"inference rank {r} gave no log-probs for step {step} "
-                                       f"in {self.timeout_s:.0f}s ({path})")
+                    raise TimeoutError(
+                        f"inference rank {r} gave no log-probs for step {step} "
+                        f"in {self.timeout_s:.0f}s ({path})"
+                    )
                 beat()
                 time.sleep(POLL_S)
             part = json.loads(path.read_text())
             if part["version"] != version:
-                raise RuntimeError(f"inference rank {r} computed step {step} on weights "
-                                   f"{part['version']}, not {version}")
+                raise RuntimeError(
+                    f"inference rank {r} computed step {step} on weights "
+                    f"{part['version']}, not {version}"
+                )
             for row, lp in zip(part["rows"], part["logprobs"]):
                 out[row] = lp
         missing = [i for i, lp in enumerate(out) if lp is None]
@@ -87,16 +100,16 @@ class InferenceClient:
         _write(self.root / "stop", {"stop": True})
 
 
-def proximal(logp: torch.Tensor, mask: torch.Tensor, rows: list[list[float]]
-             ) -> torch.Tensor:
+def proximal(logp: torch.Tensor, mask: torch.Tensor, rows: list[list[float]]) -> torch.Tensor:
     """The inference log-probs laid out like `logp` (B, T-1) under `mask`: the loss's
     importance ratio exp(logp - proximal) (1 in value, the policy gradient in backward)."""
     old = torch.zeros_like(logp)
     for b, values in enumerate(rows):
         where = mask[b].bool().nonzero().flatten()
         if len(values) != len(where):
-            raise RuntimeError(f"inference gave {len(values)} log-probs for a completion of "
-                               f"{len(where)} tokens")
+            raise RuntimeError(
+                f"inference gave {len(values)} log-probs for a completion of {len(where)} tokens"
+            )
         old[b, where] = torch.tensor(values, dtype=logp.dtype, device=logp.device)
     return old
 
@@ -112,8 +125,11 @@ def serve(rt: RuntimePlan, say: Callable[[str], None]) -> int:
 
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     use_cuda = rt.device() == "cuda" and torch.cuda.is_available()
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if use_cuda \
+    device = (
+        torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        if use_cuda
         else torch.device("cpu")
+    )
     if not use_cuda:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     training = rt.training("inference")
@@ -122,19 +138,25 @@ def serve(rt: RuntimePlan, say: Callable[[str], None]) -> int:
     asked = rt.offload("inference") or {}
     offload = bool(asked.get("weight")) and use_cuda
     if any(asked.values()) and not offload:
-        say(f"grpo: inference offload: nothing to do on {device.type} (its weights live in "
-            "host memory already)")
+        say(
+            f"grpo: inference offload: nothing to do on {device.type} (its weights live in "
+            "host memory already)"
+        )
     run_dir = rt.run_dir() or "."
     root = Path(run_dir) / "channel"  # the job's run folder is <run>/inference (policy.scoped)
     root.mkdir(parents=True, exist_ok=True)
-    say(f"grpo: inference rank {rank}/{world} on {device.type}: forward only, no optimizer; "
-        f"waiting for requests in {root}")
+    say(
+        f"grpo: inference rank {rank}/{world} on {device.type}: forward only, no optimizer; "
+        f"waiting for requests in {root}"
+    )
     model: Any = None
     loaded: Optional[str] = None
     served = 0
     while True:
-        pending = sorted((p for p in root.glob("step-*.json") if ".rank-" not in p.name),
-                         key=lambda p: int(p.stem.split("-")[1]))
+        pending = sorted(
+            (p for p in root.glob("step-*.json") if ".rank-" not in p.name),
+            key=lambda p: int(p.stem.split("-")[1]),
+        )
         todo = [p for p in pending if not (root / f"{p.stem}.rank-{rank}.json").exists()]
         if not todo:
             if (root / "stop").exists():
@@ -166,12 +188,20 @@ def serve(rt: RuntimePlan, say: Callable[[str], None]) -> int:
         if offload:
             model.to("cpu")
             torch.cuda.empty_cache()
-        _write(root / f"{todo[0].stem}.rank-{rank}.json",
-               {"rows": rows, "logprobs": logprobs, "version": request["version"],
-                "seconds": time.monotonic() - start})
+        _write(
+            root / f"{todo[0].stem}.rank-{rank}.json",
+            {
+                "rows": rows,
+                "logprobs": logprobs,
+                "version": request["version"],
+                "seconds": time.monotonic() - start,
+            },
+        )
         served += 1
-        say(f"grpo: inference step {request['step']}: log-probs of {len(rows)} sequence(s) on "
-            f"weights {request['version']} ({time.monotonic() - start:.2f}s)")
+        say(
+            f"grpo: inference step {request['step']}: log-probs of {len(rows)} sequence(s) on "
+            f"weights {request['version']} ({time.monotonic() - start:.2f}s)"
+        )
 
 
 def _groups(seqs: list, budget: int) -> list[list[int]]:

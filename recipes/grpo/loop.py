@@ -16,13 +16,15 @@ The engine (FSDP2 + tensor parallel in recipes/grpo/train.py, Megatron-core in
 recipes/grpo_megatron/train.py) supplies the training step and the full weights; the rollout
 servers' memory phases (recipes/grpo/phases.py) and the engine's offload wrap its phases.
 
-Surviving failures (docs/architecture.md §11): each rank heartbeats its step and phase (launcher.worker.runtime);
+Surviving failures (docs/architecture.md §11): each rank heartbeats its step and phase
+(launcher.worker.runtime);
 after each step the loop saves a checkpoint when one is due or the launcher asked
 (recipes/grpo/resume.py); started with a checkpoint present it resumes from the newest, and a
 resumed or restarted trainer pushes its weights to every server before its first rollout.
 Before each rollout rank 0 makes sure every server serves the trainer's current weights
 (recipes/grpo/serving.py).
 """
+
 from __future__ import annotations
 
 import os
@@ -85,8 +87,9 @@ class Engine(resume.Checkpointable, Protocol):
 
     has_ref: bool
 
-    def train_step(self, s: Session, samples: list[Sample],
-                   advantages: list[float]) -> dict[str, float]: ...
+    def train_step(
+        self, s: Session, samples: list[Sample], advantages: list[float]
+    ) -> dict[str, float]: ...
 
     def full_state(self) -> dict[str, torch.Tensor]:
         """The full HF-layout weights (collective); rank 0 gets the tensors."""
@@ -147,8 +150,9 @@ def agree_on_layout(problems: list[str]) -> None:
         raise LayoutMismatch(first)
 
 
-def reload_owners(rt: RuntimePlan, n_servers: int,
-                  pol: policies.Policy = policies.Policy("actor", "rollout")) -> dict[int, int]:
+def reload_owners(
+    rt: RuntimePlan, n_servers: int, pol: policies.Policy = policies.Policy("actor", "rollout")
+) -> dict[int, int]:
     """instance -> the trainer rank that tells it to reload: the rank the plan pairs with the
     instance's tp rank 0 (lowest first), else rank 0 (a plan without weight_sync pairs)."""
     owners: dict[int, int] = {}
@@ -159,9 +163,14 @@ def reload_owners(rt: RuntimePlan, n_servers: int,
     return {i: owners.get(i, 0) for i in range(n_servers)}
 
 
-def open_session(rt: RuntimePlan, opts: GRPOOptions, device: torch.device, model_path: str,
-                 slice_: tuple[int, int, Any], hf_shapes: dict[str, tuple[int, ...]]
-                 ) -> Session:
+def open_session(
+    rt: RuntimePlan,
+    opts: GRPOOptions,
+    device: torch.device,
+    model_path: str,
+    slice_: tuple[int, int, Any],
+    hf_shapes: dict[str, tuple[int, ...]],
+) -> Session:
     """Tokenizer, configs, servers (rank 0 waits for their /health) and the weights folder;
     `slice_` is (data rank, data world, data group)."""
     from transformers import AutoConfig, AutoTokenizer, GenerationConfig
@@ -169,33 +178,61 @@ def open_session(rt: RuntimePlan, opts: GRPOOptions, device: torch.device, model
     rank = dist.get_rank()
     pol = policies.of(rt, policies.job_role(rt) or "actor")
     backend = str(rt.component(pol.serve).get("backend")) if pol.serve else "vllm"
-    servers = [RolloutServer(addr, backend, rt.served_model_name())
-               for addr in rt.server_addrs()]
+    servers = [RolloutServer(addr, backend, rt.served_model_name()) for addr in rt.server_addrs()]
     owners = reload_owners(rt, len(servers), pol)
     run_dir = rt.run_dir()
-    root = Path(opts.weights_dir or (Path(run_dir) / "weights" if run_dir
-                                     else Path(tempfile.gettempdir()) / "areal-grpo-weights"))
+    root = Path(
+        opts.weights_dir
+        or (
+            Path(run_dir) / "weights"
+            if run_dir
+            else Path(tempfile.gettempdir()) / "areal-grpo-weights"
+        )
+    )
     try:
         generation = GenerationConfig.from_pretrained(model_path)
     except OSError:
         generation = None
     world = World.from_plan(rt, opts.prompts_per_step, lambda text: log(rank, text), rank == 0)
-    phases = RolloutPhases.from_plan(rt, servers, say=lambda text: log(rank, text), pol=pol,
-                                     workers=world.offload if rank == 0 else None)
+    phases = RolloutPhases.from_plan(
+        rt,
+        servers,
+        say=lambda text: log(rank, text),
+        pol=pol,
+        workers=world.offload if rank == 0 else None,
+    )
     training = rt.training(pol.train)
-    s = Session(opts, rank, *slice_, device, getattr(torch, training["dtype"]),
-                AutoTokenizer.from_pretrained(model_path), AutoConfig.from_pretrained(model_path),
-                generation, hf_shapes, servers, [i for i, r in owners.items() if r == rank],
-                root, model_path, phases, int(training["max_tokens_per_mb"]), rt, policy=pol,
-                world=world, inference=InferenceClient.from_plan(rt) if pol.train == "actor"
-                else None)
+    s = Session(
+        opts,
+        rank,
+        *slice_,
+        device,
+        getattr(torch, training["dtype"]),
+        AutoTokenizer.from_pretrained(model_path),
+        AutoConfig.from_pretrained(model_path),
+        generation,
+        hf_shapes,
+        servers,
+        [i for i, r in owners.items() if r == rank],
+        root,
+        model_path,
+        phases,
+        int(training["max_tokens_per_mb"]),
+        rt,
+        policy=pol,
+        world=world,
+        inference=InferenceClient.from_plan(rt) if pol.train == "actor" else None,
+    )
     if rank == 0:
         root.mkdir(parents=True, exist_ok=True)
         if servers:
             rt.wait_for_servers(rt.health_timeout_s())
         else:
-            log(rank, "grpo: no rollout servers (rollout=none): rank 0 samples from the "
-                      "trainer's own saved weights")
+            log(
+                rank,
+                "grpo: no rollout servers (rollout=none): rank 0 samples from the "
+                "trainer's own saved weights",
+            )
     dist.barrier()
     return s
 
@@ -208,11 +245,22 @@ def rollout(s: Session, step: int) -> tuple[list[Sample], list[float], list[floa
             serving.refresh(s, step, lambda text: log(0, text))
         o = s.opts
         assert s.world is not None
-        samples, rewards = s.world.rollout(step, o.prompts_per_step, o.samples_per_prompt,
-                                           o.seed, (o.seed * 1000 + step) * 1000,
-                                           lambda prompts, seed: draw(s, step, prompts, seed))
-        payload = [(samples, rewards, group_advantages(rewards, o.samples_per_prompt),
-                    proximal(s, step, samples))]
+        samples, rewards = s.world.rollout(
+            step,
+            o.prompts_per_step,
+            o.samples_per_prompt,
+            o.seed,
+            (o.seed * 1000 + step) * 1000,
+            lambda prompts, seed: draw(s, step, prompts, seed),
+        )
+        payload = [
+            (
+                samples,
+                rewards,
+                group_advantages(rewards, o.samples_per_prompt),
+                proximal(s, step, samples),
+            )
+        ]
     dist.broadcast_object_list(payload, src=0)
     samples, rewards, advantages, s.proximal = payload[0]
     return samples, rewards, advantages
@@ -224,10 +272,19 @@ def draw(s: Session, step: int, prompts: list[str], seed: int) -> list[Sample]:
     o = s.opts
     if s.servers:
         return sample_with_retries(s, step, prompts, seed)
-    return [Sample(i, prompts[i], text, ids, completion, None, "local")
-            for i, ids, completion, text in sample_from_folder(
-                s.policy_dir, prompts, o.samples_per_prompt, o.max_new_tokens,
-                o.temperature, seed, s.dtype, s.device)]
+    return [
+        Sample(i, prompts[i], text, ids, completion, None, "local")
+        for i, ids, completion, text in sample_from_folder(
+            s.policy_dir,
+            prompts,
+            o.samples_per_prompt,
+            o.max_new_tokens,
+            o.temperature,
+            seed,
+            s.dtype,
+            s.device,
+        )
+    ]
 
 
 def proximal(s: Session, step: int, samples: list[Sample]) -> Optional[list[list[float]]]:
@@ -236,32 +293,49 @@ def proximal(s: Session, step: int, samples: list[Sample]) -> Optional[list[list
     if s.inference is None:
         return None
     start = time.monotonic()
-    out = s.inference.logprobs(step, [token_ids(s, x) for x in samples], s.policy_dir,
-                               s.version or "default", lambda: s.rt.heartbeat(step, "inference"))
-    gaps = [abs(a - b) for x, lp in zip(samples, out) if x.logprobs and len(x.logprobs) == len(lp)
-            for a, b in zip(x.logprobs, lp)]
-    log(0, f"grpo: step {step}: log-probs of {len(out)} sample(s) from inference on "
-           f"{s.version or 'the start model'} ({time.monotonic() - start:.2f}s); largest gap to "
-           f"the servers' sampling log-probs {max(gaps, default=0.0):.1e}")
+    out = s.inference.logprobs(
+        step,
+        [token_ids(s, x) for x in samples],
+        s.policy_dir,
+        s.version or "default",
+        lambda: s.rt.heartbeat(step, "inference"),
+    )
+    gaps = [
+        abs(a - b)
+        for x, lp in zip(samples, out)
+        if x.logprobs and len(x.logprobs) == len(lp)
+        for a, b in zip(x.logprobs, lp)
+    ]
+    log(
+        0,
+        f"grpo: step {step}: log-probs of {len(out)} sample(s) from inference on "
+        f"{s.version or 'the start model'} ({time.monotonic() - start:.2f}s); largest gap to "
+        f"the servers' sampling log-probs {max(gaps, default=0.0):.1e}",
+    )
     return out
 
 
-def sample_with_retries(s: Session, step: int, prompts: list[str], seed: int,
-                        attempts: int = 3) -> list[Sample]:
+def sample_with_retries(
+    s: Session, step: int, prompts: list[str], seed: int, attempts: int = 3
+) -> list[Sample]:
     """Rank 0's sampling; a server that dies during it (the launcher restarts it alone,
     launcher.max_restarts) is waited for and brought to the current weights, and the step's
     batch is sampled again, the same seeds giving the same draw."""
     o = s.opts
     for attempt in range(1, attempts + 1):
         try:
-            return sample_all(s.servers, prompts, o.samples_per_prompt, o.max_new_tokens,
-                              o.temperature, seed)
+            return sample_all(
+                s.servers, prompts, o.samples_per_prompt, o.max_new_tokens, o.temperature, seed
+            )
         except RolloutError as exc:
             down = [sv.addr for sv in s.servers if not health_ok(sv.addr)]
             if not down or attempt == attempts:
                 raise
-            log(0, f"grpo: step {step}'s rollout failed ({exc}); server(s) {', '.join(down)} "
-                   "down: waiting for them, then sampling again")
+            log(
+                0,
+                f"grpo: step {step}'s rollout failed ({exc}); server(s) {', '.join(down)} "
+                "down: waiting for them, then sampling again",
+            )
             serving.refresh(s, step, lambda text: log(0, text))
     raise AssertionError("unreachable")
 
@@ -280,9 +354,14 @@ def token_ids(s: Session, sample: Sample) -> tuple[list[int], list[int]]:
     return list(prompt), list(completion) or [s.tokenizer.eos_token_id]
 
 
-def grpo_loss(logp: torch.Tensor, mask: torch.Tensor, adv: torch.Tensor,
-              ref_logp: Optional[torch.Tensor], kl_coef: float,
-              old_logp: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+def grpo_loss(
+    logp: torch.Tensor,
+    mask: torch.Tensor,
+    adv: torch.Tensor,
+    ref_logp: Optional[torch.Tensor],
+    kl_coef: float,
+    old_logp: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-sequence GRPO loss (length-normalised policy gradient + kl_coef * k3 KL to the
     reference) and the KL alone; with `old_logp` (the inference engine's) the policy term is
     the importance ratio exp(logp - old_logp) times the advantage."""
@@ -296,8 +375,9 @@ def grpo_loss(logp: torch.Tensor, mask: torch.Tensor, adv: torch.Tensor,
     return pg + kl_coef * kl, kl
 
 
-def logp_gap(s: Session, samples: list[Sample], mine: list[int], logp: torch.Tensor,
-             mask: torch.Tensor) -> torch.Tensor:
+def logp_gap(
+    s: Session, samples: list[Sample], mine: list[int], logp: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
     """The largest gap between the server's sampling log-probs and ours on this rank's
     samples (same weights: ~0)."""
     gap = torch.zeros((), device=s.device)
@@ -338,8 +418,9 @@ def weights(groups: list[list[int]]) -> list[float]:
     return out
 
 
-def batch_stats(s: Session, samples: list[Sample], per_seq: torch.Tensor, kl: torch.Tensor,
-                gap: torch.Tensor) -> dict[str, float]:
+def batch_stats(
+    s: Session, samples: list[Sample], per_seq: torch.Tensor, kl: torch.Tensor, gap: torch.Tensor
+) -> dict[str, float]:
     """Batch-wide loss and KL (summed over one rank per slice) and the log-prob gap."""
     stats = torch.stack([per_seq.detach().sum(), kl.detach().sum()]) / len(samples)
     dist.all_reduce(stats, group=s.data_group)
@@ -347,14 +428,20 @@ def batch_stats(s: Session, samples: list[Sample], per_seq: torch.Tensor, kl: to
     return {"loss": stats[0].item(), "kl": stats[1].item(), "logp_gap": gap.item()}
 
 
-def push_weights(s: Session, state: dict[str, torch.Tensor], version: str
-                 ) -> tuple[Path, int]:
+def push_weights(s: Session, state: dict[str, torch.Tensor], version: str) -> tuple[Path, int]:
     """Rank 0 writes `state` (the full weights it gathered), every server loads the new
     folder, and rank 0 confirms what they serve."""
     folder = s.weights_root / version
     if s.rank == 0:
-        folder = write_weights(state, s.model_config, s.generation_config, s.tokenizer,
-                               s.weights_root, version, s.hf_shapes)
+        folder = write_weights(
+            state,
+            s.model_config,
+            s.generation_config,
+            s.tokenizer,
+            s.weights_root,
+            version,
+            s.hf_shapes,
+        )
     dist.barrier()  # the folder is complete before any server is asked to read it
     for instance in s.my_instances:
         server = s.servers[instance]
@@ -363,24 +450,43 @@ def push_weights(s: Session, state: dict[str, torch.Tensor], version: str
         except RolloutError:
             if health_ok(server.addr):
                 raise
-            log(s.rank, f"grpo: rollout server {server.addr} is down during the push of "
-                        f"{version}: it gets the weights before the next rollout")
+            log(
+                s.rank,
+                f"grpo: rollout server {server.addr} is down during the push of "
+                f"{version}: it gets the weights before the next rollout",
+            )
     dist.barrier()
-    confirmed = serving.confirm(s, folder, version, s.servers, lambda text: log(0, text)) \
-        if s.rank == 0 and s.servers else 0
+    confirmed = (
+        serving.confirm(s, folder, version, s.servers, lambda text: log(0, text))
+        if s.rank == 0 and s.servers
+        else 0
+    )
     if s.rank == 0:
         prune_versions(s.weights_root, s.opts.keep_versions, folder)
     s.policy_dir, s.version = str(folder), version
     return folder, confirmed
 
 
-def log_step(s: Session, step: int, samples: list[Sample], reward: float,
-             stats: dict[str, float], took: dict[str, float]) -> None:
+def log_step(
+    s: Session,
+    step: int,
+    samples: list[Sample],
+    reward: float,
+    stats: dict[str, float],
+    took: dict[str, float],
+) -> None:
     """Rank 0: the step's metrics to the trackers (launcher.tracking) and metrics.jsonl;
     tokens per second counts the batch's prompt and completion tokens over the whole step."""
     tokens = sum(len(p) + len(c) for p, c in (token_ids(s, x) for x in samples))
-    s.rt.log({"reward": reward, **stats, **took,
-              "tokens_per_s": tokens / max(took["step_time_s"], 1e-9)}, step)
+    s.rt.log(
+        {
+            "reward": reward,
+            **stats,
+            **took,
+            "tokens_per_s": tokens / max(took["step_time_s"], 1e-9),
+        },
+        step,
+    )
 
 
 def start_or_resume(s: Session, engine: Engine) -> int:
@@ -392,15 +498,21 @@ def start_or_resume(s: Session, engine: Engine) -> int:
     found = resume.load(rt, engine)
     step = found.step if found else 0
     if found:
-        log(s.rank, f"grpo: resumed from step {step} ({resume.shown(rt, found.path)}), "
-                    f"restart {rt.restart()}")
+        log(
+            s.rank,
+            f"grpo: resumed from step {step} ({resume.shown(rt, found.path)}), "
+            f"restart {rt.restart()}",
+        )
     elif rt.restart() > 0:
         log(s.rank, f"grpo: restart {rt.restart()} and no checkpoint: starting from step 1")
     if found or rt.restart() > 0:
         rt.heartbeat(step, "push")
         _, confirmed = push_weights(s, engine.full_state(), f"v{step}")
-        where = (f"{len(s.servers)} server(s), confirmed {confirmed}/{len(s.servers)}"
-                 if s.servers else "rank 0's own sampling (no servers)")
+        where = (
+            f"{len(s.servers)} server(s), confirmed {confirmed}/{len(s.servers)}"
+            if s.servers
+            else "rank 0's own sampling (no servers)"
+        )
         log(s.rank, f"grpo: weights v{step} pushed before the first rollout: {where}")
     return step + 1
 
@@ -420,8 +532,10 @@ def run_steps(s: Session, engine: Engine) -> int:
         samples, step_rewards, advantages = rollout(s, step)
         took["rollout_time_s"] = time.monotonic() - start
         if len(samples) < s.data_world:
-            raise ValueError(f"{len(samples)} samples for {s.data_world} data-parallel slices: "
-                             "raise recipe.prompts_per_step or recipe.samples_per_prompt")
+            raise ValueError(
+                f"{len(samples)} samples for {s.data_world} data-parallel slices: "
+                "raise recipe.prompts_per_step or recipe.samples_per_prompt"
+            )
         version = f"v{step}"
 
         def train() -> tuple[dict[str, float], dict[str, torch.Tensor]]:
@@ -441,28 +555,50 @@ def run_steps(s: Session, engine: Engine) -> int:
             took["weight_push_time_s"] = time.monotonic() - began
             return pushed
 
-        (stats, _), (_, confirmed) = s.phases.train_then_push(train, push, dist.barrier,
-                                                              leader=s.rank == 0)
+        (stats, _), (_, confirmed) = s.phases.train_then_push(
+            train, push, dist.barrier, leader=s.rank == 0
+        )
         confirmed_total += confirmed
         rewards.append(sum(step_rewards) / len(step_rewards))
         kl = f"{stats['kl']:.4f}" if engine.has_ref else "off"
-        check = (f"confirmed {confirmed}/{len(s.servers)}" if opts.verify_reload and s.servers
-                 else "unchecked" if s.servers else "none (no servers)")
-        log(s.rank, f"step {step}/{opts.steps} reward {rewards[-1]:.3f} loss "
-                    f"{stats['loss']:+.4f} kl {kl} logp_gap {stats['logp_gap']:.1e} "
-                    f"weight_version {version} reload {check} "
-                    f"({time.monotonic() - start:.1f}s)")
+        check = (
+            f"confirmed {confirmed}/{len(s.servers)}"
+            if opts.verify_reload and s.servers
+            else "unchecked"
+            if s.servers
+            else "none (no servers)"
+        )
+        log(
+            s.rank,
+            f"step {step}/{opts.steps} reward {rewards[-1]:.3f} loss "
+            f"{stats['loss']:+.4f} kl {kl} logp_gap {stats['logp_gap']:.1e} "
+            f"weight_version {version} reload {check} "
+            f"({time.monotonic() - start:.1f}s)",
+        )
         if s.rank == 0:
-            log_step(s, step, samples, rewards[-1], stats if engine.has_ref else
-                     {k: v for k, v in stats.items() if k != "kl"},
-                     {**took, "step_time_s": time.monotonic() - start})
+            log_step(
+                s,
+                step,
+                samples,
+                rewards[-1],
+                stats if engine.has_ref else {k: v for k, v in stats.items() if k != "kl"},
+                {**took, "step_time_s": time.monotonic() - start},
+            )
         resume.at_step_end(s, engine, step, lambda text: log(s.rank, text))
     ran = len(rewards)
-    since = ("" if first == 1 else f" ({first}-{opts.steps} after resuming)" if ran
-             else " (all done before this restart)")
+    since = (
+        ""
+        if first == 1
+        else f" ({first}-{opts.steps} after resuming)"
+        if ran
+        else " (all done before this restart)"
+    )
     trend = f"reward {rewards[0]:.3f} -> {rewards[-1]:.3f} " if rewards else ""
-    log(s.rank, f"grpo done: steps {opts.steps}{since} {trend}"
-                f"reloads confirmed {confirmed_total}/{ran * len(s.servers)}")
+    log(
+        s.rank,
+        f"grpo done: steps {opts.steps}{since} {trend}"
+        f"reloads confirmed {confirmed_total}/{ran * len(s.servers)}",
+    )
     run_dir = rt.run_dir()
     if s.rank == 0 and run_dir and rewards:  # what a sweep optimises: the last step's reward
         write_metrics(run_dir, objective=rewards[-1], reward=rewards, steps=opts.steps)

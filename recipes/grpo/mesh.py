@@ -11,6 +11,7 @@ cp: FSDP2 shards over dp and cp flattened, as torchtitan does, but sequences are
 (HF Llama's attention has no context-parallel path and these sequences are ~30 tokens): the cp
 ranks of a dp group take samples of their own, so cp works as more data parallelism.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -33,21 +34,29 @@ logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERR
 
 MESH_DIMS = ("dp", "cp", "tp")
 LLAMA_LAYER_TP_PLAN = {
-    "self_attn.q_proj": ColwiseParallel, "self_attn.k_proj": ColwiseParallel,
-    "self_attn.v_proj": ColwiseParallel, "self_attn.o_proj": RowwiseParallel,
-    "mlp.gate_proj": ColwiseParallel, "mlp.up_proj": ColwiseParallel,
+    "self_attn.q_proj": ColwiseParallel,
+    "self_attn.k_proj": ColwiseParallel,
+    "self_attn.v_proj": ColwiseParallel,
+    "self_attn.o_proj": RowwiseParallel,
+    "mlp.gate_proj": ColwiseParallel,
+    "mlp.up_proj": ColwiseParallel,
     "mlp.down_proj": RowwiseParallel,
 }
 RECORDED_WEIGHT = "model.layers.0.self_attn.q_proj.weight"  # the weight ranks/<rank>.json shows
-MIXED_PRECISION = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
-                   "fp16": torch.float16, "float16": torch.float16}
+MIXED_PRECISION = {
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+    "fp16": torch.float16,
+    "float16": torch.float16,
+}
 
 
 def plan_mesh(rt: RuntimePlan, device_type: str, engine: str = "actor") -> DeviceMesh:
     """The engine's (dp, cp, tp) DeviceMesh, laid out as the plan places its ranks."""
     layout = rt.mesh_layout(MESH_DIMS, engine)
-    return DeviceMesh(device_type, mesh=torch.tensor(layout.ranks, dtype=torch.int),
-                      mesh_dim_names=layout.names)
+    return DeviceMesh(
+        device_type, mesh=torch.tensor(layout.ranks, dtype=torch.int), mesh_dim_names=layout.names
+    )
 
 
 def data_mesh(mesh: DeviceMesh) -> DeviceMesh:
@@ -83,12 +92,19 @@ def check_divisible(config: Any, tp: int) -> None:
     for what in ("num_attention_heads", "num_key_value_heads", "intermediate_size"):
         value = getattr(config, what)
         if value % tp:
-            raise ValueError(f"tp={tp} does not divide the model's {what} ({value}): "
-                             "choose a t that divides it in actor.backend")
+            raise ValueError(
+                f"tp={tp} does not divide the model's {what} ({value}): "
+                "choose a t that divides it in actor.backend"
+            )
 
 
-def shard_model(model: torch.nn.Module, mesh: DeviceMesh, mp: Optional[MixedPrecisionPolicy],
-                reshard_after_forward: bool, offload_params: bool = False) -> torch.nn.Module:
+def shard_model(
+    model: torch.nn.Module,
+    mesh: DeviceMesh,
+    mp: Optional[MixedPrecisionPolicy],
+    reshard_after_forward: bool,
+    offload_params: bool = False,
+) -> torch.nn.Module:
     """Tensor parallel over the mesh's tp axis (when > 1), then FSDP2 over its data axis:
     each decoder layer, then the whole model. `offload_params` (actor.fsdp.offload_params, on
     GPUs): the shards, their grads and the optimizer step live on the host."""
@@ -96,10 +112,13 @@ def shard_model(model: torch.nn.Module, mesh: DeviceMesh, mp: Optional[MixedPrec
     if tp_mesh.size() > 1:
         check_divisible(model.config, tp_mesh.size())
         for layer in model.model.layers:
-            parallelize_module(layer, tp_mesh,
-                               {name: style() for name, style in LLAMA_LAYER_TP_PLAN.items()})
-    kwargs: dict[str, Any] = {"mesh": data_mesh(mesh),
-                              "reshard_after_forward": reshard_after_forward}
+            parallelize_module(
+                layer, tp_mesh, {name: style() for name, style in LLAMA_LAYER_TP_PLAN.items()}
+            )
+    kwargs: dict[str, Any] = {
+        "mesh": data_mesh(mesh),
+        "reshard_after_forward": reshard_after_forward,
+    }
     if mp is not None:
         kwargs["mp_policy"] = mp
     if offload_params:
@@ -149,8 +168,16 @@ def clip_grad_norm(params: Iterable[torch.nn.Parameter], max_norm: float) -> flo
     grads = [p.grad for p in params if p.grad is not None]
     sums: dict[tuple[Any, ...], torch.Tensor] = {}
     for g in grads:
-        local, groups = (g, ()) if not isinstance(g, DTensor) else (g.to_local(), tuple(
-            g.device_mesh.get_group(i) for i, pl in enumerate(g.placements) if pl.is_shard()))
+        local, groups = (
+            (g, ())
+            if not isinstance(g, DTensor)
+            else (
+                g.to_local(),
+                tuple(
+                    g.device_mesh.get_group(i) for i, pl in enumerate(g.placements) if pl.is_shard()
+                ),
+            )
+        )
         sq = local.detach().float().pow(2).sum()
         sums[groups] = sums[groups] + sq if groups in sums else sq
     total_sq = torch.zeros((), dtype=torch.float32)
@@ -173,10 +200,16 @@ def weight_shard(model: torch.nn.Module, name: str = RECORDED_WEIGHT) -> WeightS
         from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
         local = param.to_local()
-        _, offset = compute_local_shape_and_global_offset(param.shape, param.device_mesh,
-                                                          param.placements)
+        _, offset = compute_local_shape_and_global_offset(
+            param.shape, param.device_mesh, param.placements
+        )
     else:
         local, offset = param.detach(), (0,) * param.dim()
     data = local.detach().to("cpu", torch.float32).contiguous()
-    return WeightShard(name, list(local.shape), list(param.shape), [int(o) for o in offset],
-                       hashlib.sha256(data.numpy().tobytes()).hexdigest())
+    return WeightShard(
+        name,
+        list(local.shape),
+        list(param.shape),
+        [int(o) for o in offset],
+        hashlib.sha256(data.numpy().tobytes()).hexdigest(),
+    )

@@ -6,6 +6,7 @@ On cpu everything already lives in host memory: a no-op, said once. Gradients ar
 end of every step (zero_grad(set_to_none=True)), so `grad` has something to move only where a
 recipe keeps gradients across phases.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,15 +29,23 @@ class HostOffload:
     grad: bool = False
 
     @classmethod
-    def from_plan(cls, rt: RuntimePlan, model: torch.nn.Module, optim: torch.optim.Optimizer,
-                  device: torch.device, say: Callable[[str], None],
-                  engine: str = "actor") -> "HostOffload":
+    def from_plan(
+        cls,
+        rt: RuntimePlan,
+        model: torch.nn.Module,
+        optim: torch.optim.Optimizer,
+        device: torch.device,
+        say: Callable[[str], None],
+        engine: str = "actor",
+    ) -> "HostOffload":
         asked = rt.offload(engine) or {}
         flags = {k: bool(asked.get(k)) for k in ("weight", "optimizer", "grad")}
         if any(flags.values()) and device.type != "cuda":
             on = ", ".join(f"{engine}.offload.{k}" for k, v in flags.items() if v)
-            say(f"grpo: {on}: nothing to do on {device.type}, the {engine} already lives in "
-                "host memory")
+            say(
+                f"grpo: {on}: nothing to do on {device.type}, the {engine} already lives in "
+                "host memory"
+            )
             return cls(model, optim, device)
         return cls(model, optim, device, **flags)
 

@@ -2,6 +2,7 @@
 written), then the plan's `recipe` dict, then `key=value` arguments. A key the recipe does not
 know is an error, so a typo on the command line is not silently ignored.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -44,8 +45,14 @@ class GRPOOptions:
     keep_checkpoints: int
 
 
-_TYPES = {"int": int, "float": float, "bool": bool, "str": str, "Optional[str]": str,
-          "Optional[float]": float}
+_TYPES = {
+    "int": int,
+    "float": float,
+    "bool": bool,
+    "str": str,
+    "Optional[str]": str,
+    "Optional[float]": float,
+}
 
 
 def _coerce(name: str, value: Any, kind: str) -> Any:
@@ -75,8 +82,12 @@ def parse_args(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
         i += 1
         if arg.startswith("-"):
             flags.append(arg)
-            if "=" not in arg and i < len(argv) and not argv[i].startswith("-") \
-                    and "=" not in argv[i]:
+            if (
+                "=" not in arg
+                and i < len(argv)
+                and not argv[i].startswith("-")
+                and "=" not in argv[i]
+            ):
                 flags.append(argv[i])
                 i += 1
             continue
@@ -89,16 +100,21 @@ def parse_args(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
 
 def load_options(rt: RuntimePlan, argv: list[str]) -> tuple[GRPOOptions, list[str]]:
     """The options, and the engine flags found in `argv` (ignored by this recipe)."""
-    defaults = {k: v for k, v in (yaml.safe_load(DEFAULTS_FILE.read_text()) or {}).items()
-                if k != "defaults"}  # Hydra's defaults list, not an option
+    defaults = {
+        k: v
+        for k, v in (yaml.safe_load(DEFAULTS_FILE.read_text()) or {}).items()
+        if k != "defaults"
+    }  # Hydra's defaults list, not an option
     merged = rt.recipe_options(defaults)
     given, flags = parse_args(argv)
     merged.update(given)
     fields = {f.name: str(f.type) for f in dataclasses.fields(GRPOOptions)}
     unknown = sorted(set(merged) - set(fields))
     if unknown:
-        raise ConfigError(f"unknown recipe option(s) {', '.join(unknown)}; "
-                          f"the grpo recipe takes: {', '.join(fields)}")
+        raise ConfigError(
+            f"unknown recipe option(s) {', '.join(unknown)}; "
+            f"the grpo recipe takes: {', '.join(fields)}"
+        )
     missing = sorted(set(fields) - set(merged))
     if missing:
         raise ConfigError(f"recipe option(s) {', '.join(missing)} missing from {DEFAULTS_FILE}")

@@ -9,6 +9,7 @@ The launcher starts the servers able to do it (SGLang --enable-memory-saver, vLL
 (CLIENT.cpu_keeps_memory: vLLM's refuses sleep mode), so on cpu the recipe says so once and the
 servers stay awake.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -48,9 +49,14 @@ class RolloutPhases:
     workers: Optional[PhaseWorkers] = None  # worker components offloaded around training too
 
     @classmethod
-    def from_plan(cls, rt: RuntimePlan, servers: Sequence[MemoryServer],
-                  say: Callable[[str], None], pol: Any = None,
-                  workers: Optional[PhaseWorkers] = None) -> "RolloutPhases":
+    def from_plan(
+        cls,
+        rt: RuntimePlan,
+        servers: Sequence[MemoryServer],
+        say: Callable[[str], None],
+        pol: Any = None,
+        workers: Optional[PhaseWorkers] = None,
+    ) -> "RolloutPhases":
         """On when the plan's rollout and actor (the policy `pol`'s serving and training
         components) share GPUs and rollout offload is on; `say` tells why it is not where a
         user asked for it."""
@@ -58,16 +64,22 @@ class RolloutPhases:
         if not servers or not serve or not rt.offload(serve):
             return cls(servers, False, workers=workers)
         if not rt.shares_gpus(train, serve):
-            say(f"grpo: {serve} offload is on but {serve} and {train} do not share GPUs: "
-                "the servers keep their memory")
+            say(
+                f"grpo: {serve} offload is on but {serve} and {train} do not share GPUs: "
+                "the servers keep their memory"
+            )
             return cls(servers, False, workers=workers)
         kept = sorted({serve_backend(s.backend).CLIENT.cpu_keeps_memory for s in servers} - {""})
         if rt.device() == "cpu" and kept:
-            say(f"grpo: {'; '.join(kept)}: {serve} servers stay awake while {train} trains "
-                "(releasing memory works on cuda)")
+            say(
+                f"grpo: {'; '.join(kept)}: {serve} servers stay awake while {train} trains "
+                "(releasing memory works on cuda)"
+            )
             return cls(servers, False, workers=workers)
-        say(f"grpo: {serve} shares GPUs with {train}: {len(servers)} server(s) release their "
-            "memory for every training phase")
+        say(
+            f"grpo: {serve} shares GPUs with {train}: {len(servers)} server(s) release their "
+            "memory for every training phase"
+        )
         return cls(servers, True, workers=workers)
 
     def before_train(self) -> None:
@@ -90,8 +102,13 @@ class RolloutPhases:
                 server.resume_memory()
             self.asleep = False
 
-    def train_then_push(self, train: Callable[[], T], push: Callable[[T], P],
-                        barrier: Callable[[], None], leader: bool) -> tuple[T, P]:
+    def train_then_push(
+        self,
+        train: Callable[[], T],
+        push: Callable[[T], P],
+        barrier: Callable[[], None],
+        leader: bool,
+    ) -> tuple[T, P]:
         """One step after its rollout: the leader releases the servers' memory, every rank
         trains, the leader takes the memory back, every rank pushes. The barriers keep any rank
         from training before the servers let go, or pushing before they are awake."""

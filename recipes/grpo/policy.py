@@ -6,6 +6,7 @@ A second policy's own files (weights, checkpoints, rank records, heartbeats) go 
 `<run folder>/<component>/`, so two policies in one run never write the same file; the actor's
 stay where they were.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -39,8 +40,9 @@ def job_role(rt: RuntimePlan) -> Optional[str]:
 def of(rt: RuntimePlan, train: str = "actor") -> Policy:
     """`train` and what it feeds: the weight_sync destination, else the built-in rollout."""
     fed = [w.dst for w in rt.plan.weight_sync if w.src == train]
-    serve = fed[0] if fed else ("rollout" if train == "actor" and rt.has_component("rollout")
-                                else None)
+    serve = (
+        fed[0] if fed else ("rollout" if train == "actor" and rt.has_component("rollout") else None)
+    )
     return Policy(train, serve)
 
 

@@ -1,5 +1,6 @@
 """Checkpoints of the default recipe: saved every `recipe.save_every` steps, at the last step
-and when the launcher asks; the newest complete one resumed from at start (docs/architecture.md §11).
+and when the launcher asks; the newest complete one resumed from at start (docs/architecture.md
+§11).
 
 One checkpoint (`<run folder>/checkpoints/step_<k>/`, launcher/worker/checkpoints.py) holds:
 - the engine's state through torch.distributed.checkpoint: FSDP2's sharded model and optimizer,
@@ -14,6 +15,7 @@ save, load, requested and at_step_end are collectives: all ranks call them at th
 and what one rank reads from the disk (the newest checkpoint, the launcher's request) is
 broadcast from rank 0, so the ranks never disagree on what to load or when to save.
 """
+
 from __future__ import annotations
 
 import random
@@ -81,8 +83,14 @@ def _from_rank0(value: Any) -> Any:
     return box[0]
 
 
-def save(rt: RuntimePlan, engine: Checkpointable, step: int, keep: int, reason: str,
-         extra: Optional[dict[str, Any]] = None) -> Optional[Path]:
+def save(
+    rt: RuntimePlan,
+    engine: Checkpointable,
+    step: int,
+    keep: int,
+    reason: str,
+    extra: Optional[dict[str, Any]] = None,
+) -> Optional[Path]:
     """Write step `step`'s checkpoint (staged, then renamed into place by rank 0 once every
     rank's files are written) and prune to the newest `keep`; its folder, or None when there
     is no run folder or the engine cannot checkpoint."""
@@ -131,8 +139,9 @@ def due(step: int, last_step: int, save_every: int) -> bool:
     return step == last_step or (save_every > 0 and step % save_every == 0)
 
 
-def at_step_end(s: "Session", engine: Checkpointable, step: int,
-                say: Callable[[str], None]) -> None:
+def at_step_end(
+    s: "Session", engine: Checkpointable, step: int, say: Callable[[str], None]
+) -> None:
     """At the step boundary: save when due (save_every, the last step) or when the launcher
     asked (every rank gets rank 0's reading of the request, so all save or none), then tell
     the launcher its request is done."""
@@ -141,18 +150,28 @@ def at_step_end(s: "Session", engine: Checkpointable, step: int,
         s.rt.heartbeat(step, "checkpoint")
         start = time.monotonic()
         reason = "asked by the launcher" if request else "due"
-        folder = save(s.rt, engine, step, s.opts.keep_checkpoints, reason,
-                      {"seed": s.opts.seed, "weight_version": s.version})
+        folder = save(
+            s.rt,
+            engine,
+            step,
+            s.opts.keep_checkpoints,
+            reason,
+            {"seed": s.opts.seed, "weight_version": s.version},
+        )
         if folder is None:
             if not _UNSAVED:  # once: it holds for every step of this run
-                say(f"grpo: step {step}: no checkpoint ({reason}) and none after it: no run "
-                    "folder, or this engine does not checkpoint")
+                say(
+                    f"grpo: step {step}: no checkpoint ({reason}) and none after it: no run "
+                    "folder, or this engine does not checkpoint"
+                )
             _UNSAVED.append(step)
         else:
             if request and s.rank == 0:
                 s.rt.checkpoint_request_done(request, final=step == s.opts.steps)
-            say(f"grpo: checkpoint {shown(s.rt, folder)} saved ({reason}, "
-                f"{time.monotonic() - start:.1f}s)")
+            say(
+                f"grpo: checkpoint {shown(s.rt, folder)} saved ({reason}, "
+                f"{time.monotonic() - start:.1f}s)"
+            )
             if request and step != s.opts.steps:  # every rank: the launcher may stop us now
                 s.rt.hold_for_stop(request, step, say)
     test_failure(s.rt, s.rank, step)
@@ -170,7 +189,12 @@ def shown(rt: RuntimePlan, folder: Path) -> str:
 def test_failure(rt: RuntimePlan, rank: int, step: int) -> None:
     """The test hook (FAIL_AFTER_STEP): fail this rank at the end of step `step`, first
     attempt only."""
-    if rt.env.get(FAIL_AFTER_STEP) == str(step) and rt.env.get(FAIL_RANK, "1") == str(rank) \
-            and rt.restart() == 0:
-        raise RuntimeError(f"{FAIL_AFTER_STEP}={step}: rank {rank} fails on purpose at the end "
-                           f"of step {step} (a test hook)")
+    if (
+        rt.env.get(FAIL_AFTER_STEP) == str(step)
+        and rt.env.get(FAIL_RANK, "1") == str(rank)
+        and rt.restart() == 0
+    ):
+        raise RuntimeError(
+            f"{FAIL_AFTER_STEP}={step}: rank {rank} fails on purpose at the end "
+            f"of step {step} (a test hook)"
+        )

@@ -5,13 +5,25 @@ Task: continue a count. Reward: the share of the completion's words that are num
 a random policy already says one now and then and a few policy-gradient steps raise the rate:
 a signal that moves on two CPU cores in seconds, which is all a demo of the loop needs.
 """
+
 from __future__ import annotations
 
 import random
 import re
 
-NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
-                "ten")
+NUMBER_WORDS = (
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+)
 _NUMBER = re.compile(r"(?:%s)" % "|".join(NUMBER_WORDS))
 _WORD = re.compile(r"\S+")
 
@@ -31,7 +43,7 @@ def make_prompts(count: int, seed: int, step: int) -> list[str]:
     for _ in range(count):
         start = rng.randrange(0, len(NUMBER_WORDS) - 3)
         shown = rng.randrange(1, 4)
-        prompts.append("count: " + " ".join(NUMBER_WORDS[start:start + shown]))
+        prompts.append("count: " + " ".join(NUMBER_WORDS[start : start + shown]))
     return prompts
 
 
@@ -41,7 +53,7 @@ def group_advantages(rewards: list[float], group_size: int, eps: float = 1e-6) -
         raise ValueError(f"{len(rewards)} rewards do not split into groups of {group_size}")
     out: list[float] = []
     for start in range(0, len(rewards), group_size):
-        group = rewards[start:start + group_size]
+        group = rewards[start : start + group_size]
         mean = sum(group) / len(group)
         std = (sum((r - mean) ** 2 for r in group) / len(group)) ** 0.5
         out += [(r - mean) / (std + eps) for r in group]

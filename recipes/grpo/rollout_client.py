@@ -6,6 +6,7 @@ between engines (the weight push, memory release, token ids) is each backend's C
 fails may kill the engine (vLLM's does, reference/vllm-cpu.md), so any error here is final for
 the run rather than retried.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,11 +39,20 @@ class Sample:
     server: str
 
 
-def _call(addr: str, path: str, body: Optional[dict] = None, timeout_s: float = 300.0,
-          method: str = "POST") -> Any:
+def _call(
+    addr: str,
+    path: str,
+    body: Optional[dict] = None,
+    timeout_s: float = 300.0,
+    method: str = "POST",
+) -> Any:
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(f"http://{addr}{path}", data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"http://{addr}{path}",
+        data=data,
+        method=method,
+        headers={"Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
             raw = resp.read()
@@ -71,8 +81,9 @@ def _push(addr: str, call: HttpCall, values: dict[str, str]) -> None:
     """One call of a weight push, its reply checked as the backend says."""
     out = _call(addr, call.path, None if call.body is None else _filled(dict(call.body), values))
     said = out.get("success") if isinstance(out, dict) else None
-    if (call.success == "required" and said is not True) or \
-            (call.success == "not-false" and said is False):
+    if (call.success == "required" and said is not True) or (
+        call.success == "not-false" and said is False
+    ):
         raise RolloutError(f"{addr}{call.path}: {out}")
 
 
@@ -88,26 +99,39 @@ class RolloutServer:
     def client(self) -> ServerClient:
         return serve_backend(self.backend).CLIENT
 
-    def complete(self, prompt: str, n: int, max_tokens: int, temperature: float,
-                 seed: Optional[int] = None) -> list[dict]:
+    def complete(
+        self, prompt: str, n: int, max_tokens: int, temperature: float, seed: Optional[int] = None
+    ) -> list[dict]:
         """OpenAI /v1/completions choices, with the prompt's and completion's token ids where
         the engine gives them (its CLIENT's completion_extra: vLLM)."""
-        body: dict[str, Any] = {"model": self.model, "prompt": prompt, "n": n,
-                                "max_tokens": max_tokens, "temperature": temperature}
+        body: dict[str, Any] = {
+            "model": self.model,
+            "prompt": prompt,
+            "n": n,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+        }
         if seed is not None:
             body["seed"] = seed
         body.update(self.client.completion_extra)
         return _call(self.addr, "/v1/completions", body)["choices"]
 
-    def greedy(self, prompt: str, max_tokens: int
-               ) -> tuple[Optional[list[int]], str, Optional[list[float]]]:
+    def greedy(
+        self, prompt: str, max_tokens: int
+    ) -> tuple[Optional[list[int]], str, Optional[list[float]]]:
         """Token ids and log-probs (None where the server does not say) and text of the
         greedy completion."""
         generate = self.client.generate
         if generate is not None:
-            out = _call(self.addr, generate, {"text": prompt, "return_logprob": True,
-                                              "sampling_params": {"temperature": 0.0,
-                                                                  "max_new_tokens": max_tokens}})
+            out = _call(
+                self.addr,
+                generate,
+                {
+                    "text": prompt,
+                    "return_logprob": True,
+                    "sampling_params": {"temperature": 0.0, "max_new_tokens": max_tokens},
+                },
+            )
             rows = (out.get("meta_info") or {}).get("output_token_logprobs")
             return out.get("output_ids"), out["text"], [r[0] for r in rows] if rows else None
         choice = self.complete(prompt, 1, max_tokens, 0.0)[0]
@@ -163,24 +187,40 @@ class RolloutServer:
         return None
 
 
-def sample_all(servers: list[RolloutServer], prompts: list[str], n: int, max_tokens: int,
-               temperature: float, seed: int) -> list[Sample]:
+def sample_all(
+    servers: list[RolloutServer],
+    prompts: list[str],
+    n: int,
+    max_tokens: int,
+    temperature: float,
+    seed: int,
+) -> list[Sample]:
     """n completions per prompt, prompts spread round-robin over every server, concurrently.
 
     Returned in prompt order, each prompt's n samples together (GRPO groups).
     """
+
     def one(i: int) -> list[Sample]:
         server = servers[i % len(servers)]
         # vLLM seeds a request's n choices seed, seed+1, ...: keep requests' ranges apart
-        choices = sorted(server.complete(prompts[i], n, max_tokens, temperature, seed + i * n),
-                         key=lambda c: c["index"])
+        choices = sorted(
+            server.complete(prompts[i], n, max_tokens, temperature, seed + i * n),
+            key=lambda c: c["index"],
+        )
         out = []
         for c in choices:
             lp = c.get("logprobs") or {}
-            out.append(Sample(prompt_index=i, prompt=prompts[i], text=c["text"],
-                              prompt_ids=c.get("prompt_token_ids"),
-                              completion_ids=c.get("token_ids"),
-                              logprobs=lp.get("token_logprobs"), server=server.addr))
+            out.append(
+                Sample(
+                    prompt_index=i,
+                    prompt=prompts[i],
+                    text=c["text"],
+                    prompt_ids=c.get("prompt_token_ids"),
+                    completion_ids=c.get("token_ids"),
+                    logprobs=lp.get("token_logprobs"),
+                    server=server.addr,
+                )
+            )
         return out
 
     with ThreadPoolExecutor(max_workers=min(16, len(prompts)) or 1) as pool:

@@ -9,6 +9,7 @@ failing the run at once; one that answers another version than the trainer's cur
 told to load the current weights folder again, then checked like any push, with one log line
 naming it.
 """
+
 from __future__ import annotations
 
 import time
@@ -42,15 +43,22 @@ def restarted(server: RolloutServer, version: str, say: Callable[[str], None]) -
     except RolloutError:
         served = None if health_ok(server.addr) else "down"
     if served == "down" or (served in START_LABELS and served is not None):
-        say(f"grpo: rollout server {server.addr} restarted during the push of {version} "
+        say(
+            f"grpo: rollout server {server.addr} restarted during the push of {version} "
             f"({'down' if served == 'down' else 'serving its start model'}): it gets the "
-            "weights before the next rollout")
+            "weights before the next rollout"
+        )
         return True
     return False
 
 
-def confirm(s: "Session", folder: Path, version: str, servers: Sequence[RolloutServer],
-            say: Callable[[str], None] = print) -> int:
+def confirm(
+    s: "Session",
+    folder: Path,
+    version: str,
+    servers: Sequence[RolloutServer],
+    say: Callable[[str], None] = print,
+) -> int:
     """Each server's greedy tokens == a plain HF model's on `folder`, and their log-probs agree
     within verify_logprob_tol (equal tokens alone can hide a partly loaded model); raise on any
     difference. How many were checked (0 with verify_reload off). A server that restarted in
@@ -60,8 +68,9 @@ def confirm(s: "Session", folder: Path, version: str, servers: Sequence[RolloutS
         return 0
     eos = s.tokenizer.eos_token_id
     prompt_ids = s.tokenizer(s.opts.verify_prompt).input_ids
-    expected, expected_lp = greedy_from_folder(folder, prompt_ids, s.opts.verify_tokens,
-                                               s.dtype, s.device, eos)
+    expected, expected_lp = greedy_from_folder(
+        folder, prompt_ids, s.opts.verify_tokens, s.dtype, s.device, eos
+    )
     expected_text = s.tokenizer.decode(expected, skip_special_tokens=True)
     for server in servers:
         ids, text, logprobs = server.greedy(s.opts.verify_prompt, s.opts.verify_tokens)
@@ -74,7 +83,8 @@ def confirm(s: "Session", folder: Path, version: str, servers: Sequence[RolloutS
                 f"rollout server {server.addr} does not serve {version} after its reload: "
                 f"greedy {ids if ids is not None else text!r} (weight version {served}), "
                 f"trainer's greedy on {folder}: {expected if ids is not None else expected_text!r}"
-                f", largest log-prob difference {gap:.2e} (tolerance {tol})")
+                f", largest log-prob difference {gap:.2e} (tolerance {tol})"
+            )
     return len(servers)
 
 
@@ -98,21 +108,26 @@ def refresh(s: "Session", step: int, say: Callable[[str], None]) -> list[str]:
     return fixed
 
 
-def _refresh_one(s: "Session", server: RolloutServer, step: int, timeout_s: float,
-                 say: Callable[[str], None]) -> bool:
+def _refresh_one(
+    s: "Session", server: RolloutServer, step: int, timeout_s: float, say: Callable[[str], None]
+) -> bool:
     """refresh() for one server; True when it had to be given the weights again."""
     if not health_ok(server.addr):
         s.rt.heartbeat(step, "wait_server")
-        say(f"grpo: rollout server {server.addr} is down: waiting up to {timeout_s:.0f}s "
-            "for its /health")
+        say(
+            f"grpo: rollout server {server.addr} is down: waiting up to {timeout_s:.0f}s "
+            "for its /health"
+        )
         wait_for_servers([server.addr], timeout_s)
         s.rt.heartbeat(step, "rollout")
     served = server.weight_version()
     if not stale(served, s.version):
         return False
     version = s.version or "default"
-    say(f"grpo: rollout server {server.addr} serves weight version {served!r}, not "
-        f"{version}: pushing {s.policy_dir} to it again")
+    say(
+        f"grpo: rollout server {server.addr} serves weight version {served!r}, not "
+        f"{version}: pushing {s.policy_dir} to it again"
+    )
     server.reload(s.policy_dir, version)
     confirm(s, Path(s.policy_dir), version, [server], say)
     return True

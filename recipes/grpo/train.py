@@ -13,6 +13,7 @@ Options: launcher/conf/recipe/grpo.yaml, overridden by the plan's `recipe` dict 
 (actor.fsdp.mixed_precision, actor.fsdp.reshard_after_forward, actor.offload.*). A Megatron
 layout runs with trainer.entry=recipes/grpo_megatron/train.py.
 """
+
 from __future__ import annotations
 
 import sys
@@ -24,24 +25,24 @@ _ROOT = Path(__file__).resolve().parents[2]
 if str(_ROOT) not in sys.path:  # run as a script by torchrun: make `recipes` importable
     sys.path.insert(0, str(_ROOT))
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict  # noqa: E402
-from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E402
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.elastic.multiprocessing.errors import record
 
-from launcher.spec.errors import LaunchError  # noqa: E402
-from launcher.worker.runtime import RuntimePlan, load_plan  # noqa: E402
-from launcher.worker.tiny_model import default_path as tiny_model_path  # noqa: E402
-from recipes.grpo import inference, loop  # noqa: E402
+from launcher.spec.errors import LaunchError
+from launcher.worker.runtime import RuntimePlan, load_plan
+from launcher.worker.tiny_model import default_path as tiny_model_path
+from recipes.grpo import inference, loop
 from recipes.grpo import mesh as meshes
-from recipes.grpo import policy as policies  # noqa: E402
-from recipes.grpo.layout import LayoutMismatch, mismatches, world_mismatch, write_rank_record  # noqa: E402
-from recipes.grpo.loop import Session, log  # noqa: E402
-from recipes.grpo.offload import HostOffload  # noqa: E402
-from recipes.grpo.options import GRPOOptions, load_options  # noqa: E402
-from recipes.grpo.rollout_client import Sample  # noqa: E402
-from recipes.grpo.weights import gather_full_state, hf_shapes, token_logprobs  # noqa: E402
-from recipes.grpo.world import stage_problem  # noqa: E402
+from recipes.grpo import policy as policies
+from recipes.grpo.layout import LayoutMismatch, mismatches, world_mismatch, write_rank_record
+from recipes.grpo.loop import Session, log
+from recipes.grpo.offload import HostOffload
+from recipes.grpo.options import GRPOOptions, load_options
+from recipes.grpo.rollout_client import Sample
+from recipes.grpo.weights import gather_full_state, hf_shapes, token_logprobs
+from recipes.grpo.world import stage_problem
 
 MEGATRON_ENTRY = "recipes/grpo_megatron/train.py"
 
@@ -59,8 +60,9 @@ class FSDPEngine:
     def has_ref(self) -> bool:
         return self.ref is not None
 
-    def train_step(self, s: Session, samples: list[Sample],
-                   advantages: list[float]) -> dict[str, float]:
+    def train_step(
+        self, s: Session, samples: list[Sample], advantages: list[float]
+    ) -> dict[str, float]:
         """One GRPO update on this slice's samples (the tp ranks of a slice share them), in
         micro-batches of at most actor.mb_spec.max_tokens_per_mb tokens, gradients summed."""
         mine = loop.my_samples(s, len(samples))
@@ -79,8 +81,11 @@ class FSDPEngine:
             if self.ref is not None:
                 with torch.no_grad():
                     ref_logp, _ = token_logprobs(self.ref, part, pad, s.device)
-            old = None if s.proximal is None else \
-                inference.proximal(logp, mask, [s.proximal[i] for i in rows])
+            old = (
+                None
+                if s.proximal is None
+                else inference.proximal(logp, mask, [s.proximal[i] for i in rows])
+            )
             if old is not None and weight:
                 used = torch.maximum(used, ((logp.detach() - old).abs() * mask).max())
             per_seq, kl = loop.grpo_loss(logp, mask, adv, ref_logp, s.opts.kl_coef, old)
@@ -96,8 +101,11 @@ class FSDPEngine:
         self.optim.zero_grad(set_to_none=True)
         if s.proximal is not None:
             dist.all_reduce(used, op=dist.ReduceOp.MAX)
-            log(s.rank, f"grpo: loss on the inference engine's log-probs ({len(samples)} "
-                        f"samples); largest |actor - inference| log-prob {used.item():.1e}")
+            log(
+                s.rank,
+                f"grpo: loss on the inference engine's log-probs ({len(samples)} "
+                f"samples); largest |actor - inference| log-prob {used.item():.1e}",
+            )
         return loop.batch_stats(s, samples, torch.cat(per_seqs), torch.cat(kls), gap)
 
     def full_state(self) -> dict[str, torch.Tensor]:
@@ -110,8 +118,9 @@ class FSDPEngine:
         return {"model": model, "optim": optim}
 
     def load_checkpoint_state(self, state: dict[str, Any]) -> None:
-        set_state_dict(self.model, self.optim, model_state_dict=state["model"],
-                       optim_state_dict=state["optim"])
+        set_state_dict(
+            self.model, self.optim, model_state_dict=state["model"], optim_state_dict=state["optim"]
+        )
 
     def offload(self) -> None:
         self.host.offload()
@@ -120,9 +129,15 @@ class FSDPEngine:
         self.host.reload()
 
 
-def load_model(path: str, dtype: torch.dtype, device: torch.device, mesh: Any,
-               fsdp_options: dict[str, Any], trainable: bool,
-               checkpointing: bool = False) -> torch.nn.Module:
+def load_model(
+    path: str,
+    dtype: torch.dtype,
+    device: torch.device,
+    mesh: Any,
+    fsdp_options: dict[str, Any],
+    trainable: bool,
+    checkpointing: bool = False,
+) -> torch.nn.Module:
     """An HF causal LM, tensor parallel over the mesh's tp axis and FSDP2 over its data axis;
     `checkpointing`: each decoder layer recomputed in backward (actor.gradient_checkpointing)."""
     from transformers import AutoModelForCausalLM
@@ -130,17 +145,20 @@ def load_model(path: str, dtype: torch.dtype, device: torch.device, mesh: Any,
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
     if checkpointing and trainable:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    meshes.shard_model(model, mesh,
-                       meshes.mixed_precision_policy(fsdp_options.get("mixed_precision")),
-                       bool(fsdp_options.get("reshard_after_forward", True)),
-                       offload_params=bool(fsdp_options.get("offload_params"))
-                       and device.type == "cuda")
+    meshes.shard_model(
+        model,
+        mesh,
+        meshes.mixed_precision_policy(fsdp_options.get("mixed_precision")),
+        bool(fsdp_options.get("reshard_after_forward", True)),
+        offload_params=bool(fsdp_options.get("offload_params")) and device.type == "cuda",
+    )
     model.requires_grad_(trainable)
     return model if trainable else model.eval()
 
 
-def build_mesh(rt: RuntimePlan, device: torch.device, rank: int, world: int,
-               engine: str = "actor") -> Any:
+def build_mesh(
+    rt: RuntimePlan, device: torch.device, rank: int, world: int, engine: str = "actor"
+) -> Any:
     """The plan's mesh, after checking torchrun started the plan's ranks; then its groups
     checked against the plan's."""
     problem = world_mismatch(rt, rank, world, engine)
@@ -149,56 +167,83 @@ def build_mesh(rt: RuntimePlan, device: torch.device, rank: int, world: int,
         mesh = meshes.plan_mesh(rt, device.type, engine)
     except LaunchError as exc:  # the plan's coordinates are no grid: the same on every rank
         raise LayoutMismatch(str(exc)) from None
-    loop.agree_on_layout(mismatches(rt, rank, meshes.live_groups(mesh),
-                                     meshes.live_coords(mesh), "the mesh", engine))
+    loop.agree_on_layout(
+        mismatches(rt, rank, meshes.live_groups(mesh), meshes.live_coords(mesh), "the mesh", engine)
+    )
     return mesh
 
 
-def setup(rt: RuntimePlan, opts: GRPOOptions, device: torch.device, rank: int,
-          world: int, engine: str = "actor") -> tuple[Session, FSDPEngine]:
+def setup(
+    rt: RuntimePlan,
+    opts: GRPOOptions,
+    device: torch.device,
+    rank: int,
+    world: int,
+    engine: str = "actor",
+) -> tuple[Session, FSDPEngine]:
     mesh = build_mesh(rt, device, rank, world, engine)
     training = rt.training(engine)
     dtype = getattr(torch, training["dtype"])
     model_path = rt.model_path(default=str(tiny_model_path()))
     fsdp_options = rt.engine_options(engine)
-    model = load_model(model_path, dtype, device, mesh, fsdp_options, trainable=True,
-                       checkpointing=bool(training["gradient_checkpointing"]))
+    model = load_model(
+        model_path,
+        dtype,
+        device,
+        mesh,
+        fsdp_options,
+        trainable=True,
+        checkpointing=bool(training["gradient_checkpointing"]),
+    )
     fsdp = meshes.observe_fsdp(model, device)
     if fsdp_options.get("offload_params") and device.type != "cuda":
-        log(rank, "grpo: actor.fsdp.offload_params: nothing to do on cpu (the shards are in host "
-                  "memory already)")
+        log(
+            rank,
+            "grpo: actor.fsdp.offload_params: nothing to do on cpu (the shards are in host "
+            "memory already)",
+        )
     run_dir = rt.run_dir()
     if run_dir:
-        write_rank_record(run_dir, rank, meshes.live_coords(mesh), meshes.weight_shard(model),
-                          {"backend": "fsdp", "fsdp": fsdp,
-                           "mesh": dict(zip(mesh.mesh_dim_names, mesh.shape))})
+        write_rank_record(
+            run_dir,
+            rank,
+            meshes.live_coords(mesh),
+            meshes.weight_shard(model),
+            {"backend": "fsdp", "fsdp": fsdp, "mesh": dict(zip(mesh.mesh_dim_names, mesh.shape))},
+        )
     ref_on = "ref" in rt.components() or rt.has_component("ref")
     ref = load_model(model_path, dtype, device, mesh, fsdp_options, False) if ref_on else None
     optim = torch.optim.AdamW(model.parameters(), lr=opts.lr, weight_decay=0.0)
     data = meshes.data_mesh(mesh)
     slice_ = (data.get_local_rank(), data.size(), data.get_group())
     s = loop.open_session(rt, opts, device, model_path, slice_, hf_shapes(model_path))
-    host = HostOffload.from_plan(rt, model, optim, device, say=lambda text: log(rank, text),
-                                 engine=engine)
+    host = HostOffload.from_plan(
+        rt, model, optim, device, say=lambda text: log(rank, text), engine=engine
+    )
     sizes = " x ".join(f"{n} {k}" for n, k in zip(mesh.mesh_dim_names, mesh.shape))
-    log(rank, f"grpo: {world} {engine} rank(s) on {device.type}, mesh {sizes} "
-              f"(FSDP2 over {data.size()}, tensor parallel over {mesh['tp'].size()}; computes "
-              f"in {fsdp['dtype']}, reshard_after_forward "
-              f"{str(fsdp['resharded_after_forward']).lower()}), "
-              f"micro-batches of {s.max_tokens_per_mb} tokens, gradient checkpointing "
-              f"{'on' if training['gradient_checkpointing'] else 'off'}, "
-              f"ref {'on' if ref else 'off'}, {len(s.servers)} rollout server(s)"
-              f"{' ' + ','.join(x.addr for x in s.servers) if s.servers else ''}, "
-              f"model {model_path}, "
-              f"weights -> {s.weights_root}")
+    log(
+        rank,
+        f"grpo: {world} {engine} rank(s) on {device.type}, mesh {sizes} "
+        f"(FSDP2 over {data.size()}, tensor parallel over {mesh['tp'].size()}; computes "
+        f"in {fsdp['dtype']}, reshard_after_forward "
+        f"{str(fsdp['resharded_after_forward']).lower()}), "
+        f"micro-batches of {s.max_tokens_per_mb} tokens, gradient checkpointing "
+        f"{'on' if training['gradient_checkpointing'] else 'off'}, "
+        f"ref {'on' if ref else 'off'}, {len(s.servers)} rollout server(s)"
+        f"{' ' + ','.join(x.addr for x in s.servers) if s.servers else ''}, "
+        f"model {model_path}, "
+        f"weights -> {s.weights_root}",
+    )
     return s, FSDPEngine(model, ref, optim, host)
 
 
 def refuse_megatron(rt: RuntimePlan, engine: str = "actor") -> Optional[str]:
     backend = rt.component(engine).get("backend")
     if backend == "megatron":
-        return (f"{engine}.backend={rt.component(engine).get('spec')} is a Megatron layout: "
-                f"run it with trainer.entry={MEGATRON_ENTRY} (this entry trains FSDP2)")
+        return (
+            f"{engine}.backend={rt.component(engine).get('spec')} is a Megatron layout: "
+            f"run it with trainer.entry={MEGATRON_ENTRY} (this entry trains FSDP2)"
+        )
     return None
 
 
@@ -216,8 +261,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     rt = load_plan()
     role = policies.job_role(rt)
     if role is None:
-        print(f"grpo: nothing to do for {','.join(rt.components())}: this recipe runs the "
-              "reference model inside the actor job", flush=True)
+        print(
+            f"grpo: nothing to do for {','.join(rt.components())}: this recipe runs the "
+            "reference model inside the actor job",
+            flush=True,
+        )
         return 0
     rt = policies.scoped(rt, role)  # a second policy's files in <run>/<role>/
     if role == policies.INFERENCE:
@@ -225,8 +273,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     rt.heartbeat(0, "setup")  # from here on SIGUSR2 dumps this rank's stacks into its log
     opts, engine_flags = load_options(rt, sys.argv[1:] if argv is None else argv)
     device, rank, world = loop.init_distributed(rt, opts)
-    refusal = refuse_megatron(rt, role) or bad_fsdp_option(rt, role) or \
-        stage_problem(rt, opts.prompts_per_step)
+    refusal = (
+        refuse_megatron(rt, role)
+        or bad_fsdp_option(rt, role)
+        or stage_problem(rt, opts.prompts_per_step)
+    )
     if refusal:
         return loop.stop_all(refusal, 2)
     try:

@@ -3,6 +3,7 @@
 `env` worker, and offload/reload of every worker the plan offloads, each reload confirmed.
 Stdlib only, so it is tested against the real services without torch.
 """
+
 from __future__ import annotations
 
 import time
@@ -67,8 +68,9 @@ class EnvClient:
 
     def reset(self, step: int, stage: int, count: int, seed: int) -> list[Episode]:
         addr = self.addrs[stage % len(self.addrs)]
-        out = post_json(addr, "/reset", {"step": step, "stage": stage, "count": count,
-                                         "seed": seed})
+        out = post_json(
+            addr, "/reset", {"step": step, "stage": stage, "count": count, "seed": seed}
+        )
         return [Episode(e["id"], e["prompt"], addr) for e in out["episodes"]]
 
     def step(self, episodes: Sequence[Episode], responses: Sequence[str]) -> list[float]:
@@ -78,8 +80,11 @@ class EnvClient:
         for i, e in enumerate(episodes):
             by_env.setdefault(e.env, []).append(i)
         for addr, idx in by_env.items():
-            out = post_json(addr, "/step", {"episodes": [
-                {"id": episodes[i].id, "response": responses[i]} for i in idx]})
+            out = post_json(
+                addr,
+                "/step",
+                {"episodes": [{"id": episodes[i].id, "response": responses[i]} for i in idx]},
+            )
             for i, r in zip(idx, out["rewards"]):
                 rewards[i] = float(r)
         return rewards
@@ -99,11 +104,16 @@ class WorkerOffload:
     @classmethod
     def from_plan(cls, rt: RuntimePlan, say: Callable[[str], None]) -> "WorkerOffload":
         options = rt.meta.get("engine_options") or {}
-        on = {name: tuple(worker_addrs(rt, name)) for name in rt.plan.components
-              if rt.plan.components[name].is_worker and (options.get(name) or {}).get("offload")}
+        on = {
+            name: tuple(worker_addrs(rt, name))
+            for name in rt.plan.components
+            if rt.plan.components[name].is_worker and (options.get(name) or {}).get("offload")
+        }
         for name, addrs in on.items():
-            say(f"grpo: {name} offloads between phases: {len(addrs)} process(es) "
-                f"{','.join(addrs) or '(none answers on a port: nothing to ask)'}")
+            say(
+                f"grpo: {name} offloads between phases: {len(addrs)} process(es) "
+                f"{','.join(addrs) or '(none answers on a port: nothing to ask)'}"
+            )
         return cls({n: a for n, a in on.items() if a}, say)
 
     @property
@@ -113,8 +123,11 @@ class WorkerOffload:
     def offload(self) -> None:
         if not self.addrs:
             return
-        self.digests = {addr: post_json(addr, "/offload", {})["digest"]
-                        for addrs in self.addrs.values() for addr in addrs}
+        self.digests = {
+            addr: post_json(addr, "/offload", {})["digest"]
+            for addrs in self.addrs.values()
+            for addr in addrs
+        }
 
     def reload(self) -> int:
         """Reload every offloaded worker; raise unless each brought back its state."""
@@ -124,12 +137,16 @@ class WorkerOffload:
         for addr, digest in self.digests.items():
             out = post_json(addr, "/reload", {})
             if out.get("state") != "ready" or out.get("digest") != digest:
-                raise RolloutError(f"worker {addr} did not reload what it offloaded: state "
-                                   f"{out.get('state')}, digest {out.get('digest')} != {digest}")
+                raise RolloutError(
+                    f"worker {addr} did not reload what it offloaded: state "
+                    f"{out.get('state')}, digest {out.get('digest')} != {digest}"
+                )
         n, self.digests = len(self.digests), None
         self.confirmed += n
-        self.say(f"grpo: workers reloaded {n}/{self.count}, state confirmed "
-                 f"[{start:.6f}, {time.time():.6f}]")
+        self.say(
+            f"grpo: workers reloaded {n}/{self.count}, state confirmed "
+            f"[{start:.6f}, {time.time():.6f}]"
+        )
         return n
 
 

@@ -8,6 +8,7 @@ stage's rollout is one log line with wall-clock start and end and when the next 
 was issued; the env logs its resets with start and end, so the schedule can be read from the
 run's logs. Stdlib only (the sampling is passed in).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,16 +35,19 @@ Sampler = Callable[[list[str], int], list[Sample]]  # (prompts, seed) -> n sampl
 
 def stages_of(rt: RuntimePlan) -> int:
     """rollout.pipeline_stage_num as the plan carries it (1 without a rollout engine)."""
-    return int(((rt.meta.get("engine_options") or {}).get("rollout") or {})
-               .get("pipeline_stage_num") or 1)
+    return int(
+        ((rt.meta.get("engine_options") or {}).get("rollout") or {}).get("pipeline_stage_num") or 1
+    )
 
 
 def stage_problem(rt: RuntimePlan, prompts_per_step: int) -> Optional[str]:
     """One line when the stages cannot each hold a prompt."""
     stages = stages_of(rt)
     if stages > prompts_per_step:
-        return (f"rollout.pipeline_stage_num={stages} stages of recipe.prompts_per_step="
-                f"{prompts_per_step} prompts: raise prompts_per_step to at least {stages}")
+        return (
+            f"rollout.pipeline_stage_num={stages} stages of recipe.prompts_per_step="
+            f"{prompts_per_step} prompts: raise prompts_per_step to at least {stages}"
+        )
     return None
 
 
@@ -56,8 +60,9 @@ class World:
     say: Callable[[str], None]
 
     @classmethod
-    def from_plan(cls, rt: RuntimePlan, prompts_per_step: int, say: Callable[[str], None],
-                  leader: bool) -> "World":
+    def from_plan(
+        cls, rt: RuntimePlan, prompts_per_step: int, say: Callable[[str], None], leader: bool
+    ) -> "World":
         """The workers this plan has; the leader (rank 0) waits for their /health."""
         problem = stage_problem(rt, prompts_per_step)
         if problem:
@@ -66,14 +71,23 @@ class World:
         env, reward = (tuple(worker_addrs(rt, n)) for n in ("env", "reward"))
         if leader:
             wait_for_workers(rt, [n for n, a in (("env", env), ("reward", reward)) if a])
-            where = [f"prompts from env ({len(env)} process(es))" if env else
-                     "prompts in process",
-                     f"scores from reward over HTTP ({len(reward)} process(es))" if reward else
-                     "scores from env" if env else "scores in process"]
+            where = [
+                f"prompts from env ({len(env)} process(es))" if env else "prompts in process",
+                f"scores from reward over HTTP ({len(reward)} process(es))"
+                if reward
+                else "scores from env"
+                if env
+                else "scores in process",
+            ]
             if stages > 1 or env or reward:
                 say(f"grpo: {', '.join(where)}, {stages} pipeline stage(s)")
-        return cls(EnvClient(env) if env else None, RewardClient(reward) if reward else None,
-                   stages, WorkerOffload.from_plan(rt, say), say)
+        return cls(
+            EnvClient(env) if env else None,
+            RewardClient(reward) if reward else None,
+            stages,
+            WorkerOffload.from_plan(rt, say),
+            say,
+        )
 
     def stage_sizes(self, prompts: int) -> list[int]:
         base, extra = divmod(prompts, self.stages)
@@ -82,11 +96,12 @@ class World:
     def prepare(self, step: int, stage: int, count: int, seed: int) -> list[Episode]:
         if self.env is not None:
             return self.env.reset(step, stage, count, seed)
-        return [Episode(f"{step}.{stage}.{i}", p, "") for i, p in
-                enumerate(make_prompts(count, seed + STAGE_SEED * stage, step))]
+        return [
+            Episode(f"{step}.{stage}.{i}", p, "")
+            for i, p in enumerate(make_prompts(count, seed + STAGE_SEED * stage, step))
+        ]
 
-    def score(self, episodes: Sequence[Episode], samples: Sequence[Sample], n: int
-              ) -> list[float]:
+    def score(self, episodes: Sequence[Episode], samples: Sequence[Sample], n: int) -> list[float]:
         """The reward worker's scores, else the env's; the env steps every episode it reset
         either way (its episodes end there)."""
         texts = [x.text for x in samples]
@@ -97,8 +112,9 @@ class World:
             return self.reward.score(texts)
         return stepped if stepped is not None else [number_reward(t) for t in texts]
 
-    def rollout(self, step: int, prompts: int, n: int, seed: int, sample_seed: int,
-                sample: Sampler) -> tuple[list[Sample], list[float]]:
+    def rollout(
+        self, step: int, prompts: int, n: int, seed: int, sample_seed: int, sample: Sampler
+    ) -> tuple[list[Sample], list[float]]:
         """A step's samples (n per prompt, in prompt order) and their rewards."""
         sizes = self.stage_sizes(prompts)
         firsts = [sum(sizes[:j]) for j in range(len(sizes))]
@@ -113,11 +129,15 @@ class World:
                     issued = f", stage {j + 1} issued {time.time():.6f}"
                     prepared = pool.submit(self.prepare, step, j + 1, sizes[j + 1], seed)
                 start = time.time()
-                got = [dataclasses.replace(x, prompt_index=firsts[j] + x.prompt_index)
-                       for x in sample([e.prompt for e in episodes], sample_seed + firsts[j] * n)]
+                got = [
+                    dataclasses.replace(x, prompt_index=firsts[j] + x.prompt_index)
+                    for x in sample([e.prompt for e in episodes], sample_seed + firsts[j] * n)
+                ]
                 if self.stages > 1:
-                    self.say(f"grpo: step {step} stage {j}: rollout of {size} prompt(s) "
-                             f"[{start:.6f}, {time.time():.6f}]{issued}")
+                    self.say(
+                        f"grpo: step {step} stage {j}: rollout of {size} prompt(s) "
+                        f"[{start:.6f}, {time.time():.6f}]{issued}"
+                    )
                 samples += got
                 scored.append(pool.submit(self.score, episodes, got, n))
             rewards = [r for f in scored for r in f.result()]

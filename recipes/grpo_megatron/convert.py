@@ -7,6 +7,7 @@ columns; the vocabulary is padded to a multiple of tp and split over it. Pipelin
 the layers whose global numbers they were given. Pure tensor code: tested without a process
 group (tests/test_megatron_convert.py).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,14 +35,26 @@ class LlamaShape:
     def from_hf(cls, config: Any, tp: int) -> "LlamaShape":
         heads, kv = config.num_attention_heads, config.num_key_value_heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-        for what, value in (("num_key_value_heads", kv), ("intermediate_size",
-                                                           config.intermediate_size)):
+        for what, value in (
+            ("num_key_value_heads", kv),
+            ("intermediate_size", config.intermediate_size),
+        ):
             if value % tp:
-                raise ValueError(f"tp={tp} does not divide the model's {what} ({value}): "
-                                 "choose a t that divides it in actor.backend")
+                raise ValueError(
+                    f"tp={tp} does not divide the model's {what} ({value}): "
+                    "choose a t that divides it in actor.backend"
+                )
         vocab = config.vocab_size
-        return cls(config.hidden_size, heads, kv, head_dim, config.intermediate_size, vocab,
-                   -(-vocab // tp) * tp, bool(getattr(config, "tie_word_embeddings", False)))
+        return cls(
+            config.hidden_size,
+            heads,
+            kv,
+            head_dim,
+            config.intermediate_size,
+            vocab,
+            -(-vocab // tp) * tp,
+            bool(getattr(config, "tie_word_embeddings", False)),
+        )
 
 
 def _fuse_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s: LlamaShape) -> torch.Tensor:
@@ -64,27 +77,45 @@ def _pad_vocab(weight: torch.Tensor, s: LlamaShape) -> torch.Tensor:
     return torch.cat([weight, weight.new_zeros(pad, weight.shape[1])]) if pad else weight
 
 
-def to_megatron(hf: Tensors, s: LlamaShape, tp: int, tp_rank: int, layers: Sequence[int],
-                first: bool, last: bool) -> Tensors:
+def to_megatron(
+    hf: Tensors,
+    s: LlamaShape,
+    tp: int,
+    tp_rank: int,
+    layers: Sequence[int],
+    first: bool,
+    last: bool,
+) -> Tensors:
     """This (tp rank, stage)'s GPTModel state: `layers` are the stage's global (0-based) layer
     numbers in local order; `first`/`last` say whether it holds the embedding / the head."""
+
     def part(t: torch.Tensor, dim: int) -> torch.Tensor:
         return t.chunk(tp, dim=dim)[tp_rank].clone()
 
     out: Tensors = {}
     if first:
         out["embedding.word_embeddings.weight"] = part(
-            _pad_vocab(hf["model.embed_tokens.weight"], s), 0)
+            _pad_vocab(hf["model.embed_tokens.weight"], s), 0
+        )
     for local, g in enumerate(layers):
         src, dst = f"model.layers.{g}.", f"decoder.layers.{local}."
         out[dst + "input_layernorm.weight"] = hf[src + "input_layernorm.weight"].clone()
-        out[dst + "self_attention.linear_qkv.weight"] = part(_fuse_qkv(
-            hf[src + "self_attn.q_proj.weight"], hf[src + "self_attn.k_proj.weight"],
-            hf[src + "self_attn.v_proj.weight"], s), 0)
-        out[dst + "self_attention.linear_proj.weight"] = part(hf[src + "self_attn.o_proj.weight"], 1)
+        out[dst + "self_attention.linear_qkv.weight"] = part(
+            _fuse_qkv(
+                hf[src + "self_attn.q_proj.weight"],
+                hf[src + "self_attn.k_proj.weight"],
+                hf[src + "self_attn.v_proj.weight"],
+                s,
+            ),
+            0,
+        )
+        out[dst + "self_attention.linear_proj.weight"] = part(
+            hf[src + "self_attn.o_proj.weight"], 1
+        )
         out[dst + "pre_mlp_layernorm.weight"] = hf[src + "post_attention_layernorm.weight"].clone()
-        out[dst + "mlp.linear_fc1.weight"] = torch.cat([part(hf[src + "mlp.gate_proj.weight"], 0),
-                                                        part(hf[src + "mlp.up_proj.weight"], 0)])
+        out[dst + "mlp.linear_fc1.weight"] = torch.cat(
+            [part(hf[src + "mlp.gate_proj.weight"], 0), part(hf[src + "mlp.up_proj.weight"], 0)]
+        )
         out[dst + "mlp.linear_fc2.weight"] = part(hf[src + "mlp.down_proj.weight"], 1)
     if last:
         out["decoder.final_layernorm.weight"] = hf["model.norm.weight"].clone()
@@ -93,16 +124,19 @@ def to_megatron(hf: Tensors, s: LlamaShape, tp: int, tp_rank: int, layers: Seque
     return out
 
 
-def to_hf(shards: Sequence[Tensors], s: LlamaShape, layers: Sequence[int], first: bool,
-          last: bool) -> Tensors:
+def to_hf(
+    shards: Sequence[Tensors], s: LlamaShape, layers: Sequence[int], first: bool, last: bool
+) -> Tensors:
     """One stage's HF tensors, full, from its tp ranks' GPTModel states (tp rank order)."""
+
     def whole(name: str, dim: int) -> torch.Tensor:
         return torch.cat([sh[name] for sh in shards], dim=dim)
 
     out: Tensors = {}
     if first:
-        out["model.embed_tokens.weight"] = whole("embedding.word_embeddings.weight",
-                                                 0)[:s.vocab].clone()
+        out["model.embed_tokens.weight"] = whole("embedding.word_embeddings.weight", 0)[
+            : s.vocab
+        ].clone()
     for local, g in enumerate(layers):
         src, dst = f"decoder.layers.{local}.", f"model.layers.{g}."
         out[dst + "input_layernorm.weight"] = shards[0][src + "input_layernorm.weight"]
@@ -119,5 +153,5 @@ def to_hf(shards: Sequence[Tensors], s: LlamaShape, layers: Sequence[int], first
     if last:
         out["model.norm.weight"] = shards[0]["decoder.final_layernorm.weight"]
         if not s.tied:
-            out["lm_head.weight"] = whole("output_layer.weight", 0)[:s.vocab].clone()
+            out["lm_head.weight"] = whole("output_layer.weight", 0)[: s.vocab].clone()
     return {k: v.contiguous() for k, v in out.items()}

@@ -7,6 +7,7 @@ experts' grid etp-ep-edp-pp): if the plan ever placed ranks otherwise, training 
 mix up shards. The comparison turns that into one line at start. The launcher also appends
 Megatron-LM's flags (--tensor-model-parallel-size ...); they must say what the plan says.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -17,9 +18,13 @@ from launcher.worker.runtime import RuntimePlan
 
 DENSE_AXES = ("tp", "pp", "dp", "cp")
 EXPERT_AXES = ("ep", "etp", "edp")
-FLAG_SIZES = {"--tensor-model-parallel-size": "tp", "--pipeline-model-parallel-size": "pp",
-              "--context-parallel-size": "cp", "--expert-model-parallel-size": "ep",
-              "--expert-tensor-parallel-size": "etp"}
+FLAG_SIZES = {
+    "--tensor-model-parallel-size": "tp",
+    "--pipeline-model-parallel-size": "pp",
+    "--context-parallel-size": "cp",
+    "--expert-model-parallel-size": "ep",
+    "--expert-tensor-parallel-size": "etp",
+}
 
 
 def flag_values(flags: list[str]) -> dict[str, Optional[str]]:
@@ -55,9 +60,13 @@ def initialize(rt: RuntimePlan) -> dict[str, int]:
 
     p = rt.parallel("actor")
     ps.initialize_model_parallel(
-        tensor_model_parallel_size=p["tp"], pipeline_model_parallel_size=p["pp"],
-        context_parallel_size=p["cp"], expert_model_parallel_size=p["ep"],
-        expert_tensor_parallel_size=p["etp"], create_gloo_process_groups=False)
+        tensor_model_parallel_size=p["tp"],
+        pipeline_model_parallel_size=p["pp"],
+        context_parallel_size=p["cp"],
+        expert_model_parallel_size=p["ep"],
+        expert_tensor_parallel_size=p["etp"],
+        create_gloo_process_groups=False,
+    )
     return p
 
 
@@ -65,13 +74,15 @@ def live_groups() -> dict[str, list[int]]:
     """Every group Megatron formed that holds this rank, by the plan's axis names."""
     from megatron.core import parallel_state as ps
 
-    groups = {"tp": ps.get_tensor_model_parallel_group(),
-              "pp": ps.get_pipeline_model_parallel_group(),
-              "dp": ps.get_data_parallel_group(with_context_parallel=False),
-              "cp": ps.get_context_parallel_group(),
-              "ep": ps.get_expert_model_parallel_group(),
-              "etp": ps.get_expert_tensor_parallel_group(),
-              "edp": ps.get_expert_data_parallel_group()}
+    groups = {
+        "tp": ps.get_tensor_model_parallel_group(),
+        "pp": ps.get_pipeline_model_parallel_group(),
+        "dp": ps.get_data_parallel_group(with_context_parallel=False),
+        "cp": ps.get_context_parallel_group(),
+        "ep": ps.get_expert_model_parallel_group(),
+        "etp": ps.get_expert_tensor_parallel_group(),
+        "edp": ps.get_expert_data_parallel_group(),
+    }
     return {axis: dist.get_process_group_ranks(group) for axis, group in groups.items()}
 
 
@@ -79,6 +90,9 @@ def live_coords() -> dict[str, int]:
     """This rank's coordinates as Megatron's parallel state has them."""
     from megatron.core import parallel_state as ps
 
-    return {"tp": ps.get_tensor_model_parallel_rank(),
-            "pp": ps.get_pipeline_model_parallel_rank(),
-            "dp": ps.get_data_parallel_rank(), "cp": ps.get_context_parallel_rank()}
+    return {
+        "tp": ps.get_tensor_model_parallel_rank(),
+        "pp": ps.get_pipeline_model_parallel_rank(),
+        "dp": ps.get_data_parallel_rank(),
+        "cp": ps.get_context_parallel_rank(),
+    }

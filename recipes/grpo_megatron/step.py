@@ -9,6 +9,7 @@ is on, runs the same schedule forward only first. actor.megatron.use_distributed
 picks Megatron's distributed optimizer (optimizer state sharded over dp) and the DDP buffers
 that go with it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -33,8 +34,9 @@ class Batch:
     adv: torch.Tensor  # (B,)
 
 
-def make_batch(s: Session, samples: list[Sample], mine: list[int],
-               advantages: list[float]) -> Batch:
+def make_batch(
+    s: Session, samples: list[Sample], mine: list[int], advantages: list[float]
+) -> Batch:
     seqs = [loop.token_ids(s, samples[i]) for i in mine]
     length = max(len(p) + len(c) for p, c in seqs)
     pad = s.tokenizer.pad_token_id
@@ -44,8 +46,8 @@ def make_batch(s: Session, samples: list[Sample], mine: list[int],
     for row, (prompt, completion) in enumerate(seqs):
         n = len(prompt) + len(completion)
         ids[row, :n] = torch.tensor(prompt + completion)
-        labels[row, :n - 1] = ids[row, 1:n]
-        mask[row, len(prompt) - 1:n - 1] = 1
+        labels[row, : n - 1] = ids[row, 1:n]
+        mask[row, len(prompt) - 1 : n - 1] = 1
     positions = torch.arange(length).expand(len(seqs), -1)
     adv = torch.tensor([advantages[i] for i in mine])
     return Batch(*(t.to(s.device) for t in (ids, positions, labels, mask, adv)))
@@ -60,8 +62,9 @@ def token_logp(logits: torch.Tensor, labels: torch.Tensor, shape: LlamaShape) ->
     start = ps.get_tensor_model_parallel_rank() * per_rank
     padded = torch.arange(start, start + per_rank, device=logits.device) >= shape.vocab
     logits = logits.float().masked_fill(padded, -1e9)
-    return -vocab_parallel_cross_entropy(logits.transpose(0, 1).contiguous(),
-                                         labels.transpose(0, 1).contiguous()).transpose(0, 1)
+    return -vocab_parallel_cross_entropy(
+        logits.transpose(0, 1).contiguous(), labels.transpose(0, 1).contiguous()
+    ).transpose(0, 1)
 
 
 @dataclass
@@ -78,28 +81,45 @@ class MegatronEngine:
     def has_ref(self) -> bool:
         return self.ref is not None
 
-    def _schedule(self, model: Any, batch: Batch, forward_only: bool,
-                  loss_of: Any) -> list[Mapping[str, Any]]:
+    def _schedule(
+        self, model: Any, batch: Batch, forward_only: bool, loss_of: Any
+    ) -> list[Mapping[str, Any]]:
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
         def forward_step(data: Any, chunk: Any) -> tuple[torch.Tensor, Any]:
             b = next(data)
             return chunk(b.ids, b.positions, None), loss_of
 
-        return get_forward_backward_func()(
-            forward_step_func=forward_step, data_iterator=iter([batch]), model=[model],
-            num_microbatches=1, seq_length=batch.ids.shape[1],
-            micro_batch_size=batch.ids.shape[0], forward_only=forward_only) or []
+        return (
+            get_forward_backward_func()(
+                forward_step_func=forward_step,
+                data_iterator=iter([batch]),
+                model=[model],
+                num_microbatches=1,
+                seq_length=batch.ids.shape[1],
+                micro_batch_size=batch.ids.shape[0],
+                forward_only=forward_only,
+            )
+            or []
+        )
 
-    def train_step(self, s: Session, samples: list[Sample],
-                   advantages: list[float]) -> dict[str, float]:
+    def train_step(
+        self, s: Session, samples: list[Sample], advantages: list[float]
+    ) -> dict[str, float]:
         mine = loop.my_samples(s, len(samples))
         batch = make_batch(s, samples, mine, advantages)
         ref_logp = None
         if self.ref is not None:
             with torch.no_grad():
-                out = self._schedule(self.ref, batch, True, lambda logits: (
-                    logits.sum() * 0, {"logp": token_logp(logits, batch.labels, self.shape)}))
+                out = self._schedule(
+                    self.ref,
+                    batch,
+                    True,
+                    lambda logits: (
+                        logits.sum() * 0,
+                        {"logp": token_logp(logits, batch.labels, self.shape)},
+                    ),
+                )
             ref_logp = out[0]["logp"] if out else None
         stats = torch.zeros(3, device=s.device)  # loss sum, kl sum, log-prob gap (last stage)
 
@@ -121,8 +141,11 @@ class MegatronEngine:
         gap = stats[2:].clone()
         dist.all_reduce(stats)
         dist.all_reduce(gap, op=dist.ReduceOp.MAX)
-        return {"loss": stats[0].item() / len(samples), "kl": stats[1].item() / len(samples),
-                "logp_gap": gap.item()}
+        return {
+            "loss": stats[0].item() / len(samples),
+            "kl": stats[1].item() / len(samples),
+            "logp_gap": gap.item(),
+        }
 
     def full_state(self) -> dict[str, torch.Tensor]:
         return gather_hf(self.module, self.shape)
@@ -144,8 +167,14 @@ class MegatronEngine:
         pass
 
 
-def make_engine(module: torch.nn.Module, ref: Optional[torch.nn.Module], shape: LlamaShape,
-                lr: float, max_grad_norm: float, options: Mapping[str, Any]) -> MegatronEngine:
+def make_engine(
+    module: torch.nn.Module,
+    ref: Optional[torch.nn.Module],
+    shape: LlamaShape,
+    lr: float,
+    max_grad_norm: float,
+    options: Mapping[str, Any],
+) -> MegatronEngine:
     """Megatron DDP (grads reduced over dp) and optimizer, per actor.megatron.*."""
     from megatron.core.distributed import (
         DistributedDataParallel,
@@ -157,16 +186,29 @@ def make_engine(module: torch.nn.Module, ref: Optional[torch.nn.Module], shape: 
     distributed = bool(options.get("use_distributed_optimizer", True))
     config = module.config
     model = DistributedDataParallel(
-        config=config, ddp_config=DistributedDataParallelConfig(
-            use_distributed_optimizer=distributed, overlap_grad_reduce=False,
-            grad_reduce_in_fp32=True), module=module)
+        config=config,
+        ddp_config=DistributedDataParallelConfig(
+            use_distributed_optimizer=distributed,
+            overlap_grad_reduce=False,
+            grad_reduce_in_fp32=True,
+        ),
+        module=module,
+    )
     config.finalize_model_grads_func = finalize_model_grads
     # actor.megatron.optimizer_cpu_offload: master weights and Adam moments on the host
     cpu_offload = bool(options.get("optimizer_cpu_offload", False))
-    optim = get_megatron_optimizer(OptimizerConfig(
-        optimizer="adam", lr=lr, weight_decay=0.0, clip_grad=max_grad_norm,
-        use_distributed_optimizer=distributed, params_dtype=config.params_dtype,
-        optimizer_cpu_offload=cpu_offload, optimizer_offload_fraction=1.0 if cpu_offload
-        else 0.0), [model],
-        use_gloo_process_groups=False)  # parallel.initialize makes no gloo groups
+    optim = get_megatron_optimizer(
+        OptimizerConfig(
+            optimizer="adam",
+            lr=lr,
+            weight_decay=0.0,
+            clip_grad=max_grad_norm,
+            use_distributed_optimizer=distributed,
+            params_dtype=config.params_dtype,
+            optimizer_cpu_offload=cpu_offload,
+            optimizer_offload_fraction=1.0 if cpu_offload else 0.0,
+        ),
+        [model],
+        use_gloo_process_groups=False,
+    )  # parallel.initialize makes no gloo groups
     return MegatronEngine(model, module, ref, optim, shape)

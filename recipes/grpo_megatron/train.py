@@ -3,7 +3,8 @@
 `megatron:(attn:d2t2|ffn:t2e2)`).
 
 Every rank initialises Megatron's parallel state with the plan's t, p, c, e and the ffn part's
-t (etp), read through launcher.worker.runtime (the Megatron-LM flags the launcher appends must agree),
+t (etp), read through launcher.worker.runtime (the Megatron-LM flags the launcher appends must
+agree),
 checks every group Megatron formed (tp, pp, dp, cp, ep, etp, edp) holds exactly the ranks the
 plan says (else all stop with one line naming the rank and the axis), builds the tiny Llama as
 a GPTModel on its tp slice and pipeline stage, loads the HF checkpoint into it, and writes
@@ -19,6 +20,7 @@ global memory buffer (allocated on torch.cuda.current_device()). So on cpu the r
 the loaded weights back to the HF layout, pushes them once as v0 and confirms the servers serve
 them (the export path a GPU run uses after every step), and stops.
 """
+
 from __future__ import annotations
 
 import sys
@@ -29,22 +31,24 @@ _ROOT = Path(__file__).resolve().parents[2]
 if str(_ROOT) not in sys.path:  # run as a script by torchrun: make `recipes` importable
     sys.path.insert(0, str(_ROOT))
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E402
+import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
 
-from launcher.worker.runtime import RuntimePlan, load_plan  # noqa: E402
-from launcher.worker.tiny_model import default_path as tiny_model_path  # noqa: E402
-from recipes.grpo import loop  # noqa: E402
-from recipes.grpo.layout import LayoutMismatch, mismatches, world_mismatch, write_rank_record  # noqa: E402
-from recipes.grpo.loop import log  # noqa: E402
-from recipes.grpo.options import GRPOOptions, load_options  # noqa: E402
-from recipes.grpo.weights import hf_shapes  # noqa: E402
-from recipes.grpo_megatron import model as models  # noqa: E402
+from launcher.worker.runtime import RuntimePlan, load_plan
+from launcher.worker.tiny_model import default_path as tiny_model_path
+from recipes.grpo import loop
+from recipes.grpo.layout import LayoutMismatch, mismatches, world_mismatch, write_rank_record
+from recipes.grpo.loop import log
+from recipes.grpo.options import GRPOOptions, load_options
+from recipes.grpo.weights import hf_shapes
+from recipes.grpo_megatron import model as models
 from recipes.grpo_megatron import parallel
 
-CPU_STOP = ("Megatron's model step needs CUDA on megatron-core 0.16.1 (its RNG tracker, RoPE "
-            "and attention buffers call torch.cuda)")
+CPU_STOP = (
+    "Megatron's model step needs CUDA on megatron-core 0.16.1 (its RNG tracker, RoPE "
+    "and attention buffers call torch.cuda)"
+)
 
 
 def check_layout(rt: RuntimePlan, rank: int, world: int) -> dict[str, int]:
@@ -52,8 +56,11 @@ def check_layout(rt: RuntimePlan, rank: int, world: int) -> dict[str, int]:
     problem = world_mismatch(rt, rank, world)
     loop.agree_on_layout([problem] if problem else [])
     sizes = parallel.initialize(rt)
-    loop.agree_on_layout(mismatches(rt, rank, parallel.live_groups(), parallel.live_coords(),
-                                    "Megatron's parallel state"))
+    loop.agree_on_layout(
+        mismatches(
+            rt, rank, parallel.live_groups(), parallel.live_coords(), "Megatron's parallel state"
+        )
+    )
     return sizes
 
 
@@ -66,8 +73,7 @@ def load_hf_state(model_path: str) -> dict[str, torch.Tensor]:
     return state
 
 
-def run(rt: RuntimePlan, opts: GRPOOptions, device: torch.device, rank: int, world: int
-        ) -> int:
+def run(rt: RuntimePlan, opts: GRPOOptions, device: torch.device, rank: int, world: int) -> int:
     from megatron.core import parallel_state as ps
     from transformers import AutoConfig
 
@@ -87,29 +93,49 @@ def run(rt: RuntimePlan, opts: GRPOOptions, device: torch.device, rank: int, wor
     models.load_hf(module, shape, hf_state)
     groups = parallel.live_groups()
     if rt.run_dir():
-        write_rank_record(rt.run_dir(), rank, parallel.live_coords(),
-                          models.weight_shard(module),
-                          {"backend": "megatron", "groups": groups,
-                           "layers": models.stage_layers(module),
-                           "megatron": {"sequence_parallel": module.config.sequence_parallel,
-                                        "recompute_granularity":
-                                            module.config.recompute_granularity}})
-    slice_ = (ps.get_data_parallel_rank(), ps.get_data_parallel_world_size(),
-              ps.get_data_parallel_group())
+        write_rank_record(
+            rt.run_dir(),
+            rank,
+            parallel.live_coords(),
+            models.weight_shard(module),
+            {
+                "backend": "megatron",
+                "groups": groups,
+                "layers": models.stage_layers(module),
+                "megatron": {
+                    "sequence_parallel": module.config.sequence_parallel,
+                    "recompute_granularity": module.config.recompute_granularity,
+                },
+            },
+        )
+    slice_ = (
+        ps.get_data_parallel_rank(),
+        ps.get_data_parallel_world_size(),
+        ps.get_data_parallel_group(),
+    )
     s = loop.open_session(rt, opts, device, model_path, slice_, hf_shapes(model_path))
-    log(rank, f"grpo: megatron on {device.type}: {world} rank(s), "
-              + " ".join(f"{k} {v}" for k, v in sizes.items())
-              + f"; every group checked against the plan; stage layers "
-              f"{models.stage_layers(module)} on rank 0; {len(s.servers)} rollout server(s)")
+    log(
+        rank,
+        f"grpo: megatron on {device.type}: {world} rank(s), "
+        + " ".join(f"{k} {v}" for k, v in sizes.items())
+        + f"; every group checked against the plan; stage layers "
+        f"{models.stage_layers(module)} on rank 0; {len(s.servers)} rollout server(s)",
+    )
     if device.type != "cuda":
-        log(rank, f"grpo: {CPU_STOP}: pushing the loaded weights once (v0) through the HF "
-                  "export instead of training")
+        log(
+            rank,
+            f"grpo: {CPU_STOP}: pushing the loaded weights once (v0) through the HF "
+            "export instead of training",
+        )
         state = models.gather_hf(module, shape)
         if s.rank == 0:
             s.phases.before_push()
         _, confirmed = loop.push_weights(s, state, "v0")
-        log(rank, f"grpo done (megatron, cpu): layout checked, weights v0 pushed in the HF "
-                  f"layout, reload confirmed {confirmed}/{len(s.servers)}; no training step")
+        log(
+            rank,
+            f"grpo done (megatron, cpu): layout checked, weights v0 pushed in the HF "
+            f"layout, reload confirmed {confirmed}/{len(s.servers)}; no training step",
+        )
         dist.barrier()
         return 0
     from recipes.grpo_megatron.step import make_engine
@@ -132,11 +158,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     rt.heartbeat(0, "setup")  # from here on SIGUSR2 dumps this rank's stacks into its log
     opts, flags = load_options(rt, sys.argv[1:] if argv is None else argv)
     device, rank, world = loop.init_distributed(rt, opts)
-    disagreement = (parallel.flags_disagree(rt, flags)
-                    or models.unsupported_option(rt.engine_options("actor"))
-                    or ("the plan places an inference engine, whose log-probs only the FSDP "
-                        "entry uses: drop cluster.component_placement.inference or train with "
-                        "the default trainer.entry" if rt.has_component("inference") else None))
+    disagreement = (
+        parallel.flags_disagree(rt, flags)
+        or models.unsupported_option(rt.engine_options("actor"))
+        or (
+            "the plan places an inference engine, whose log-probs only the FSDP "
+            "entry uses: drop cluster.component_placement.inference or train with "
+            "the default trainer.entry"
+            if rt.has_component("inference")
+            else None
+        )
+    )
     if disagreement:
         return loop.stop_all(disagreement, 2)
     try:

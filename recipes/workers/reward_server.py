@@ -7,6 +7,7 @@ plus /health, /offload, /reload (recipes/workers/service.py). Each call is one l
 many it scored, wall-clock start and end), so a run's logs show the scoring spread over the
 processes.
 """
+
 from __future__ import annotations
 
 import sys

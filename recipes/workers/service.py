@@ -11,6 +11,7 @@ Protocol (every body JSON):
                     caller confirms the reload brought back what was offloaded
   POST <path>    -> the worker's own calls; 409 while offloaded, 400 on a bad body
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -112,8 +113,9 @@ def serve(name: str, store: Offloadable, calls: dict[str, Handler]) -> int:
                     say(name, f"reloaded (digest {out['digest'][:12]}) at {stamp()}")
                     return self._reply(200, out)
                 if path not in calls:
-                    return self._reply(404, {"error": f"no POST {path}; calls: "
-                                                      f"{', '.join(sorted(calls))}"})
+                    return self._reply(
+                        404, {"error": f"no POST {path}; calls: {', '.join(sorted(calls))}"}
+                    )
                 if store.state is None:
                     return self._reply(409, {"error": f"{name} is offloaded: POST /reload"})
                 self._reply(200, calls[path](body))
@@ -132,7 +134,9 @@ def serve(name: str, store: Offloadable, calls: dict[str, Handler]) -> int:
 
 def identity() -> tuple[str, Path]:
     """This process's name (env-0) and where its offloaded state goes (the run folder)."""
-    name = f"{os.environ.get('AREAL_COMPONENT') or Path(sys.argv[0]).stem}-" \
-           f"{os.environ.get('AREAL_WORKER_INDEX', '0')}"
+    name = (
+        f"{os.environ.get('AREAL_COMPONENT') or Path(sys.argv[0]).stem}-"
+        f"{os.environ.get('AREAL_WORKER_INDEX', '0')}"
+    )
     run_dir = Path(os.environ.get("AREAL_RUN_DIR") or ".")
     return name, run_dir / "workers" / f"{name}.offloaded.json"

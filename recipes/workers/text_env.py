@@ -11,6 +11,7 @@ plus /health, /offload, /reload (recipes/workers/service.py): offloaded, the ope
 to a file and come back on reload, checked by digest. Each reset and step is one log line with
 wall-clock start and end: a pipelined run's overlap of env and rollout is read from them.
 """
+
 from __future__ import annotations
 
 import sys
@@ -50,7 +51,8 @@ def main() -> int:
         start = stamp()
         episodes = body.get("episodes")
         if not isinstance(episodes, list) or not all(
-                isinstance(e, dict) and isinstance(e.get("response"), str) for e in episodes):
+            isinstance(e, dict) and isinstance(e.get("response"), str) for e in episodes
+        ):
             raise BadRequest('expected {"episodes": [{"id": ..., "response": "..."}, ...]}')
         with store.lock:
             unknown = [e.get("id") for e in episodes if e.get("id") not in open_episodes()]

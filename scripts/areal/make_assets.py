@@ -8,6 +8,7 @@ Qwen2ForCausalLM of the same size (head size 32: vLLM's CPU attention refuses sm
 "gsm8k" (AReaL picks its loader by that), its README declares the config `main` with train/test
 splits as openai/gsm8k does, and each answer ends in `#### N` (what the gsm8k reward reads).
 """
+
 from __future__ import annotations
 
 import json
@@ -39,10 +40,19 @@ def write_model(out: Path) -> None:
         llama = tiny_model.ensure(Path(scratch) / "llama")
         tok = AutoTokenizer.from_pretrained(llama)
         config = Qwen2Config(
-            vocab_size=len(tok), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-            bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-            pad_token_id=tok.pad_token_id, tie_word_embeddings=False, dtype="float32")
+            vocab_size=len(tok),
+            hidden_size=128,
+            intermediate_size=256,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=4096,
+            bos_token_id=tok.bos_token_id,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+            tie_word_embeddings=False,
+            dtype="float32",
+        )
         model = Qwen2ForCausalLM(config).float()
         staging = Path(scratch) / "qwen2"
         tok.save_pretrained(staging)
@@ -59,8 +69,15 @@ def write_dataset(out: Path) -> None:
         with open(out / "main" / f"{split}.jsonl", "w") as f:
             for i in range(n):
                 a, b = i % 7 + 1, (3 * i + (split == "test")) % 9 + 1
-                f.write(json.dumps({"question": f"What is {a} plus {b}?",
-                                    "answer": f"{a} + {b} = {a + b}\n#### {a + b}"}) + "\n")
+                f.write(
+                    json.dumps(
+                        {
+                            "question": f"What is {a} plus {b}?",
+                            "answer": f"{a} + {b} = {a + b}\n#### {a + b}",
+                        }
+                    )
+                    + "\n"
+                )
 
 
 def main() -> int:

@@ -4,6 +4,7 @@ Started by the launcher under torchrun on cuda. Each rank records the CUDA_VISIB
 got, the UUID of the one device it sees, and the result of an NCCL all_reduce over the world
 into <run folder>/probe/<rank>.json, so the check can compare them with the mask it set.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,11 +27,17 @@ def main() -> int:
     dist.all_reduce(value)
     world = dist.get_world_size()
     props = torch.cuda.get_device_properties(local)
-    record = {"rank": rank, "world": world, "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
-              "device_count": torch.cuda.device_count(), "uuid": f"GPU-{props.uuid}",
-              "name": props.name, "all_reduce": value.item(),
-              "all_reduce_expected": world * (world + 1) / 2,
-              "backend": dist.get_backend()}
+    record = {
+        "rank": rank,
+        "world": world,
+        "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "device_count": torch.cuda.device_count(),
+        "uuid": f"GPU-{props.uuid}",
+        "name": props.name,
+        "all_reduce": value.item(),
+        "all_reduce_expected": world * (world + 1) / 2,
+        "backend": dist.get_backend(),
+    }
     out = Path(rt.run_dir or ".") / "probe"
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{rank}.json").write_text(json.dumps(record))

@@ -4,6 +4,7 @@ Each checker is a script run in a SEPARATE interpreter (the one that has vLLM, o
 launcher never imports them. `check_argvs` is the thin edge that runs one and reads its
 verdicts; `server_args` picks the argv tails (after `-m <module>`) out of a plan.
 """
+
 from __future__ import annotations
 
 import json
@@ -47,18 +48,21 @@ def server_args(plan: Plan, backend: str) -> list[tuple[ProcessSpec, list[str]]]
     for proc in plan.processes:
         argv = [fill_hosts(a, hosts) for a in proc.argv]
         if proc.role == "server" and module in argv:
-            out.append((proc, argv[argv.index(module) + 1:]))
+            out.append((proc, argv[argv.index(module) + 1 :]))
     return out
 
 
 def plan_items(plan: Plan, backend: str, deep: bool = False) -> list[dict]:
     """Checker items for the plan's `backend` servers (with their environment, for deep checks)."""
-    return [{"argv": argv, "deep": deep, "env": dict(proc.env)}
-            for proc, argv in server_args(plan, backend)]
+    return [
+        {"argv": argv, "deep": deep, "env": dict(proc.env)}
+        for proc, argv in server_args(plan, backend)
+    ]
 
 
-def check_argvs(python: str, backend: str, items: Sequence[Any],
-                timeout_s: float = 300.0) -> list[Verdict]:
+def check_argvs(
+    python: str, backend: str, items: Sequence[Any], timeout_s: float = 300.0
+) -> list[Verdict]:
     """Run the backend's checker once in `python` on every item; one Verdict per item.
 
     An item is an argv (list of str) or {"argv": [...], "deep": bool, "env": {...}}. The
@@ -67,12 +71,16 @@ def check_argvs(python: str, backend: str, items: Sequence[Any],
     """
     path = os.pathsep.join(filter(None, [SOURCE_ROOT, os.environ.get("PYTHONPATH")]))
     module = checker(backend)
-    proc = subprocess.run([python, "-m", module], input=json.dumps(list(items)),
-                          capture_output=True, text=True, timeout=timeout_s,
-                          env={**os.environ, "PYTHONPATH": path})
+    proc = subprocess.run(
+        [python, "-m", module],
+        input=json.dumps(list(items)),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env={**os.environ, "PYTHONPATH": path},
+    )
     if proc.returncode != 0:
-        raise RuntimeError(f"{module} failed (exit {proc.returncode}):\n"
-                           f"{proc.stderr[-3000:]}")
+        raise RuntimeError(f"{module} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     return [Verdict(**v) for v in json.loads(proc.stdout)]
 
 
@@ -96,11 +104,13 @@ def checker_main(args: list[str], verdict: Callable[[dict], dict], out: IO[str])
     """The CLI both checkers share: `[--deep] -- ARGS` checks one argv (exit 1 if bad);
     no `--`: a JSON list of items on stdin, a JSON list of verdicts on `out` (exit 0)."""
     if "--" in args:
-        head, argv = args[:args.index("--")], args[args.index("--") + 1:]
+        head, argv = args[: args.index("--")], args[args.index("--") + 1 :]
         results = [verdict({"argv": argv, "deep": "--deep" in head})]
     else:
-        results = [verdict(item if isinstance(item, dict) else {"argv": item})
-                   for item in json.load(sys.stdin)]
+        results = [
+            verdict(item if isinstance(item, dict) else {"argv": item})
+            for item in json.load(sys.stdin)
+        ]
     out.write(json.dumps(results, default=str) + "\n")
     out.flush()
     return 0 if "--" not in args or results[0]["ok"] else 1

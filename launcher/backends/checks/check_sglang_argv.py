@@ -3,7 +3,8 @@
 Run in an interpreter that has SGLang (`make check-sglang` builds .venv-sglang; never the
 launcher's):
     python -m launcher.backends.checks.check_sglang_argv -- <args after -m sglang.launch_server>
-    python -m launcher.backends.checks.check_sglang_argv < items.json      # many at once, one import
+    python -m launcher.backends.checks.check_sglang_argv < items.json      # many at once, one
+    import
 items.json: a JSON list; each item an argv list, or {"argv": [...], "config": {...},
 "keep_model": bool}. Prints a JSON list of {"ok", "error", "parsed"} on stdout; SGLang's log
 lines go to stderr.
@@ -18,6 +19,7 @@ SGLang from PyPI imports triton and torchvision unconditionally; on a machine wi
 its own Apple-Silicon stubs (sglang/_platform_stubs.py) stand in for triton, and a module stub
 for torchvision (installed after transformers has decided torchvision is absent).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -36,11 +38,20 @@ os.dup2(2, 1)
 from launcher.backends.checks import argparse_error, checker_main, describe  # noqa: E402
 
 TINY_LLAMA = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 512,
-    "intermediate_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 32,
-    "num_key_value_heads": 8, "head_dim": 16, "vocab_size": 1024,
-    "max_position_embeddings": 2048, "rms_norm_eps": 1e-6, "torch_dtype": "bfloat16",
-    "bos_token_id": 1, "eos_token_id": 2,
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 512,
+    "intermediate_size": 1024,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 16,
+    "vocab_size": 1024,
+    "max_position_embeddings": 2048,
+    "rms_norm_eps": 1e-6,
+    "torch_dtype": "bfloat16",
+    "bos_token_id": 1,
+    "eos_token_id": 2,
 }
 
 
@@ -88,13 +99,17 @@ class _TorchvisionStub:
 
 
 def _import_prepare_server_args() -> Any:
-    if importlib.util.find_spec("triton") is None or importlib.util.find_spec("torchvision") is None:
+    if (
+        importlib.util.find_spec("triton") is None
+        or importlib.util.find_spec("torchvision") is None
+    ):
         stubs = _load_sglang_stubs()
         if importlib.util.find_spec("triton") is None:
             _stand_in_for_triton(stubs)
         if importlib.util.find_spec("torchvision") is None:
             import transformers.image_utils  # noqa: F401  (decides: no torchvision, use PIL)
             import transformers.modeling_utils  # noqa: F401
+
             sys.meta_path.insert(0, _TorchvisionStub(stubs))
     from sglang.srt.server_args import prepare_server_args
 
@@ -122,14 +137,22 @@ def check(argv: list[str]) -> dict[str, Any]:
     args = prepare_server_args(argv)
     args.resolve_once()
     args.check_server_args()
-    return {"tp": args.tp_size, "pp": args.pp_size, "dp": args.dp_size,
-            "attn_dp": getattr(args, "attn_dp_size", None), "ep": args.ep_size,
-            "host": args.host, "port": args.port, "nccl_port": args.nccl_port,
-            "nnodes": args.nnodes, "node_rank": args.node_rank,
-            "dist_init_addr": args.dist_init_addr,
-            "mem_fraction_static": args.mem_fraction_static,
-            "memory_saver": args.enable_memory_saver,
-            "served_model_name": args.served_model_name}
+    return {
+        "tp": args.tp_size,
+        "pp": args.pp_size,
+        "dp": args.dp_size,
+        "attn_dp": getattr(args, "attn_dp_size", None),
+        "ep": args.ep_size,
+        "host": args.host,
+        "port": args.port,
+        "nccl_port": args.nccl_port,
+        "nnodes": args.nnodes,
+        "node_rank": args.node_rank,
+        "dist_init_addr": args.dist_init_addr,
+        "mem_fraction_static": args.mem_fraction_static,
+        "memory_saver": args.enable_memory_saver,
+        "served_model_name": args.served_model_name,
+    }
 
 
 def verdict(item: dict) -> dict[str, Any]:

@@ -10,6 +10,7 @@ its cross-flag checks, AsyncEngineArgs.from_cli_args; `deep` also builds the who
 config (reads the model's config.json, checks parallel sizes against this platform), still
 without starting an engine. `env` is applied around that item (e.g. VLLM_CPU_KVCACHE_SPACE).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -58,18 +59,30 @@ def check(argv: list[str], deep: bool = False) -> dict[str, Any]:
     engine = AsyncEngineArgs.from_cli_args(args)
     if deep:
         engine.create_engine_config()
-    return {"tp": engine.tensor_parallel_size, "pp": engine.pipeline_parallel_size,
-            "dp": engine.data_parallel_size, "host": args.host, "port": args.port,
-            "model": engine.model, "served_model_name": engine.served_model_name,
-            "sleep_mode": engine.enable_sleep_mode, "dtype": engine.dtype,
-            "executor": engine.distributed_executor_backend, "enforce_eager": engine.enforce_eager}
+    return {
+        "tp": engine.tensor_parallel_size,
+        "pp": engine.pipeline_parallel_size,
+        "dp": engine.data_parallel_size,
+        "host": args.host,
+        "port": args.port,
+        "model": engine.model,
+        "served_model_name": engine.served_model_name,
+        "sleep_mode": engine.enable_sleep_mode,
+        "dtype": engine.dtype,
+        "executor": engine.distributed_executor_backend,
+        "enforce_eager": engine.enforce_eager,
+    }
 
 
 def verdict(item: dict) -> dict[str, Any]:
     said = io.StringIO()
     try:
         with environment(item.get("env") or {}), contextlib.redirect_stderr(said):
-            return {"ok": True, "error": "", "parsed": check(list(item["argv"]), bool(item.get("deep")))}
+            return {
+                "ok": True,
+                "error": "",
+                "parsed": check(list(item["argv"]), bool(item.get("deep"))),
+            }
     except SystemExit as exc:
         return {"ok": False, "error": argparse_error(said.getvalue(), exc.code), "parsed": None}
     except Exception as exc:  # the parser's own verdict, reported, not raised
