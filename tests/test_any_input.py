@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from launcher.cli.main import main
-from launcher.spec.plan import ENGINES
+from launcher.spec.builtins import ENGINES
 
 BACKENDS = ("vllm", "sglang", "fsdp", "megatron", "archon", "nope", "")
 ENGINE_KEYS = (

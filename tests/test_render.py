@@ -8,9 +8,10 @@ from collections import Counter
 from layouts import build
 from rich.console import Console
 
-from launcher.cli.render import COLOR, MAX_ROWS, render_gpu_map, render_svg, render_table
+from launcher.cli.render import MAX_ROWS, render_gpu_map, render_svg, render_table
 from launcher.planning.ranks import component_plan
 from launcher.spec.alloc import ModelAllocation as M
+from launcher.spec.builtins import BUILTINS
 from launcher.spec.cluster import ClusterSpec
 from launcher.spec.plan import Plan
 
@@ -123,9 +124,9 @@ def test_svg_is_standalone_and_well_formed():
 def test_svg_draws_one_coloured_cell_per_engine_on_each_gpu():
     root = ET.fromstring(render_svg(hybrid_two_by_eight()))
     fills = Counter(r.get("fill") for r in root.iter(f"{SVG}rect"))
-    assert fills[COLOR["rollout"]] - 1 == 8  # one more: the legend swatch
-    assert fills[COLOR["actor"]] - 1 == 16
-    assert fills[COLOR["ref"]] - 1 == 8
+    assert fills[BUILTINS["rollout"].color] - 1 == 8  # one more: the legend swatch
+    assert fills[BUILTINS["actor"].color] - 1 == 16
+    assert fills[BUILTINS["ref"].color] - 1 == 8
 
 
 def test_svg_outlines_each_instance_and_tp_group():

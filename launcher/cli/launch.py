@@ -23,8 +23,9 @@ from launcher.config.schema import engine
 from launcher.planning.build import Planned, explicit_keys
 from launcher.runners import Runner
 from launcher.spec import registry
+from launcher.spec.builtins import ENGINES
 from launcher.spec.errors import ConfigError, LaunchError, PlacementError, UserError
-from launcher.spec.plan import ENGINES, ENV_SPMD_MODE, Plan
+from launcher.spec.plan import ENV_SPMD_MODE, Plan
 from launcher.spec.request import ArealFolders, FlagCheck, LaunchRequest
 from launcher.spec.tracking import Identity, check
 

@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from launcher.planning.ranks import groups
+from launcher.spec.builtins import BUILTINS
 from launcher.spec.gpuset import format_gpu_set
 from launcher.spec.plan import ComponentPlan, Plan
 
@@ -42,14 +43,6 @@ def empty_mark() -> str:
     return "\u00b7"
 
 
-LETTER = {"rollout": "R", "actor": "A", "critic": "C", "ref": "F", "teacher": "T"}
-COLOR = {
-    "rollout": "#2e9d5b",
-    "actor": "#3b7dd8",
-    "critic": "#b04fc4",
-    "ref": "#d08a00",
-    "teacher": "#1a9fae",
-}
 # declared components take the first free letter of their name, colours from here in turn
 PALETTE = ("#c0392b", "#7f8c2b", "#8e5b3a", "#5d6d7e", "#d35400", "#16a085", "#6c3483")
 DETAIL_NODES = 16  # up to this many nodes: one lane per engine, with instance/rank numbers
@@ -74,7 +67,7 @@ def marks(plan: Plan) -> dict[str, tuple[str, str]]:
     """component -> (its letter, its colour): the built-ins' own, then for each declared
     component the first letter of its name not taken yet (else any free one) and the next
     colour of the palette."""
-    out = {n: (LETTER[n], COLOR[n]) for n in plan.components if n in LETTER}
+    out = {n: (BUILTINS[n].letter, BUILTINS[n].color) for n in plan.components if n in BUILTINS}
     taken = {letter for letter, _ in out.values()}
     spare = iter(PALETTE * (1 + len(plan.components) // len(PALETTE)))
     for name in plan.components:

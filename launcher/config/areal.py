@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from launcher.config.schema import LaunchConfig, SchedulingSpec, engine, typed
+from launcher.spec.builtins import ENGINES
 from launcher.spec.errors import ConfigError
 from launcher.spec.limits import MAX_CPUS_PER_GPU, MAX_MEM_GIB_PER_GPU
-from launcher.spec.plan import ENGINES
 from launcher.spec.request import EngineAsk
 
 ENTRY_CONFIG = "entry_config.yaml"  # in the run folder: what the entry's --config names

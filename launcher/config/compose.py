@@ -33,8 +33,8 @@ from launcher.config.hydra_errors import (
 )
 from launcher.config.schema import LaunchConfig, backend_of, backend_options, engine
 from launcher.spec import registry
+from launcher.spec.builtins import ENGINES
 from launcher.spec.errors import ConfigError
-from launcher.spec.plan import ENGINES
 from launcher.spec.request import EngineAsk
 
 APP_MODULE = (

@@ -11,7 +11,7 @@ import difflib
 import re
 from typing import Callable, Optional, Sequence
 
-from launcher.spec.plan import ENGINES
+from launcher.spec.builtins import ENGINES
 
 # dicts whose keys the user chooses: Hydra wants `+` there (a declared component, its env)
 FREE_FORM = (

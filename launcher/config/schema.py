@@ -20,10 +20,10 @@ from typing import Any, Dict, List, Mapping, Optional
 from omegaconf import MISSING
 
 from launcher.spec import registry
+from launcher.spec.builtins import ENGINES
 from launcher.spec.entry import check_module, check_python, server_flags
 from launcher.spec.errors import ConfigError
 from launcher.spec.limits import seconds_problem
-from launcher.spec.plan import ENGINES
 from launcher.spec.request import HEALTH_TIMEOUT_S
 
 DEFAULT_MODEL_PATH = "~/.cache/areal-launch/tiny-llama"

@@ -20,8 +20,6 @@ from launcher.planning.resolve import Engine
 from launcher.spec import registry
 from launcher.spec.plan import Plan
 
-FORWARD_ONLY = ("ref", "teacher", "inference")
-
 
 def inference_options(engine: Engine) -> InferenceOptions:
     """The server's options as the estimator's inputs: its backend maps them (by name through
@@ -40,8 +38,8 @@ def train_options(engine: Engine) -> TrainOptions:
         dtype=engine.training.dtype,
         max_tokens_per_mb=engine.training.max_tokens_per_mb,
         gradient_checkpointing=engine.training.gradient_checkpointing,
-        trainable=engine.name not in FORWARD_ONLY,
-        value_head=engine.name == "critic",
+        trainable=engine.training.trainable,
+        value_head=engine.training.value_head,
         offload=Offload(parts.weight, parts.optimizer, parts.grad),
     )
     found: TrainOptions = registry.backend(engine.backend).train_options(engine.options, base)

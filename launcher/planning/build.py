@@ -30,11 +30,12 @@ from launcher.planning.ranks import component_plan, weight_sync
 from launcher.planning.sizing import Dims, size
 from launcher.spec import registry
 from launcher.spec.alloc import ModelAllocation
+from launcher.spec.builtins import ENGINES, INHERITING
 from launcher.spec.cluster import UNBOUNDED, ClusterSpec, NodeGroup, NodeOffer
 from launcher.spec.errors import ConfigError, PlacementError
 from launcher.spec.gpuset import parse_gpu_set
 from launcher.spec.limits import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_NODES
-from launcher.spec.plan import ENGINES, INHERITING, Plan
+from launcher.spec.plan import Plan
 
 DEFAULT_GPUS_PER_NODE = 8  # planning for cuda where no GPU is visible (a laptop)
 

@@ -28,10 +28,11 @@ from launcher.config.schema import (
 from launcher.planning.forms import Placed
 from launcher.spec import registry
 from launcher.spec.alloc import ModelAllocation
+from launcher.spec.builtins import ENGINES
 from launcher.spec.cluster import ClusterSpec
 from launcher.spec.entry import check_python
 from launcher.spec.errors import ConfigError, PlacementError
-from launcher.spec.plan import ENGINES, WORKERS, ComponentPlan, Runs
+from launcher.spec.plan import WORKERS, ComponentPlan, Runs
 
 MAX_PROCESSES = 1 << 20  # per component: a typo of many digits is an error, not a fork bomb
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,31}$")

@@ -35,8 +35,9 @@ from launcher.spec.alloc import (
     read_parts,
     starts_anonymous,
 )
+from launcher.spec.builtins import ENGINES
 from launcher.spec.errors import ConfigError
-from launcher.spec.plan import ENGINES, WORKERS
+from launcher.spec.plan import WORKERS
 
 EXAMPLE = "sglang[rollout]:d2+fsdp[actor]:d4|fsdp[critic]:d4"
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,31}$")

@@ -15,10 +15,11 @@ from typing import Iterator, Mapping, Optional, Sequence, Union
 
 from launcher.planning.ranks import check_inference, check_training
 from launcher.spec.alloc import ModelAllocation
+from launcher.spec.builtins import ENGINES, INHERITING
 from launcher.spec.cluster import UNBOUNDED, ClusterSpec
 from launcher.spec.errors import PlacementError
 from launcher.spec.gpuset import format_gpu_set, parse_gpu_set
-from launcher.spec.plan import ENGINES, INHERITING, WORKERS
+from launcher.spec.plan import WORKERS
 from launcher.spec.registry import TRAIN
 
 __all__ = [

@@ -25,9 +25,9 @@ from launcher.config.schema import (
 from launcher.planning.legacy import apply_allocation_mode
 from launcher.spec import registry
 from launcher.spec.alloc import AllocationError, ModelAllocation, parse_backend
+from launcher.spec.builtins import BUILTINS, ENGINES, INHERITING, ON_WHEN_PLACED
 from launcher.spec.entry import check_module, check_python, server_flags
 from launcher.spec.errors import ConfigError
-from launcher.spec.plan import ENGINES, INHERITING, ON_WHEN_PLACED
 
 EXAMPLE_DIMS = {registry.SERVE: "d1", registry.TRAIN: "d2"}
 
@@ -67,6 +67,8 @@ class Training:
     dtype: str  # float32 | bfloat16 | float16
     gradient_checkpointing: bool
     max_tokens_per_mb: int
+    trainable: bool = True  # gradients and optimizer state (else forwards only: ref, teacher)
+    value_head: bool = False  # a critic's
 
 
 def is_bare(spec: Optional[str]) -> bool:
@@ -202,10 +204,13 @@ def engines(
                 grad=bool(parts.grad or node.offload_grad),
             )
             extra = source.extra_args if name in inherited else node.extra_args
+            role = BUILTINS.get(name)
             training = Training(
                 source.dtype or ("float32" if device == "cpu" else "bfloat16"),
                 bool(source.gradient_checkpointing),
                 int(source.mb_spec.max_tokens_per_mb),
+                trainable=role.trainable if role else True,
+                value_head=role.value_head if role else False,
             )
             out[name] = Engine(
                 name,

@@ -13,8 +13,9 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Optional
 
+from launcher.spec.builtins import ENGINES
 from launcher.spec.errors import ConfigError
-from launcher.spec.plan import ENGINES, WORKERS
+from launcher.spec.plan import WORKERS
 
 MAX_PATH = 4096  # PATH_MAX: an interpreter's path
 MAX_SERVER_ARGS = 64  # flags in a server_args mapping, and values in one list

@@ -21,14 +21,6 @@ from launcher.spec.cluster import ClusterSpec
 from launcher.spec.registry import TRAIN, WORKER
 
 SCHEMA = 1
-ENGINES = ("rollout", "actor", "critic", "ref", "teacher", "inference")  # engine order, everywhere
-INHERITING = (
-    "critic",
-    "ref",
-    "teacher",
-    "inference",
-)  # may take the actor's backend ("") and share its GPUs
-ON_WHEN_PLACED = ("inference",)  # off by default, the actor's backend when placed (RLinf's)
 WORKERS = ("env", "reward", "agent")  # RLinf's worker components, top-level keys of the config
 
 # ----------------------------------------------------------------------------- environment
