@@ -100,8 +100,8 @@ pg = placement_group([{"CPU": 1}], strategy="STRICT_SPREAD")
 class Node:
     def run(self, argv, tag):
         return subprocess.run(argv, env={**os.environ, "BENCH_TAG": tag}).returncode
-node = Node.options(num_cpus=1, scheduling_strategy=PlacementGroupSchedulingStrategy(pg,
-0)).remote()
+strategy = PlacementGroupSchedulingStrategy(pg, 0)
+node = Node.options(num_cpus=1, scheduling_strategy=strategy).remote()
 sys.exit(ray.get(node.run.remote([sys.executable, sys.argv[1]], sys.argv[2])))
 """
 

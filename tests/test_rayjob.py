@@ -310,9 +310,8 @@ from launcher.cli.launch import prepare, start
 for runner in sys.argv[1:]:
     prep = prepare([f"launcher={runner}", "launcher.dry_run=true", "cluster.device=cpu"])
     start(prep)
-    print(runner, "ray" in sys.modules, [m for m in ("torch", "vllm", "sglang") if m in
-    sys.modules],
-          file=sys.stderr)
+    heavy = [m for m in ("torch", "vllm", "sglang") if m in sys.modules]
+    print(runner, "ray" in sys.modules, heavy, file=sys.stderr)
 """
     out = subprocess.run(
         [sys.executable, "-c", code, "local", "slurm"],

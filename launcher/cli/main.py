@@ -31,8 +31,8 @@ table and the GPU map, or the plan JSON. Starts nothing.
 Flags:
 {flags}
 Examples:
-  areal-launch plan cluster=gpu8 cluster.num_nodes=2 rollout.backend=sglang:d4t2
-  actor.backend=fsdp:d8
+  areal-launch plan cluster=gpu8 cluster.num_nodes=2 rollout.backend=sglang:d4t2 \\
+      actor.backend=fsdp:d8
   areal-launch plan cluster=gpu8 actor.backend=fsdp:d4 rollout.backend=sglang:d2t2 --json
   areal-launch plan -cd ~/my-configs experiment=my_preset
   areal-launch plan --suggest cluster=gpu8 cluster.num_nodes=2 cluster.gpu_type=h100
