@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from launcher.planning.legacy import parse_allocation_mode
+from launcher.config.peers.areal_allocation import parse_allocation_mode
 from launcher.spec import registry
 from launcher.spec.alloc import AllocationError, parse_backend
 

@@ -34,13 +34,9 @@ def one_error_line(out: subprocess.CompletedProcess) -> str:
 
 
 def prepared_in(folder: Path, name: str, overrides: Sequence[str] = ()):
-    """`prepare` (plan only) of the config `name` in `folder` (-cd folder -cn name), Hydra's
-    search path put back afterwards."""
+    """`prepare` (plan only) of the config `name` in `folder` (-cd folder -cn name)."""
     from launcher.cli.launch import prepare
-    from launcher.config.compose import ConfigSource, open_config
+    from launcher.config.compose import Composer, ConfigSource
 
-    open_config(ConfigSource(config_dir=str(folder), config_name=name))
-    try:
-        return prepare(list(overrides), to_run=False)
-    finally:
-        open_config(ConfigSource())
+    composer = Composer(ConfigSource(config_dir=str(folder), config_name=name))
+    return prepare(list(overrides), to_run=False, composer=composer)

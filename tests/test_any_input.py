@@ -241,9 +241,6 @@ def workdir(tmp_path_factory):
     ):
         plan_cli(warm)  # Hydra opened, the modules imported: the 2 s are the input's
     yield folder
-    from launcher.config.compose import ConfigSource, open_config
-
-    open_config(ConfigSource())  # the next in-process test composes launcher/conf again
     os.chdir(old)
     os.environ.clear()
     os.environ.update(env)
@@ -261,9 +258,9 @@ def check_promise(args: list[str], folder: Path) -> None:
         assert "engine" in out and "GPU map" in out, (args, out)
         from omegaconf import OmegaConf
 
-        from launcher.config.compose import compose_config
+        from launcher.config.compose import Composer
 
-        composed = compose_config([a for a in args if not a.startswith("-") and "=" in a])
+        composed = Composer().compose([a for a in args if not a.startswith("-") and "=" in a])
         for key in keys_of(args):  # accepted: then it is in the config the plan came from
             assert OmegaConf.select(composed, key, default="<none>") != "<none>", (args, key)
         return

@@ -17,7 +17,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from launcher.cli.launch import build_request, prepare
-from launcher.config.areal import ENTRY_CONFIG
+from launcher.config.handoff import ENTRY_CONFIG
 from launcher.node.ports import counted_ports
 from launcher.runners.sbatch import render_sbatch
 from launcher.spec.errors import ConfigError, PlacementError, UserError
@@ -113,7 +113,7 @@ def test_the_entry_gets_the_whole_config_and_the_users_overrides(folder):
         folder,
         [*CUDA, "gconfig.n_samples=8", "+actor.optimizer.beta1=0.8", "launcher.base_port=31000"],
     )
-    handed = prep.spec.handoff
+    handed = prep.run.handoff
     assert handed is not None
     config = handed.config
     assert config["seed"] == 7 and config["total_train_epochs"] == 2
@@ -170,7 +170,7 @@ def test_a_peer_file_named_config_is_read_not_shadowed_by_ours(folder, tmp_path)
     (tmp_path / "config.yaml").write_text(GRPO)
     prep = prepared(tmp_path, CUDA, name="config")
     assert prep.plan.meta["experiment_name"] == "tiny-grpo"
-    assert prep.spec.handoff.config["seed"] == 7
+    assert prep.run.handoff.config["seed"] == 7
     out = run("plan", "-cp", str(tmp_path), "-cn", "config", f"trainer.entry={ENTRY}")
     assert "give its folder with --config-dir/-cd instead" in one_error_line(out)
 
@@ -178,9 +178,9 @@ def test_a_peer_file_named_config_is_read_not_shadowed_by_ours(folder, tmp_path)
 def test_an_engine_the_file_does_not_name_is_off(folder):
     prep = prepared(folder, ["cluster.device=cuda", f"trainer.entry={ENTRY}"], name="sft")
     assert layout(prep) == {"actor": ("fsdp:d2", (0, 1))}
-    assert prep.spec.handoff.config["actor"]["optimizer"] == {"lr": 1}
+    assert prep.run.handoff.config["actor"]["optimizer"] == {"lr": 1}
     # a key only AReaL's schema has (its gconfig defaults): handed as written, it resolves it
-    assert prep.spec.handoff.config["actor"]["max_new_tokens"] == "${gconfig.max_new_tokens}"
+    assert prep.run.handoff.config["actor"]["max_new_tokens"] == "${gconfig.max_new_tokens}"
 
 
 def test_our_recipe_refuses_an_areal_key_naming_the_entry_to_give(folder):
@@ -200,14 +200,14 @@ def test_a_whole_config_of_ours_hands_unknown_keys_to_an_entry_not_ours(folder):
     with pytest.raises(ConfigError, match="unknown config key 'seed'"):
         prepared(folder, name="ours")
     prep = prepared(folder, name="theirs")
-    assert prep.spec.handoff.config == {"seed": 1}
+    assert prep.run.handoff.config == {"seed": 1}
     assert prepared(folder, name="config").spec.handoff is None  # nothing of the entry's
 
 
 def test_a_plus_key_on_the_command_line_is_the_entrys_own_only_for_its_entry():
     prep = prepare([f"trainer.entry={ENTRY}", "+seed=3", "+gconfig.n_samples=2"], to_run=False)
-    assert prep.spec.handoff.config == {"seed": 3, "gconfig": {"n_samples": 2}}
-    assert prep.spec.handoff.overrides == ("++seed=3", "++gconfig.n_samples=2")
+    assert prep.run.handoff.config == {"seed": 3, "gconfig": {"n_samples": 2}}
+    assert prep.run.handoff.overrides == ("++seed=3", "++gconfig.n_samples=2")
     with pytest.raises(ConfigError, match="unknown config key 'seed'"):
         prepare(["+seed=3"], to_run=False)
 
@@ -227,7 +227,7 @@ def test_areal_node_and_gpu_counts_are_ours_one_value_each(folder):
 
 def test_scheduler_type_chooses_the_runner_and_conflicts_with_launcher(folder):
     prep = prepared(folder, [*CUDA, "scheduler.type=slurm"])
-    assert type(prep.spec.config.launcher).__module__ == "launcher.runners.slurm"
+    assert type(prep.run.config.launcher).__module__ == "launcher.runners.slurm"
     assert (
         type(prepare(["scheduler.type=ray"], to_run=False).spec.config.launcher).__module__
         == "launcher.runners.ray"
@@ -294,7 +294,7 @@ def test_scheduling_spec_on_slurm_is_the_jobs_options(folder):
     )
     prep = prepared(folder, [*CUDA, "launcher=slurm", *spec])
     _, request = processes(prep)
-    script = render_sbatch(request, prep.spec.config.launcher, "python3")
+    script = render_sbatch(request, prep.run.config.launcher, "python3")
     for line in (
         "#SBATCH --cpus-per-gpu=4",
         "#SBATCH --mem-per-gpu=16G",
@@ -319,7 +319,7 @@ def test_engines_asking_slurm_different_cpus_get_the_most_for_every_gpu(folder):
     """One job step per node runs every engine, so the job asks the largest per-GPU ask."""
     prep = prepared(folder, [*CUDA, "launcher=slurm", "rollout.scheduling_spec=[{cpu: 8, mem: 4}]"])
     _, request = processes(prep)
-    script = render_sbatch(request, prep.spec.config.launcher, "python3").splitlines()
+    script = render_sbatch(request, prep.run.config.launcher, "python3").splitlines()
     assert "#SBATCH --cpus-per-gpu=8" in script and "#SBATCH --mem-per-gpu=16G" in script
     notes = [n for n in prep.planned.notes if "the job asks" in n]
     assert notes == [

@@ -153,9 +153,8 @@ def test_sglang_options_become_flags_and_unset_ones_are_not_passed():
         assert unset not in proc.argv
 
 
-@pytest.mark.parametrize("key", ["rollout__offload", "rollout__enable_offload"])
-def test_sglang_offload_turns_on_memory_saver(key):
-    cfg = config(rollout__backend="sglang:d1", **{key: True})
+def test_sglang_offload_turns_on_memory_saver():
+    cfg = config(rollout__backend="sglang:d1", rollout__offload=True)
     (proc,) = build_processes(make_plan(CUDA8, rollout=(SG(), [0])), cfg, context())
     assert "--enable-memory-saver" in proc.argv
 

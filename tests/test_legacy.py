@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from launcher.planning.legacy import LegacyComponent, parse_allocation_mode
+from launcher.config.peers.areal_allocation import LegacyComponent, parse_allocation_mode
 from launcher.spec.alloc import AllocationError, parse_backend
 
 

@@ -18,7 +18,6 @@ import pytest
 
 from launcher.backends.torchrun import entry_in
 from launcher.cli.launch import counted_request, prepare
-from launcher.config.compose import ConfigSource, open_config
 from launcher.node.runs import make_areal_folders
 from launcher.spec.entry import server_flags
 from launcher.spec.errors import ConfigError, UserError
@@ -176,7 +175,6 @@ AREAL = [
 
 def request_of(*overrides: str) -> tuple[LaunchRequest, str]:
     """The request and the dry run of `overrides`, in this process (no launch)."""
-    open_config(ConfigSource())
     prep = prepare(list(overrides), to_run=False)
     _, request = counted_request(prep)
     return request, prep.runner.dryrun(request)

@@ -127,7 +127,7 @@ def test_the_vllm_section_configures_the_servers_as_areal_writes_them(folder):
         assert absent not in got
     assert got["--model"] == ["/models/tiny"] and got["--distributed-executor-backend"] == ["mp"]
     assert "sglang: not read: the rollout runs vllm (its servers take vllm:)" in prep.planned.notes
-    assert prep.spec.handoff.config["vllm"]["max_num_seqs"] == 32  # the entry's too
+    assert prep.run.handoff.config["vllm"]["max_num_seqs"] == 32  # the entry's too
     assert dict(prep.planned.flag_origins) == {
         "--max-num-seqs": "vllm.max_num_seqs",
         "--enable-prefix-caching": "vllm.enable_prefix_caching",

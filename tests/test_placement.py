@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from layouts import layouts
 
-from launcher.planning.placement import parse_placement_keys, place, slots_needed
+from launcher.planning.placement import parse_placement_keys, place, slots_needed, Rules
 from launcher.spec.alloc import ModelAllocation as M
 from launcher.spec.cluster import ClusterSpec
 from launcher.spec.errors import PlacementError
@@ -337,13 +337,13 @@ def test_mode_follows_the_distinct_gpu_sets(layout):
     assert any("idle" in w for w in p.warnings) == (len(busy) < layout.cluster.total_gpus)
 
 
-def test_in_turn_wraps_around_onto_every_gpu_and_never_gives_one_engine_a_gpu_twice():
-    """AReaL's local scheduler (scheduler.type=local): the free GPUs first, then round again."""
+def test_oversubscribed_wraps_around_onto_every_gpu_and_never_gives_one_engine_a_gpu_twice():
+    """cluster.oversubscribe (AReaL's local scheduler): the free GPUs first, then round again."""
     p = place(
         {"rollout": M("vllm", dp=1), "actor": M("fsdp", dp=2)},
         ClusterSpec(1, 2),
         {"rollout": "0"},
-        in_turn=True,
+        rules=Rules(oversubscribe=True),
     )
     assert p.gpus == {"rollout": (0,), "actor": (1, 0)}
     with pytest.raises(PlacementError, match="3 in all, but the cluster has 2"):

@@ -13,7 +13,8 @@ import pytest
 
 from launcher.backends.context import LaunchContext
 from launcher.backends.processes import build_processes
-from launcher.config.compose import ConfigSource, compose_config, open_config, run_spec
+from launcher.config.compose import Composer, ConfigSource
+from launcher.config.run import run_spec
 from launcher.planning.build import build_plan
 from launcher.spec.errors import ConfigError, PlacementError
 from tests.areal_launch import one_error_line, run
@@ -40,12 +41,14 @@ def user_folder(tmp_path_factory) -> Path:
     return folder
 
 
+def typed(overrides=(), source=ConfigSource()):
+    """The typed config of `overrides` (the peers' keys translated), as a launch reads it."""
+    composer = Composer(source)
+    return run_spec(composer, composer.compose(list(overrides), with_hydra=True)).config
+
+
 def plan_of(overrides=(), source=ConfigSource()):
-    open_config(source)
-    try:
-        return build_plan(run_spec(compose_config(list(overrides))).config, local_gpus=0).plan
-    finally:
-        open_config(ConfigSource())
+    return build_plan(typed(overrides, source), local_gpus=0).plan
 
 
 def layout(plan):
@@ -200,13 +203,10 @@ def test_node_groups_place_by_group_and_cpu_only_groups_run_workers(tmp_path):
 
 
 def test_node_groups_give_their_processes_python_env_and_every_workers_address(tmp_path):
-    open_config(ConfigSource())
-    spec = run_spec(
-        compose_config(
-            NODE_GROUPS[:-3]
-            + ["cluster.component_placement.reward={node_group: cpu, placement: '0:0-1'}"]
-        )
-    ).config
+    spec = typed(
+        NODE_GROUPS[:-3]
+        + ["cluster.component_placement.reward={node_group: cpu, placement: '0:0-1'}"]
+    )
     planned = build_plan(spec, local_gpus=0)
     ports = iter(range(32000, 32100))
     ctx = LaunchContext(
@@ -290,8 +290,7 @@ TWO_POLICIES = [
 
 
 def test_a_second_policy_is_declared_and_pushes_to_its_own_servers(tmp_path):
-    open_config(ConfigSource())
-    planned = build_plan(run_spec(compose_config(TWO_POLICIES)).config, local_gpus=0)
+    planned = build_plan(typed(TWO_POLICIES), local_gpus=0)
     plan = planned.plan
     assert {(w.src, w.dst) for w in plan.weight_sync} == {
         ("actor", "rollout"),
@@ -325,15 +324,13 @@ def test_feeds_must_name_a_serving_component():
 
 def test_rlinf_offload_spellings_turn_on_what_they_name():
     planned = build_plan(
-        run_spec(
-            compose_config(
-                ["cluster.device=cpu", "actor.offload_weight=true", "actor.offload_grad=true"]
-            )
-        ).config,
+        typed(["cluster.device=cpu", "actor.offload_weight=true", "actor.offload_grad=true"]),
         local_gpus=0,
     )
     parts = planned.engines["actor"].offload_parts
     assert (parts.weight, parts.optimizer, parts.grad) == (True, False, True)
+    served = build_plan(typed(["rollout.enable_offload=true"]), local_gpus=0)
+    assert served.engines["rollout"].offload
 
 
 def test_rlinf_auto_scheduler_is_one_line_naming_what_to_write():

@@ -110,13 +110,13 @@ def test_a_plan_the_partition_cannot_hold_is_one_error(dotted, says):
 
 def test_the_gpu_type_in_the_gres_sizes_the_memory_check():
     planned = plan_on(SITE, "gpu")
-    assert planned.spec.cluster.gpu_type == "h100"
+    assert planned.config.cluster.gpu_type == "h100"
     assert gpu_capacity(planned, here=False) == Capacity(79.11, "table: h100")
 
 
 def test_the_users_own_values_win_and_a_note_says_where_they_differ():
     planned = plan_on(SITE, "gpu", **{"cluster.gpus_per_node": 4, "cluster.gpu_type": "h800"})
-    assert planned.plan.cluster.gpus_per_node == 4 and planned.spec.cluster.gpu_type == "h800"
+    assert planned.plan.cluster.gpus_per_node == 4 and planned.config.cluster.gpu_type == "h800"
     assert planned.notes[1:3] == (
         "cluster.gpus_per_node=4 as given: the nodes of Slurm partition gpu have 8",
         "cluster.gpu_type=h800 as given: Slurm partition gpu's gres says h100",

@@ -92,11 +92,13 @@ class ArealLauncher(Launcher):
         return cfg
 
     def _load(self, overrides: List[str], index: int) -> DictConfig:
-        from launcher.config.compose import explained
+        from launcher.cli.sweep import RECORD
+        from launcher.config.compose import Composer
 
         assert self.config is not None and self.hydra_context is not None
         loader, master = self.hydra_context.config_loader, self.config
-        cfg = explained(lambda: loader.load_sweep_config(master, overrides), overrides)
+        composer = RECORD.composer or Composer()
+        cfg = composer.explained(lambda: loader.load_sweep_config(master, overrides), overrides)
         with open_dict(cfg):
             cfg.hydra.job.id = index
             cfg.hydra.job.num = index

@@ -18,14 +18,16 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from omegaconf import DictConfig
 
-from launcher.config.compose import RunSpec
+from launcher.config.compose import Composer
+from launcher.config.handoff import Folders
+from launcher.config.run import ComposedRun
 from launcher.config.schema import engine
-from launcher.planning.build import Planned, explicit_keys
+from launcher.planning.build import Planned
 from launcher.runners import Runner
 from launcher.spec import registry
 from launcher.spec.builtins import ENGINES
 from launcher.spec.errors import ConfigError, LaunchError, PlacementError, UserError
-from launcher.spec.plan import ENV_SPMD_MODE, Plan
+from launcher.spec.plan import Plan
 from launcher.spec.request import ArealFolders, FlagCheck, LaunchRequest
 from launcher.spec.tracking import Identity, check
 
@@ -33,7 +35,6 @@ if TYPE_CHECKING:
     from launcher.memory.capacity import Capacity
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # the folder holding launcher/ and recipes/
-RECIPES = REPO_ROOT / "recipes"
 
 
 @dataclass
@@ -41,7 +42,7 @@ class Prepared:
     """A run, resolved and checked, not started."""
 
     overrides: list[str]
-    spec: RunSpec
+    run: ComposedRun
     planned: Planned
     runner: Runner
     entry: str  # the trainer entry, resolved
@@ -56,44 +57,56 @@ class Prepared:
 
     @property
     def dry_run(self) -> bool:
-        return bool(self.spec.config.launcher.dry_run)
+        return bool(self.run.config.launcher.dry_run)
 
 
 def prepare(
-    overrides: list[str], to_run: bool = True, composed: Optional[DictConfig] = None
+    overrides: list[str],
+    to_run: bool = True,
+    composed: Optional[DictConfig] = None,
+    composer: Optional[Composer] = None,
 ) -> Prepared:
-    """Compose and resolve; every user mistake raises here, before anything starts.
+    """Compose and resolve; every user mistake raises here, before anything starts, named in
+    the spelling the config used (a peer's key where it wrote one).
 
     to_run=False (`plan`): the trainer script need not exist on the machine that plans.
     composed: the config Hydra already composed for these overrides (a sweep point)."""
+    from launcher.config.run import run_spec
+
+    composer = composer or Composer()
+    if composed is None:
+        composed = composer.compose(overrides, with_hydra=True)
+    run = run_spec(composer, composed)
+    try:
+        return _prepared(overrides, composer, run, to_run)
+    except UserError as exc:
+        raise run.translation.restated(exc) from None
+
+
+def _prepared(overrides: list[str], composer: Composer, run: ComposedRun, to_run: bool) -> Prepared:
     from launcher import runners
-    from launcher.config.compose import check_added_keys, choices_only, compose_config, run_spec
+    from launcher.config.compose import choices_only
+    from launcher.config.run import run_spec
     from launcher.node.hostinfo import count_local_gpus
     from launcher.planning.build import build_plan
     from launcher.planning.resolve import check_unused_options
 
-    if composed is None:
-        composed = compose_config(overrides, with_hydra=True)
-    else:
-        check_added_keys(composed, overrides)
-    spec = run_spec(composed)
-    config = spec.config
+    config = run.config
     runner = runners.create(config.launcher)
     device = str(config.cluster.device)
     planned = build_plan(
         config,
         count_local_gpus,
-        explicit_keys(overrides),
         more_nodes=runner.more_nodes(device),
         offer=runner.offer() if device == "auto" else None,
-        servers=spec.servers,
+        flag_origins=run.translation.flag_origins,
     )
     chosen = {n: str(c.alloc) for n, c in planned.plan.components.items()}
     try:
         check_unused_options(config, chosen)
     except ConfigError:  # set by the user, or by a preset/group file? only the user's count
-        defaults = run_spec(compose_config(choices_only(overrides))).config
-        check_unused_options(config, chosen, defaults)
+        defaults = composer.compose(choices_only(overrides), with_hydra=True)
+        check_unused_options(config, chosen, run_spec(composer, defaults).config)
     entry = str(config.trainer.entry)
     if any(c.kind == registry.TRAIN for c in planned.plan.components.values()):
         entry = resolve_entry(entry, must_exist=to_run)
@@ -106,9 +119,20 @@ def prepare(
             for name, w in planned.workers.items()
         },
     )
-    planned = with_memory(planned, here=not runner.more_nodes(device))
-    planned = dataclasses.replace(planned, notes=(*planned.notes, *spec.notes))
-    return Prepared(list(overrides), spec, planned, runner, entry, Path(spec.run_dir).absolute())
+    planned = as_written(with_memory(planned, here=not runner.more_nodes(device)), run)
+    return Prepared(list(overrides), run, planned, runner, entry, Path(run.run_dir).absolute())
+
+
+def as_written(planned: Planned, run: ComposedRun) -> Planned:
+    """The plan's notes (the adapters' first) and warnings (theirs too) in the spelling the
+    config used."""
+    said = run.translation.as_written
+    plan = dataclasses.replace(
+        planned.plan,
+        warnings=tuple(said(w) for w in (*run.translation.warnings, *planned.plan.warnings)),
+    )
+    notes = tuple(said(n) for n in (*run.notes, *planned.notes))
+    return dataclasses.replace(planned, plan=plan, notes=notes)
 
 
 def with_memory(planned: Planned, here: bool) -> Planned:
@@ -122,7 +146,7 @@ def with_memory(planned: Planned, here: bool) -> Planned:
     from launcher.memory.model_shape import read_model_shape
     from launcher.memory.plan import plan_memory
 
-    config = planned.spec
+    config = planned.config
     mode = config.launcher.check_memory
     plan = planned.plan
     if mode == "off":
@@ -165,7 +189,7 @@ def gpu_capacity(planned: Planned, here: bool) -> "Capacity":
     from launcher.memory.capacity import resolve_capacity
     from launcher.node.hostinfo import local_gpu_names
 
-    cluster = planned.spec.cluster
+    cluster = planned.config.cluster
     return resolve_capacity(
         planned.plan.cluster.device,
         cluster.gpu_memory_gib,
@@ -195,7 +219,7 @@ def resolve_entry(entry: str, must_exist: bool = True, key: str = "trainer.entry
 
 
 def job_name(prep: Prepared) -> str:
-    config = prep.spec.config
+    config = prep.run.config
     base = (
         getattr(config.launcher, "job_name", None)
         or f"{config.experiment_name}-{config.trial_name}"
@@ -211,7 +235,7 @@ def build_request(
     from launcher.backends.processes import build_processes
     from launcher.planning.build import health_timeout_s
 
-    config = prep.spec.config
+    config = prep.run.config
     run_id = uuid.uuid4().hex
     extra_env = user_env(config.launcher.env)
     identity = Identity(
@@ -222,10 +246,11 @@ def build_request(
         str(config.experiment_name),
         prep.sweep,
     )
-    areal = areal_folders(prep, run_dir)
+    trains = any(c.kind == registry.TRAIN for c in prep.plan.components.values())
+    folders = prep.run.translation.folders.at(str(run_dir)) if trains else Folders()
     trainer_env = identity.env({**os.environ, **extra_env})
-    if areal is not None:  # AReaL's trainer reads it: started by a launcher, under torchrun
-        trainer_env[ENV_SPMD_MODE] = "1"
+    if trains:  # a peer's contract for its own trainer (an entry not ours)
+        trainer_env.update(prep.run.translation.trainer_env)
     ctx = LaunchContext(
         run_dir=str(run_dir),
         plan_path=str(run_dir / "plan.json"),
@@ -237,10 +262,9 @@ def build_request(
         engine_env={name: user_env(engine(config, name).env, shell=False) for name in ENGINES},
     )
     args = [str(a) for a in config.trainer.args]
-    if prep.spec.handoff is not None:  # an entry of another trainer: its config, as AReaL's
-        args += prep.spec.handoff.args(str(run_dir))  # launcher hands it (--config FILE ...)
-        if areal is not None:
-            args += folder_overrides(prep, areal)
+    if prep.run.handoff is not None:  # an entry of another trainer: its config, as AReaL's
+        args += prep.run.handoff.args(str(run_dir))  # launcher hands it (--config FILE ...)
+        args += folders.overrides
     plan = build_processes(
         prep.planned, prep.entry, args, ctx, trainer_python=config.trainer.python
     )
@@ -260,9 +284,9 @@ def build_request(
         console=str(config.launcher.console),
         node_groups=plan.cluster.groups,
         cpu_nodes=plan.cluster.cpu_nodes,
-        areal=areal,
+        areal=request_folders(folders),
         flag_check=flag_check(prep),
-        asks=dict(prep.spec.asks),
+        asks=dict(prep.run.asks),
     )
     return plan, request
 
@@ -278,44 +302,14 @@ def flag_check(prep: Prepared) -> Optional[FlagCheck]:
     return FlagCheck(found.alloc.backend, "rollout", tuple(origins.items()))
 
 
-def is_recipe(entry: str) -> bool:
-    """Whether a trainer entry is one of the recipes shipped here (recipes/, as a path or a
-    module), not someone else's (AReaL's examples/math/gsm8k_rl.py)."""
-    if entry.startswith("-m "):
-        return entry.split()[1].startswith(f"{RECIPES.name}.")
-    return Path(entry).absolute().is_relative_to(RECIPES)
-
-
-def areal_folders(prep: Prepared, run_dir: Path) -> Optional[ArealFolders]:
-    """AReaL's folders for a run whose trainers run an entry that is not ours (None: ours, or
-    no trainers): AReaL's `cluster.fileroot` and name_resolve's `nfs_record_root` where the
-    config sets them, else the run folder and `<run folder>/name_resolve`, so that no run
-    shares them with another."""
-    if not any(c.kind == registry.TRAIN for c in prep.plan.components.values()) or is_recipe(
-        prep.entry
-    ):
+def request_folders(folders: Folders) -> Optional[ArealFolders]:
+    """The shared folders in the request's terms (a root made on every node, a records root
+    whose run's records the first node clears)."""
+    if not folders.make:
         return None
-    config = prep.spec.config
-    records = (
-        config.cluster.name_resolve.nfs_record_root
-        if config.cluster.name_resolve.type == "nfs"
-        else None
-    )
-    return ArealFolders(
-        fileroot=str(config.cluster.fileroot or run_dir),
-        name_resolve=str(records or run_dir / "name_resolve"),
-        trial=f"{config.experiment_name}/{config.trial_name}",
-    )
-
-
-def folder_overrides(prep: Prepared, areal: ArealFolders) -> list[str]:
-    """The folders the launcher chose for AReaL's keys the user left unset, as overrides
-    of the entry's config (AReaL's own defaults are shared folders under /tmp)."""
-    cluster = prep.spec.config.cluster
-    out = [] if cluster.fileroot else [f"++cluster.fileroot={areal.fileroot}"]
-    if cluster.name_resolve.type == "nfs" and not cluster.name_resolve.nfs_record_root:
-        out.append(f"++cluster.name_resolve.nfs_record_root={areal.name_resolve}")
-    return out
+    root, records = folders.make[0], folders.make[-1]
+    trial = folders.clear[0].removeprefix(f"{records}/{{user}}/") if folders.clear else ""
+    return ArealFolders(fileroot=root, name_resolve=records, trial=trial)
 
 
 def read_paths(plan: Plan, entry: str) -> tuple[str, ...]:
@@ -353,10 +347,10 @@ def start(prep: Prepared, own_folder: bool = False) -> int:
 
     own_folder: prep.run_dir was made for this run already (by Hydra's run_job, under a Hydra
     launcher other than ours); else the run claims a folder of its own there (-1, -2, ...)."""
-    from launcher.config.compose import hydra_record
+    from launcher.config.run import hydra_record
     from launcher.node.runs import claim_run_dir, free_run_dir, write_private
 
-    base = prep.spec.config.launcher.base_port
+    base = prep.run.config.launcher.base_port
     if prep.dry_run:
         with prep.runner.ports(base, dry=True) as next_port:
             plan, request = build_request(prep, free_run_dir(prep.run_dir), next_port)
@@ -374,7 +368,7 @@ def start(prep: Prepared, own_folder: bool = False) -> int:
         prep.run_dir = run_dir
         warn(plan, prep.planned.notes, said)
         write_private(run_dir / "plan.json", plan.to_json(mask_secrets=False))
-        for name, text in hydra_record(prep.spec, run_dir).items():  # .hydra/: may hold secrets
+        for name, text in hydra_record(prep.run, run_dir).items():  # .hydra/: may hold secrets
             (run_dir / name).parent.mkdir(exist_ok=True)
             write_private(run_dir / name, text)
         write_private(run_dir / "request.json", request.to_json())
@@ -392,13 +386,12 @@ def start(prep: Prepared, own_folder: bool = False) -> int:
 
 
 def write_entry_config(prep: Prepared, run_dir: Path) -> None:
-    """The entry's config (launcher.config.areal.Handoff) where its --config points (AReaL's
-    folders are made by each node, launcher.node.runs.make_areal_folders)."""
-    from launcher.config.areal import ENTRY_CONFIG
+    """The entry's config (launcher.config.handoff.Handoff) where its --config points."""
+    from launcher.config.handoff import ENTRY_CONFIG
     from launcher.node.runs import write_private
 
-    if prep.spec.handoff is not None:
-        write_private(run_dir / ENTRY_CONFIG, prep.spec.handoff.text())
+    if prep.run.handoff is not None:
+        write_private(run_dir / ENTRY_CONFIG, prep.run.handoff.text())
 
 
 def show_plan_summary(plan: Plan, run_dir: Path) -> None:
@@ -415,13 +408,15 @@ def counted_request(prep: Prepared) -> tuple[Plan, LaunchRequest]:
     `plan` shows and what a sweep rehearses; nothing is reserved, nothing starts."""
     from launcher.node.ports import DEFAULT_BASE_PORT, counted_ports
 
-    base = prep.spec.config.launcher.base_port or DEFAULT_BASE_PORT
+    base = prep.run.config.launcher.base_port or DEFAULT_BASE_PORT
     return build_request(prep, prep.run_dir, counted_ports(base))
 
 
-def show_plan(overrides: list[str], json_out: bool, svg: Optional[Path]) -> int:
+def show_plan(
+    overrides: list[str], json_out: bool, svg: Optional[Path], composer: Optional[Composer] = None
+) -> int:
     """`areal-launch plan`: the table and GPU map, or the plan JSON; starts nothing."""
-    prep = prepare(overrides, to_run=False)
+    prep = prepare(overrides, to_run=False, composer=composer)
     the_plan, _ = counted_request(prep)
     if svg is not None:
         from launcher.cli.render import render_svg
@@ -443,16 +438,21 @@ def show_plan(overrides: list[str], json_out: bool, svg: Optional[Path]) -> int:
     return 0
 
 
-def sharing_everything(overrides: list[str]) -> Optional[list[str]]:
+def sharing_everything(overrides: list[str], composer: Composer) -> Optional[list[str]]:
     """The overrides that make any cluster hold the run: rollout and actor at d1, sharing
     GPU 0 (what --suggest needs is the cluster, the model and the engines' options, not the
-    layout it will replace). None where the backends come from allocation_mode."""
-    from launcher.config.compose import compose_config, run_spec
+    layout it will replace). None where the backends come from a peer's allocation string."""
+    from launcher.config.run import run_spec
     from launcher.config.schema import backend_of
 
-    config = run_spec(compose_config(overrides)).config
-    if config.allocation_mode or config.multi_agent_allocation:
+    composed = composer.compose(overrides, with_hydra=True)
+    run = run_spec(composer, composed)
+    if any(
+        w.startswith(("allocation_mode", "multi_agent_allocation"))
+        for w in run.translation.warnings
+    ):
         return None
+    config = run.config
     given = {n: b for n in ("rollout", "actor") if (b := backend_of(engine(config, n).backend))}
     on_gpu0 = ", ".join(f"{n}: 0" for n in given)
     return [
@@ -461,17 +461,18 @@ def sharing_everything(overrides: list[str]) -> Optional[list[str]]:
     ]
 
 
-def show_suggestions(overrides: list[str]) -> int:
+def show_suggestions(overrides: list[str], composer: Optional[Composer] = None) -> int:
     """`areal-launch plan --suggest OVERRIDES`: the layouts that fit, ranked as
     `areal-launch plan --help` says (the --suggest flag in cli/flags.py)."""
     from launcher.memory.model_shape import read_model_shape
     from launcher.memory.plan import inference_options, train_options
     from launcher.memory.suggest import SuggestOptions, suggest_within
 
+    composer = composer or Composer()
     try:
-        prep = prepare([*overrides, "launcher.check_memory=off"], to_run=False)
+        prep = prepare([*overrides, "launcher.check_memory=off"], to_run=False, composer=composer)
     except PlacementError as exc:  # the search picks its own layouts: plan the cluster alone
-        shared = sharing_everything(overrides)
+        shared = sharing_everything(overrides, composer)
         if shared is None:
             raise
         print(
@@ -479,7 +480,9 @@ def show_suggestions(overrides: list[str]) -> int:
             "cluster's layouts",
             file=sys.stderr,
         )
-        prep = prepare([*overrides, *shared, "launcher.check_memory=off"], to_run=False)
+        prep = prepare(
+            [*overrides, *shared, "launcher.check_memory=off"], to_run=False, composer=composer
+        )
     plan = prep.plan
     shape = read_model_shape(plan.meta["model_path"])
     if shape is None:

@@ -106,20 +106,17 @@ def run_plan(args: list[str]) -> int:
 
     def plan() -> int:
         from launcher.cli.launch import show_plan, show_suggestions
-        from launcher.config.compose import ConfigSource, cached
+        from launcher.config.compose import Composer, ConfigSource
 
         given, overrides = parse_flags(args, PLAN_FLAGS, "plan")
-        with cached(
-            ConfigSource(
-                given.get("config_path"),
-                given.get("config_name") or "config",
-                given.get("config_dir"),
-            )
-        ):
-            if given.get("suggest"):
-                return show_suggestions(overrides)
-            svg = given.get("svg")
-            return show_plan(overrides, bool(given.get("json")), Path(svg) if svg else None)
+        source = ConfigSource(
+            given.get("config_path"), given.get("config_name") or "config", given.get("config_dir")
+        )
+        composer = Composer(source)
+        if given.get("suggest"):
+            return show_suggestions(overrides, composer)
+        svg = given.get("svg")
+        return show_plan(overrides, bool(given.get("json")), Path(svg) if svg else None, composer)
 
     return guarded(plan)
 

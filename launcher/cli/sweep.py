@@ -77,6 +77,7 @@ class SweepRecord:
     maximize: Optional[bool] = True  # how the sweeper ranks objectives; None: several
     optimises: bool = False  # the sweeper reads objectives (Optuna, ...), not a grid
     given: list[str] = field(default_factory=list)  # the overrides on the command line
+    composer: Any = None  # launcher.config.compose.Composer: how the sweep's points compose
     # Hydra's sweeper writes <sweep dir>/multirun.yaml before a point is checked: the folder,
     # and which of it and its parents existed before
     written: Optional[Path] = None
@@ -219,16 +220,16 @@ def _prepared(point: Point, compose: Callable[[Point], DictConfig]) -> Prepared:
     ports as they start."""
     try:
         cfg = compose(point)
-        prep = prepare(list(point.overrides), composed=cfg)
+        prep = prepare(list(point.overrides), composed=cfg, composer=RECORD.composer)
         prep.point = point.index
-        sweep_dir = Path(prep.spec.sweep_dir).absolute()
+        sweep_dir = Path(prep.run.sweep_dir).absolute()
         RECORD.sweep_dir = RECORD.sweep_dir or sweep_dir
         prep.sweep = sweep_id(str(RECORD.sweep_dir))
         prep.run_dir = sweep_dir / str(OmegaConf.select(cfg, "hydra.sweep.subdir"))
         if prep.runner.runs_here:
             rehearse(prep)
         else:
-            launcher = prep.spec.config.launcher
+            launcher = prep.run.config.launcher
             base = RECORD.next_port or launcher.base_port or DEFAULT_BASE_PORT
             launcher.base_port = base
             RECORD.next_port = base + rehearse(prep)
@@ -248,7 +249,7 @@ def rehearse(prep: Prepared) -> int:
     """Build a point's request (processes, and for Slurm its script) without starting anything:
     engine option and script errors then stop a sweep before its first point starts. Returns
     how many ports the point takes, counted up from launcher.base_port."""
-    base = prep.spec.config.launcher.base_port or DEFAULT_BASE_PORT
+    base = prep.run.config.launcher.base_port or DEFAULT_BASE_PORT
     taken: list[int] = []
     counted = counted_ports(base)
 
@@ -292,7 +293,7 @@ def run_hydra_job(cfg: DictConfig) -> Optional[float]:
     overrides = [str(o) for o in hydra.overrides.task]
     index = int(hydra.job.num)
     point = Point(index, tuple(overrides), labels([overrides], RECORD.given)[0])
-    prep = prepare(overrides, composed=composed)
+    prep = prepare(overrides, composed=composed, composer=RECORD.composer)
     prep.point = index
     prep.run_dir = Path(hydra.runtime.output_dir)
     RECORD.sweep_dir = RECORD.sweep_dir or prep.run_dir.parent

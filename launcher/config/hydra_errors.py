@@ -11,28 +11,8 @@ import difflib
 import re
 from typing import Callable, Optional, Sequence
 
-from launcher.spec.builtins import ENGINES
 
-# dicts whose keys the user chooses: Hydra wants `+` there (a declared component, its env)
-FREE_FORM = (
-    "launcher.env.",
-    "components.",
-    "cluster.component_placement.",
-    "env.",
-    "reward.",
-    "agent.",
-    *(f"{name}.env." for name in ENGINES),
-)
-FREE_FORM_SHOWN = (
-    "launcher.env.*, <engine>.env.*, components.*, cluster.component_placement.*, "
-    "env.*, reward.*, agent.*"
-)
-
-
-Suggest = Callable[[str, Sequence[str]], str]  # key, overrides -> ": did you mean 'a.b'?" or ""
-
-
-def explain_hydra_error(exc: BaseException, overrides: Sequence[str], suggest: Suggest) -> str:
+def explain_hydra_error(exc: BaseException, overrides: Sequence[str]) -> str:
     """One line for a Hydra/OmegaConf failure, with the quoted form to type where that is the
     fix."""
     text = flatten(exc)
@@ -75,26 +55,14 @@ def explain_hydra_error(exc: BaseException, overrides: Sequence[str], suggest: S
     match = re.search(r"Could not append to config\. An item is already at '([^']+)'", text)
     if match:
         return f"{match.group(1)!r} exists already: set it without the leading +"
-    match = (
-        re.search(r"Could not override '([^']+)'", text)
-        or re.search(r"Key '[^']+' not in '[^']+' full_key: (\S+)", text)
-        or re.search(r"Key '([^']+)' not in", text)
+    match = re.search(r"Could not override '([^']+)'", text) or re.search(
+        r"Key '([^']+)' not in", text
     )
     if match:
         key = match.group(1)
         in_file = re.match(r"In '([^']+)': ", text)  # a config file's key, not an override's
-        if in_file and not any(o.lstrip("+~").startswith(key) for o in overrides):
-            return (
-                f"unknown config key {key!r} in config {in_file.group(1)!r}"
-                f"{suggest(key, overrides)} (`areal-launch --cfg job` prints every key)"
-            )
-        if key.startswith(FREE_FORM):  # dicts whose keys are the user's own: Hydra wants `+`
-            given = _first(overrides, lambda o: o.startswith(key)) or key
-            return f"{key!r} adds a key to {key.rsplit('.', 1)[0]}: write it as +{shown(given)}"
-        return (
-            f"unknown config key {key!r}{suggest(key, overrides)} "
-            "(`areal-launch --cfg job` prints every key)"
-        )
+        where = f" in config {in_file.group(1)!r}" if in_file else ""
+        return f"unknown config key {key!r}{where} (`areal-launch --cfg job` prints every key)"
     match = re.search(r"Error merging override (\S+)", text)
     if match:
         detail = text.split("full_key:")[0].split(match.group(1), 1)[-1].strip(" .:")

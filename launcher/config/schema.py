@@ -14,6 +14,7 @@ that reads the Hydra config.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional
 
@@ -30,55 +31,6 @@ DEFAULT_MODEL_PATH = "~/.cache/areal-launch/tiny-llama"
 
 
 # ----------------------------------------------------------------------------- engines
-STRATEGIES = ("colocation", "separation")
-
-
-@dataclass
-class SchedulingStrategy:
-    """AReaL's `<engine>.scheduling_strategy`: `colocation` with `target` puts the engine on
-    its target's GPUs, `separation` on GPUs of its own; None: our default placement (ref,
-    critic, teacher share the actor's GPUs when their world size matches)."""
-
-    type: Optional[str] = None
-    target: Optional[str] = None
-    fork: bool = True  # AReaL's: the target spawns a process of its own (ours always do)
-
-    def __post_init__(self) -> None:
-        if self.type is not None and self.type not in STRATEGIES:
-            raise ConfigError(
-                f"scheduling_strategy.type={self.type!r}: choose {' or '.join(STRATEGIES)}"
-            )
-        if self.type == "colocation" and not self.target:
-            raise ConfigError(
-                "scheduling_strategy.type=colocation needs a target: the "
-                "component to share GPUs with, e.g. target: actor"
-            )
-
-
-@dataclass
-class SchedulingSpec:
-    """One of AReaL's `<engine>.scheduling_spec` items, as AReaL names its keys; None: not
-    given. What a runner honours is launcher.config.areal's business (local: env_vars; Slurm:
-    cpu, mem, nodelist, exclude, image too; Ray: cpu, mem, image per engine); the rest is
-    said in one line, never dropped."""
-
-    cpu: Optional[int] = None  # CPU cores per GPU
-    gpu: Optional[int] = None  # GPUs per process
-    mem: Optional[int] = None  # GB per GPU
-    port_count: Optional[int] = None
-    image: Optional[str] = None
-    task_type: Optional[str] = None
-    env_vars: Dict[str, str] = field(default_factory=dict)
-    cmd: Optional[str] = None
-    srun_additional_args: Optional[str] = None
-    additional_bash_cmds: Optional[List[str]] = None
-    container_type: Optional[str] = None
-    mount: Optional[str] = None
-    nodelist: Optional[str] = None
-    exclude: Optional[str] = None
-    ray_placement_strategy: Optional[str] = None
-
-
 @dataclass
 class OffloadOptions:
     """What a training engine moves to host memory between phases (collocated runs)."""
@@ -93,6 +45,32 @@ class OffloadOptions:
 
 
 @dataclass
+class Parallel:
+    """The model-parallel sizes of an engine whose backend is written without dims and that
+    is placed (`actor.backend=megatron` on `cluster.component_placement.actor=0-7`): its world
+    size comes from the placement, its tp, pp and cp from here, its data parallel size is the
+    rest. None: 1."""
+
+    tp: Optional[int] = None
+    pp: Optional[int] = None
+    cp: Optional[int] = None
+
+
+@dataclass
+class Resources:
+    """What each GPU of an engine's processes asks of the scheduler, beside the GPU itself
+    (a process on no GPU asks it once). Each runner honours what it can and says the rest in a
+    note (docs/architecture.md §8): Slurm asks the most of every engine for the whole job and
+    one image, nodelist and exclude for all; Ray adds each engine's to its plan node's bundle."""
+
+    cpus_per_gpu: Optional[int] = None
+    mem_gib_per_gpu: Optional[int] = None
+    image: Optional[str] = None  # a container image
+    nodelist: Optional[str] = None  # Slurm: the nodes the job must run on
+    exclude: Optional[str] = None  # Slurm: nodes it must not run on
+
+
+@dataclass
 class RolloutBase:
     """rollout: the inference servers. backend None = off; a bare name (`vllm`) = that backend
     sized for the machine (launcher.defaults)."""
@@ -100,26 +78,20 @@ class RolloutBase:
     backend: Optional[str] = "vllm"
     model_path: Optional[str] = None  # None: the top-level model_path
     offload: bool = False  # release weights/KV between phases (memory saver / sleep mode)
-    enable_offload: Optional[bool] = None  # RLinf's spelling of `offload`
-    # RLinf's keys for a backend written without dims and placed: the world size comes from
-    # the placement, tp and pp from these (launcher.planning.sizing)
-    tensor_parallel_size: Optional[int] = None
-    pipeline_parallel_size: Optional[int] = None
-    # env and rollout take turns in this many stages of a batch each (RLinf's pipelined
-    # rollout); the recipe reads it from the plan's engine options
+    parallel: Parallel = field(default_factory=Parallel)  # for a placed backend without dims
+    # env and rollout take turns in this many stages of a batch each (a pipelined rollout);
+    # the recipe reads it from the plan's engine options
     pipeline_stage_num: int = 1
     health_timeout_s: float = HEALTH_TIMEOUT_S
     extra_args: List[str] = field(default_factory=list)
     env: Dict[str, str] = field(default_factory=dict)  # this engine's processes only
     # the servers' interpreter (None: the node group's, else the runner's), the module they
-    # run (None: the backend's own, e.g. AReaL's areal.engine.vllm_ext.areal_vllm_server)
-    # and more flags for it as a mapping, AReaL's way ({max_num_seqs: 64}: --max-num-seqs 64)
+    # run (None: the backend's own, e.g. a wrapper of the engine's server) and more flags for
+    # it as a mapping ({max_num_seqs: 64}: --max-num-seqs 64)
     python: Optional[str] = None
     server_module: Optional[str] = None
     server_args: Dict[str, Any] = field(default_factory=dict)
-    # AReaL's placement and per-process resources (launcher.config.areal)
-    scheduling_strategy: SchedulingStrategy = field(default_factory=SchedulingStrategy)
-    scheduling_spec: Any = field(default_factory=list)  # SchedulingSpec items (or one)
+    resources: Resources = field(default_factory=Resources)
 
     def __post_init__(self) -> None:
         problem = seconds_problem(self.health_timeout_s, allow_zero=False)
@@ -136,8 +108,8 @@ MAX_TOKENS_PER_MB = 1 << 24
 
 @dataclass
 class MicroBatchSpec:
-    """How a training step splits its batch (AReaL's `mb_spec`): each forward/backward holds
-    at most this many tokens, which is what sizes a trainer's activation memory."""
+    """How a training step splits its batch: each forward/backward holds at most this many
+    tokens, which is what sizes a trainer's activation memory."""
 
     max_tokens_per_mb: int = 10240
 
@@ -150,40 +122,23 @@ class MicroBatchSpec:
 
 
 @dataclass
-class ModelParallel:
-    """RLinf's `actor.model.*` parallel sizes, read for a backend written without dims and
-    placed (the world size from the placement). The node is open: RLinf's other model keys
-    are kept and handed to the entry point with the engine's options."""
-
-    tensor_model_parallel_size: Optional[int] = None
-    pipeline_model_parallel_size: Optional[int] = None
-    context_parallel_size: Optional[int] = None
-    options: Dict[str, Any] = field(default_factory=dict)  # RLinf's other model keys
-
-
-@dataclass
 class TrainEngineBase:
-    """actor, critic, ref, teacher. backend None = off; "" = the actor's backend and options;
-    a bare name (`fsdp`) = that backend sized for the machine. dtype, gradient_checkpointing
-    and mb_spec are AReaL's names: the entry point trains with them, the memory check sizes
-    the engine by them."""
+    """actor, critic, ref, teacher, inference. backend None = off; "" = the actor's backend
+    and options; a bare name (`fsdp`) = that backend sized for the machine. The entry point
+    trains with dtype, gradient_checkpointing and mb_spec; the memory check sizes the engine
+    by them."""
 
     backend: Optional[str] = None
     dtype: Optional[str] = None  # weights, grads, optimizer states; None: float32 on cpu, else bf16
     gradient_checkpointing: bool = False  # recompute each layer in backward (less memory)
     mb_spec: MicroBatchSpec = field(default_factory=MicroBatchSpec)
     offload: OffloadOptions = field(default_factory=OffloadOptions)
-    enable_offload: Optional[bool] = None  # RLinf's: offload weights and optimizer states
-    # RLinf's spellings of offload.weight / .optimizer / .grad
-    offload_weight: Optional[bool] = None
-    offload_optimizer: Optional[bool] = None
-    offload_grad: Optional[bool] = None
-    model: ModelParallel = field(default_factory=ModelParallel)
+    parallel: Parallel = field(default_factory=Parallel)  # for a placed backend without dims
+    # the model's settings for the entry point (precision, ...), handed to it in the plan
+    model: Dict[str, Any] = field(default_factory=dict)
     extra_args: List[str] = field(default_factory=list)
     env: Dict[str, str] = field(default_factory=dict)  # this engine's processes only
-    # AReaL's placement and per-process resources (launcher.config.areal)
-    scheduling_strategy: SchedulingStrategy = field(default_factory=SchedulingStrategy)
-    scheduling_spec: Any = field(default_factory=list)  # SchedulingSpec items (or one)
+    resources: Resources = field(default_factory=Resources)
 
     def __post_init__(self) -> None:
         if self.dtype is not None and self.dtype not in TRAIN_DTYPES:
@@ -198,7 +153,7 @@ def _with_backend_options(base: type, kind: str, name: str) -> type:
         (b, Any, field(default_factory=dict)) for b in registry.backend_names(kind)
     ]
     made = dataclasses.make_dataclass(name, extra, bases=(base,))
-    made.__module__ = __name__  # found by pickle where it lives (launcher.config.compose_cache)
+    made.__module__ = __name__  # found where it lives (OmegaConf names it in messages)
     return made
 
 
@@ -223,11 +178,12 @@ class TrainerConfig:
 @dataclass
 class ComponentConfig:
     """A component the user declares by name (`components.<name>`, docs/architecture.md §12):
-    today a `worker`, plain processes the launcher starts, supervises, restarts and stops with
-    the run (env simulators, reward functions, agents). Placed on GPUs by
+    by default a `worker`, plain processes the launcher starts, supervises, restarts and stops
+    with the run (env simulators, reward functions, agents). Placed on GPUs by
     `cluster.component_placement.<name>` (`processes_per_gpu` each), else CPU-only
     (`processes` of them, on the first node). Checked by launcher.planning.components, which
-    builds it from what the user wrote."""
+    builds it from what the user wrote. (`kind: serve|train` declares an engine instead, with
+    that kind's keys: `engine()`.)"""
 
     kind: str = "worker"
     backend: str = "process"
@@ -243,55 +199,23 @@ class ComponentConfig:
     # memory per process in GiB, counted on its GPU (or the host, CPU-only) by the memory check
     mem_gib: Optional[float] = None
     offload: bool = False  # releases its GPU memory between phases (where it shares GPUs)
-    enable_offload: Optional[bool] = None  # RLinf's spelling of `offload`
-    # handed to the entry point in the plan (`components.<name>.options` in its JSON); under
-    # env/reward/agent also every key the schema does not declare (RLinf's own)
+    # handed to the entry point in the plan (`components.<name>.options` in its JSON)
     options: Dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class WorkerConfig(ComponentConfig):
-    """env, reward, agent: the worker components RLinf's configs name at the top level. Each
-    runs when it is placed (`cluster.component_placement.env=0-3`) or when anything under it
-    is set (CPU-only then); env and reward start the examples the project ships unless `entry`
-    says otherwise. The node is open: RLinf's own keys (`env.train.*`, ...) are handed to the
-    entry point with the component's options in the plan."""
 
 
 # ----------------------------------------------------------------------------- cluster
 @dataclass
-class NameResolveConfig:
-    """AReaL's `cluster.name_resolve`: where its processes find each other. The folder of
-    `nfs` (nfs_record_root) is made for the run; None: `<run folder>/name_resolve`."""
-
-    type: str = "nfs"  # nfs | etcd3 | ray
-    nfs_record_root: Optional[str] = None
-    etcd3_addr: Optional[str] = None
-    ray_actor_name: Optional[str] = None
-
-    def __post_init__(self) -> None:
-        if self.type not in NAME_RESOLVE_TYPES:
-            raise ConfigError(
-                f"cluster.name_resolve.type={self.type!r}: choose {', '.join(NAME_RESOLVE_TYPES)}"
-            )
-
-
-NAME_RESOLVE_TYPES = ("nfs", "etcd3", "ray")
-
-
-@dataclass
 class NodeGroupConfig:
-    """One of `cluster.node_groups` (RLinf's form): a label for some node ranks, with what the
-    processes there get (env_configs: node_ranks, python_interpreter_path, env_vars) and what
-    the nodes are (hardware.type; `gpus_per_node: 0` or a non-GPU hardware type: CPU-only)."""
+    """One of `cluster.node_groups`: a label for some node ranks, with what the processes there
+    get (env, python) and what the nodes are (`gpus_per_node: 0`: CPU-only; hardware: the kind
+    of device they drive, a robot's type, shown in the plan)."""
 
     label: str = MISSING
     node_ranks: Any = MISSING  # 0-1, 3, or a list
-    env_configs: List[Any] = field(default_factory=list)
-    hardware: Any = None  # {type: Franka, configs: [...]}, or a type name
     gpus_per_node: Optional[int] = None  # None: the cluster's; 0: CPU-only
-    env: Dict[str, str] = field(default_factory=dict)  # ours: for every node of the group
-    python: Optional[str] = None  # ours: the interpreter for every node of the group
+    env: Dict[str, str] = field(default_factory=dict)  # for every node of the group
+    python: Optional[str] = None  # the interpreter for every node of the group
+    hardware: Optional[str] = None
 
 
 @dataclass
@@ -302,51 +226,18 @@ class ClusterConfig:
     # keys: component names, or comma lists of them in YAML ("actor,rollout": all); values:
     # GPU sets, process maps, {node_group, placement} or lists of those (planning.forms)
     component_placement: Dict[str, Any] = field(default_factory=dict)
+    # component -> the component whose GPUs it takes (their world sizes must match)
+    colocate: Dict[str, str] = field(default_factory=dict)
+    # components that never share GPUs by default (critic, ref, teacher on the actor's)
+    separate: List[str] = field(default_factory=list)
+    # engines asking more GPUs than the cluster has share them, handed out in turn (a warning
+    # says so); false: too few GPUs is an error
+    oversubscribe: bool = False
     node_groups: List[Any] = field(default_factory=list)  # NodeGroupConfig each
     # memory per GPU for the memory check; None: what NVML reports here (this machine's
     # GPUs), else `gpu_type`'s from launcher/memory/capacity.py's table (e.g. h100), else unknown
     gpu_memory_gib: Optional[float] = None
     gpu_type: Optional[str] = None
-    # RLinf's run-time placement from profiled times: not supported (placement is decided
-    # before anything starts); true is an error that says what to write instead
-    auto_scheduler: Optional[bool] = None
-    # AReaL's spellings of num_nodes and gpus_per_node (one value: both given and different is
-    # an error; n_gpus_per_node: 0 is AReaL's CPU cluster)
-    n_nodes: Optional[int] = None
-    n_gpus_per_node: Optional[int] = None
-    # AReaL's root for logs and checkpoints (made for the run); None: the run folder
-    fileroot: Optional[str] = None
-    name_resolve: NameResolveConfig = field(default_factory=NameResolveConfig)
-
-    def __post_init__(self) -> None:
-        """One home for AReaL's spellings: they become num_nodes and gpus_per_node here."""
-        for ours, theirs in (("num_nodes", "n_nodes"), ("gpus_per_node", "n_gpus_per_node")):
-            given, alias = getattr(self, ours), getattr(self, theirs)
-            if alias is None:
-                continue
-            if alias == 0 and theirs == "n_gpus_per_node":  # AReaL's CPU template
-                if self.device not in ("auto", "cpu") or given:
-                    raise ConfigError(
-                        "cluster.n_gpus_per_node=0 is a CPU cluster, but "
-                        f"cluster.device={self.device} cluster.gpus_per_node="
-                        f"{given}: write one of them"
-                    )
-                self.device = "cpu"
-                continue
-            if given is not None and given != alias:
-                raise ConfigError(
-                    f"cluster.{theirs}={alias} and cluster.{ours}={given} say "
-                    f"the same thing differently: write one of them"
-                )
-            setattr(self, ours, alias)
-
-
-@dataclass
-class SchedulerConfig:
-    """AReaL's `scheduler.type`: the runner (local, slurm, ray), as `launcher=` chooses it;
-    None: `launcher=`'s choice. Both given and different is an error."""
-
-    type: Optional[str] = None
 
 
 # ----------------------------------------------------------------------------- the run
@@ -355,23 +246,14 @@ class LaunchConfig:
     experiment_name: str = "areal"
     trial_name: str = "run"
     model_path: str = DEFAULT_MODEL_PATH
-    allocation_mode: Optional[str] = None  # legacy: sglang:d4t2+fsdp:d8 (deprecated)
-    # AReaL's several policies: vllm[rollout1]:d2t2+fsdp[actor1]:d4+vllm[rollout2]:d4+...
-    multi_agent_allocation: Optional[str] = None
     rollout: RolloutBase = field(default_factory=RolloutConfig)
     actor: TrainEngineBase = field(default_factory=lambda: TrainEngineConfig(backend="fsdp"))
     critic: TrainEngineBase = field(default_factory=TrainEngineConfig)
     ref: TrainEngineBase = field(default_factory=TrainEngineConfig)
     teacher: TrainEngineBase = field(default_factory=TrainEngineConfig)
-    # RLinf's forward-only copy of the policy (log-probs): on when placed, or backend set
+    # a forward-only copy of the policy that computes log-probs: on when placed, or backend set
     inference: TrainEngineBase = field(default_factory=TrainEngineConfig)
-    # RLinf's workers, each a WorkerConfig (typed by launcher.planning.components, RLinf's own
-    # keys kept as options; an open dict here costs start-up nothing)
-    env: Dict[str, Any] = field(default_factory=dict)  # simulators (RLinf's env)
-    reward: Dict[str, Any] = field(default_factory=dict)  # reward workers or a server
-    agent: Dict[str, Any] = field(default_factory=dict)  # agent/tool processes (CPU)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
-    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     # components the user declares by name (+components.sim.entry=sim.py), beside the built-in
     # engines above: each a ComponentConfig, checked by launcher.planning.components (a typed
@@ -483,15 +365,17 @@ def typed(where: str, schema: type, values: Any, what: str) -> Any:
         ) from None
 
 
+@functools.cache
 def register_configs() -> None:
-    """Register the schemas with Hydra's ConfigStore: the run (conf/config.yaml starts from
-    it), each runner's (`<name>_schema` in the launcher group, an external runner's under its
-    own name) and each recipe's (`<name>_schema` in the recipe group, named in
+    """Register the schemas with Hydra's ConfigStore (once a process: it is Hydra's global
+    registry), every node open (open_schema): the run (conf/config.yaml starts from it),
+    each runner's (`<name>_schema` in the launcher group, an external runner's under its own
+    name) and each recipe's (`<name>_schema` in the recipe group, named in
     launcher.spec.registry: the config layer imports no recipe)."""
     from hydra.core.config_store import ConfigStore
 
     store = ConfigStore.instance()
-    register_base(False)
+    store.store(name="base_config", node=open_schema())
     for name in registry.runner_names():
         # a built-in's YAML (conf/launcher/<name>.yaml) starts from <name>_schema; another
         # package's runner has no YAML here, so its schema is the option `launcher=<name>`
@@ -499,34 +383,22 @@ def register_configs() -> None:
         store.store(
             group="launcher",
             name=f"{name}_schema" if builtin else name,
-            node=registry.runner_module(name).Config,
+            node=open_schema(registry.runner_module(name).Config),
         )
     for name, schema in registry.recipe_schemas().items():
-        store.store(group="recipe", name=f"{name}_schema", node=schema)
+        store.store(group="recipe", name=f"{name}_schema", node=open_schema(schema))
 
 
-_bases: dict[bool, Any] = {}
-_base_state = [False]  # whether the base_config registered now is the open one
+def open_schema(schema: type = LaunchConfig) -> Any:
+    """`schema` (the run's, conf/config.yaml starts from it) as Hydra composes it, every node
+    open: Hydra composes any key (a peer's, a typo), and config.run sorts them out (the peers'
+    adapters translate theirs, an unknown one is an error naming the closest key, or the
+    entry's when the entry is not ours); a typed key's value is still checked by Hydra."""
+    from omegaconf import OmegaConf
 
-
-def register_base(opened: bool) -> bool:
-    """`base_config`, the run's schema conf/config.yaml starts from: as typed (a key it does
-    not declare is Hydra's error), or `opened`, every node open, so that a peer's config (its
-    trainer's keys beside ours) composes and run_spec sorts the keys out. Returns whether the
-    one registered before was open."""
-    from hydra.core.config_store import ConfigStore
-
-    before = _base_state[0]
-    if opened == before and opened in _bases:
-        return before  # registered already: ConfigStore copies a node it stores
-    if opened not in _bases:
-        node = _open_backend_options()
-        if opened:
-            _open_all(node)
-        _bases[opened] = node
-    ConfigStore.instance().store(name="base_config", node=_bases[opened])
-    _base_state[0] = opened
-    return before
+    node = OmegaConf.structured(schema)
+    _open_all(node)
+    return node
 
 
 def _open_all(node: Any) -> None:
@@ -534,29 +406,6 @@ def _open_all(node: Any) -> None:
 
     OmegaConf.set_struct(node, False)
     for key in node:
-        child = node._get_node(key)
-        if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none():
+        child = None if OmegaConf.is_missing(node, key) else node[key]
+        if isinstance(child, DictConfig):
             _open_all(child)
-
-
-def _open_backend_options() -> Any:
-    """The run's schema for Hydra with every engine's backend sub-keys open: Hydra closes the
-    composed config before it applies the overrides, and `rollout.vllm.KEY=VALUE` takes no `+`
-    (backend_options checks the key)."""
-    from omegaconf import OmegaConf
-
-    node = OmegaConf.structured(LaunchConfig)
-    backends = registry.backend_names()
-    for name in ENGINES:
-        for key in node[name]:
-            if key in backends:
-                OmegaConf.set_struct(node[name][key], False)
-        if "model" in node[name]:
-            OmegaConf.set_struct(node[name]["model"], False)
-    for name in OPEN_NODES:
-        OmegaConf.set_struct(OmegaConf.select(node, name), False)
-    return node
-
-
-# nodes whose keys the planner checks (RLinf's workers, placement names) rather than Hydra
-OPEN_NODES = ("env", "reward", "agent", "cluster.component_placement", "rollout.server_args")

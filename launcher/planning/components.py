@@ -1,30 +1,21 @@
 """Worker components: checked, typed, placed and planned (docs/architecture.md §12, §15).
 
 The built-in engines (rollout, actor, critic, ref, teacher, inference) go through
-launcher.planning.resolve; workers are plain processes: RLinf's `env`, `reward` and `agent`
-(top-level keys, on when placed or when anything under them is set) and any other name the
-user declares under `components.<name>`. A worker sits on a GPU set (`processes_per_gpu` on
-each GPU), on a process map (`0-3:0-7`, `0-1:0`), on a CPU-only node group, or CPU-only on the
-first node (`processes` of them). Its plan entry is a ComponentPlan like any other, with one
-instance per process, so placement, the GPU map, the supervisor and the runtime read it by
-kind. Pure: no I/O.
+launcher.planning.resolve; workers are plain processes, each a name the user declares under
+`components.<name>` (env simulators, reward functions, agents). A worker sits on a GPU set
+(`processes_per_gpu` on each GPU), on a process map (`0-3:0-7`, `0-1:0`), on a CPU-only
+node group, or CPU-only on the first node (`processes` of them). Its plan entry is a
+ComponentPlan like any other, with one instance per process, so placement, the GPU map, the
+supervisor and the runtime read it by kind. Pure: no I/O.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from launcher.config.schema import (
-    ENGINE_KINDS,
-    ComponentConfig,
-    LaunchConfig,
-    WorkerConfig,
-    declared_kind,
-    typed,
-)
+from launcher.config.schema import ENGINE_KINDS, ComponentConfig, LaunchConfig, declared_kind, typed
 from launcher.planning.forms import Placed
 from launcher.spec import registry
 from launcher.spec.alloc import ModelAllocation
@@ -32,16 +23,10 @@ from launcher.spec.builtins import ENGINES
 from launcher.spec.cluster import ClusterSpec
 from launcher.spec.entry import check_python
 from launcher.spec.errors import ConfigError, PlacementError
-from launcher.spec.plan import WORKERS, ComponentPlan, Runs
+from launcher.spec.plan import ComponentPlan, Runs
 
 MAX_PROCESSES = 1 << 20  # per component: a typo of many digits is an error, not a fork bomb
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,31}$")
-# what RLinf's worker names start when no entry is given: the examples the project ships,
-# each an HTTP service (its health path) the recipe talks to
-SHIPPED = {
-    "env": ("-m recipes.workers.text_env", "/health"),
-    "reward": ("-m recipes.workers.reward_server", "/health"),
-}
 
 
 @dataclass(frozen=True)
@@ -62,43 +47,17 @@ class Worker:
     python: Optional[str] = None  # its own interpreter (launcher.spec.entry)
 
 
-def workers(spec: LaunchConfig, placed: frozenset[str] = frozenset()) -> dict[str, Worker]:
-    """The run's workers: RLinf's env, reward and agent where on (placed, or something set
-    under them), then `components.*` in the order written."""
+def workers(config: LaunchConfig) -> dict[str, Worker]:
+    """The run's workers: `components.*` that are no serving or training engine, in the order
+    written."""
     out: dict[str, Worker] = {}
-    for name in WORKERS:
-        raw = dict(getattr(spec, name) or {})
-        if name in placed or raw:
-            out[name] = _worker(name, _rlinf_worker(name, raw), name)
-    for name, raw in spec.components.items():
+    for name, raw in config.components.items():
         name = str(name)
         if declared_kind(raw) in ENGINE_KINDS:
             continue  # a serving or training component: an engine (launcher.planning.resolve)
-        if name in WORKERS:
-            raise ConfigError(
-                f"components.{name}: {name} is a built-in worker; set {name}.* "
-                f"instead (e.g. {name}.entry=...)"
-            )
-        out[name] = _worker(
-            name,
-            typed(f"components.{name}", ComponentConfig, raw, "a component's keys"),
-            f"components.{name}",
-        )
+        key = f"components.{name}"
+        out[name] = _worker(name, typed(key, ComponentConfig, raw, "a component's keys"), key)
     return out
-
-
-def _rlinf_worker(name: str, raw: dict[str, Any]) -> WorkerConfig:
-    """RLinf's `env:`/`reward:`/`agent:` as a WorkerConfig: our keys typed, RLinf's own
-    (`env.train.*`, `simulator_type`, ...) kept as options for the entry point."""
-    known = {f.name for f in dataclasses.fields(WorkerConfig)}
-    ours = {k: v for k, v in raw.items() if k in known}
-    extra = {str(k): v for k, v in raw.items() if k not in known}
-    node: WorkerConfig = (
-        typed(name, WorkerConfig, ours, "a worker's keys") if ours else WorkerConfig()
-    )
-    if extra:
-        node.options = {**node.options, **extra}
-    return node
 
 
 def _worker(name: str, node: ComponentConfig, key: str) -> Worker:
@@ -125,14 +84,10 @@ def _worker(name: str, node: ComponentConfig, key: str) -> Worker:
         )
     entry = str(node.entry or "").strip()
     health = node.health_path
-    if not entry and name in SHIPPED:
-        entry, health = SHIPPED[name][0], health or SHIPPED[name][1]
     if not entry or entry == "-m":
-        plus = "+" if key.startswith("components.") else ""
         raise ConfigError(
             f"{key}.entry is not set: give the script or module its processes "
-            f"run ({plus}{key}.entry=path/to/worker.py or "
-            f"'{plus}{key}.entry=-m pkg.mod')"
+            f"run (+{key}.entry=path/to/worker.py or '+{key}.entry=-m pkg.mod')"
         )
     for count_key in ("processes", "processes_per_gpu"):
         n = getattr(node, count_key)
@@ -157,7 +112,7 @@ def _worker(name: str, node: ComponentConfig, key: str) -> Worker:
         processes_per_gpu=int(node.processes_per_gpu),
         health_path=None if health is None else str(health),
         mem_gib=None if mem is None else float(mem),
-        offload=bool(node.offload or node.enable_offload),
+        offload=bool(node.offload),
         options=dict(node.options),
     )
 
@@ -203,7 +158,7 @@ def worker_plan(worker: Worker, placed: Optional[Placed], cluster: ClusterSpec) 
     """The worker's plan entry: one instance per process, on its GPUs, its process map, its
     CPU-only nodes, or CPU-only on node 0."""
     key = _key(worker.name)
-    where = f"components.{worker.name}" if worker.name not in WORKERS else worker.name
+    where = f"components.{worker.name}"
     if placed is None:
         if worker.processes_per_gpu != 1:
             raise ConfigError(

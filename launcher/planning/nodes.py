@@ -1,15 +1,14 @@
-"""`cluster.node_groups` (RLinf's form) read into NodeGroups (docs/architecture.md §15).
+"""`cluster.node_groups` read into NodeGroups (docs/architecture.md §15).
 
-A group labels node ranks and says what its processes get: RLinf's `env_configs` (the Python
-interpreter and environment variables for node ranks of the group) or our `env` and `python`
-for the whole group. A group is CPU-only when `gpus_per_node: 0` or when it names `hardware`
-(RLinf's robots and other devices; write `gpus_per_node: 8` beside it for GPUs too). CPU-only
-nodes must be the last node ranks, so every GPU keeps its global number. Pure.
+A group labels node ranks and says what its processes get: `env` and `python` for every node
+of the group. A group is CPU-only when `gpus_per_node: 0`; `hardware` names what its nodes
+drive (a robot's type). CPU-only nodes must be the last node ranks, so every GPU keeps its
+global number. Pure.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Optional
 
 from launcher.config.schema import NodeGroupConfig, typed
 from launcher.spec.cluster import ANY_NODE, ClusterSpec, NodeGroup
@@ -49,9 +48,10 @@ def node_groups(
                 f"{gpus} GPUs beside nodes with {gpus_per_node} are not supported "
                 "yet (one GPU count per cluster, or 0: CPU-only)"
             )
-        cpu_only = gpus == 0 or (gpus is None and cfg.hardware is not None)
-        env, python = _env_configs(where, cfg, nodes)
-        groups.append(NodeGroup(label, nodes, not cpu_only, env, python, _hardware(cfg.hardware)))
+        env = {str(k): str(v) for k, v in dict(cfg.env).items()}
+        python = None if cfg.python is None else str(cfg.python)
+        hardware = None if cfg.hardware is None else str(cfg.hardware)
+        groups.append(NodeGroup(label, nodes, gpus != 0, env, python, hardware))
     top = max((n for g in groups for n in g.nodes), default=-1) + 1
     total = top if num_nodes is None else num_nodes
     if top > total:
@@ -86,41 +86,3 @@ def _ranks(where: str, value: Any) -> tuple[int, ...]:
         raise ConfigError(
             f"{where}={value!r}: not node ranks ({str(exc).partition(': ')[2]})"
         ) from None
-
-
-def _env_configs(
-    where: str, cfg: NodeGroupConfig, nodes: tuple[int, ...]
-) -> tuple[dict[str, str], Optional[str]]:
-    """The group's environment and interpreter: ours, then RLinf's env_configs (which must
-    cover the whole group: per-node settings inside one group are not supported)."""
-    env = {str(k): str(v) for k, v in dict(cfg.env).items()}
-    python = cfg.python
-    for j, item in enumerate(cfg.env_configs):
-        if not isinstance(item, Mapping):
-            raise ConfigError(
-                f"{where}.env_configs[{j}]: a mapping with node_ranks, "
-                "python_interpreter_path, env_vars"
-            )
-        ranks = item.get("node_ranks")
-        if ranks is not None and set(_ranks(f"{where}.env_configs[{j}].node_ranks", ranks)) != set(
-            nodes
-        ):
-            raise ConfigError(
-                f"{where}.env_configs[{j}].node_ranks={ranks}: settings for part "
-                "of a group are not supported; split the group in two"
-            )
-        python = item.get("python_interpreter_path") or python
-        env_vars = item.get("env_vars") or []
-        for pair in env_vars if isinstance(env_vars, list) else [env_vars]:
-            if not isinstance(pair, Mapping):
-                raise ConfigError(f"{where}.env_configs[{j}].env_vars: NAME: value mappings")
-            env.update({str(k): str(v) for k, v in pair.items()})
-    return env, None if python is None else str(python)
-
-
-def _hardware(value: Any) -> Optional[str]:
-    if value is None:
-        return None
-    if isinstance(value, Mapping):
-        return str(value.get("type", "device"))
-    return str(value)

@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Optional, Sequence, Union
 
 from launcher.planning.ranks import check_inference, check_training
 from launcher.spec.alloc import ModelAllocation
-from launcher.spec.builtins import ENGINES, INHERITING
+from launcher.spec.builtins import ENGINES, INHERITING, POLICY, PRIMARY, builtin_kind
 from launcher.spec.cluster import UNBOUNDED, ClusterSpec
 from launcher.spec.errors import PlacementError
 from launcher.spec.gpuset import format_gpu_set, parse_gpu_set
-from launcher.spec.plan import WORKERS
-from launcher.spec.registry import TRAIN
+from launcher.spec.registry import SERVE, TRAIN
 
 __all__ = [
     "Placement",
@@ -30,11 +29,22 @@ __all__ = [
     "slots_needed",
     "place",
     "offload_option",
+    "Rules",
 ]
 
-# engines that sit on the actor's GPUs by default when their world size matches
-SHARES_ACTOR = INHERITING
 PlacementValue = Union[str, int, None]
+
+
+@dataclass(frozen=True)
+class Rules:
+    """How the default placement shares GPUs beyond the engines placed by hand: colocate
+    (name -> the component whose GPUs it takes), separate (names that never share the
+    policy's GPUs by default), oversubscribe (engines asking more GPUs than the cluster has
+    share them, handed out in turn)."""
+
+    colocate: Mapping[str, str] = field(default_factory=dict)
+    separate: frozenset[str] = frozenset()
+    oversubscribe: bool = False
 
 
 @dataclass(frozen=True)
@@ -65,7 +75,7 @@ def _keys(
             )
         for name in (part.strip() for part in str(key).split(",")):
             if name not in ENGINES and name not in active:
-                known = [*ENGINES, *(n for n in active if n not in ENGINES), *WORKERS]
+                known = [*ENGINES, *(n for n in active if n not in ENGINES)]
                 raise PlacementError(
                     f"cluster.component_placement key {key!r}: unknown component {name!r} "
                     f"(components: {', '.join(known)}, or one declared under components.*; "
@@ -101,29 +111,24 @@ def _fill(
     allocs: Mapping[str, ModelAllocation],
     fixed: Mapping[str, tuple[int, ...]],
     free: Iterator[int],
-    strategies: Optional[Mapping[str, Strategy]] = None,
+    rules: Rules = Rules(),
 ) -> dict[str, tuple[int, ...]]:
-    """The default for engines not in `fixed`: rollout first, then actor, then critic/ref/
-    teacher on the actor's GPUs when their world size matches, else on the next free ones.
-    `strategies` (AReaL's scheduling_strategy): an engine colocated with a target takes the
-    target's GPUs, one separated never shares. A result shorter than the world size means the
-    cluster ran out."""
-    strategies = strategies or {}
+    """The default for engines not in `fixed`: serving first, then the policy, then the
+    engines that inherit it on its GPUs when their world size matches, else on the next free
+    ones; an engine colocated with another takes that one's GPUs, one kept separate never
+    shares. A result shorter than the world size means the cluster ran out."""
     gpus: dict[str, tuple[int, ...]] = {}
-    later = [n for n in allocs if strategies.get(n, (None, None))[0] == "colocation"]
-    for name in [n for n in allocs if n not in later]:
+    for name in [n for n in allocs if n not in rules.colocate]:
         if name in fixed:
             gpus[name] = fixed[name]
-        elif name not in strategies and _shares_actor(name, allocs, fixed):
-            gpus[name] = gpus["actor"]
+        elif name not in rules.separate and _shares_policy(name, allocs, fixed):
+            gpus[name] = gpus[POLICY]
         else:
             gpus[name] = tuple(itertools.islice(free, allocs[name].world_size))
-    for name in later:
-        gpus[name] = _colocated(name, str(strategies[name][1]), allocs, gpus, fixed)
+    for name, target in rules.colocate.items():
+        if name in allocs:
+            gpus[name] = _colocated(name, target, allocs, gpus, fixed)
     return {name: gpus[name] for name in allocs}
-
-
-Strategy = tuple[Optional[str], Optional[str]]  # (colocation|separation|None, target)
 
 
 def _colocated(
@@ -134,7 +139,7 @@ def _colocated(
     fixed: Mapping[str, tuple[int, ...]],
 ) -> tuple[int, ...]:
     """The GPUs of `name`'s colocation target, or PlacementError saying why it cannot share."""
-    key = f"{name}.scheduling_strategy"
+    key = f"cluster.colocate.{name}"
     if target not in gpus:
         running = ", ".join(n for n in allocs if n != name)
         raise PlacementError(
@@ -146,7 +151,7 @@ def _colocated(
             f"{key}: colocation with {target} needs {name}'s world size "
             f"({allocs[name]}: {allocs[name].world_size}) to equal "
             f"{target}'s ({allocs[target]}: {allocs[target].world_size}); "
-            f"change {name}.backend, or write type: separation"
+            f"change {name}.backend, or put {name} in cluster.separate"
         )
     if name in fixed and fixed[name] != gpus[target]:
         raise PlacementError(
@@ -157,20 +162,20 @@ def _colocated(
     return gpus[target]
 
 
-def _shares_actor(
+def _shares_policy(
     name: str, allocs: Mapping[str, ModelAllocation], fixed: Mapping[str, tuple[int, ...]]
 ) -> bool:
     return (
-        name in SHARES_ACTOR
+        name in INHERITING
         and name not in fixed
-        and "actor" in allocs
-        and allocs[name].world_size == allocs["actor"].world_size
+        and POLICY in allocs
+        and allocs[name].world_size == allocs[POLICY].world_size
     )
 
 
 def _in_turn(used: set[int], total: int) -> Iterator[int]:
-    """GPUs handed out in turn, the free ones first, then round again over all of them
-    (AReaL's local scheduler: a counter modulo the GPUs), so any `total` in a row differ."""
+    """GPUs handed out in turn, the free ones first, then round again over all of them (a
+    counter modulo the GPUs), so any `total` in a row differ."""
     return itertools.cycle(
         [g for g in range(total) if g not in used] + [g for g in range(total) if g in used]
     )
@@ -184,7 +189,7 @@ def _free(used: set[int], stop: Optional[int]) -> Iterator[int]:
 def slots_needed(
     allocs: Mapping[str, ModelAllocation],
     component_placement: Mapping[str, PlacementValue],
-    strategies: Optional[Mapping[str, Strategy]] = None,
+    rules: Rules = Rules(),
 ) -> int:
     """Virtual GPU slots a device=cpu cluster (1 node x N) needs for this plan: the default
     placement's need, or the highest placed index + 1, whichever is larger. `all` counts as the
@@ -198,15 +203,16 @@ def slots_needed(
             tuple(range(span)) if name in everywhere else parse_gpu_set(text, UNBOUNDED, key=key)
         )
     used = {g for gpus in fixed.values() for g in gpus}
-    gpus = _fill(allocs, fixed, _free(used, None), strategies)
+    gpus = _fill(allocs, fixed, _free(used, None), rules)
     return max((max(s) + 1 for s in gpus.values() if s), default=1)
 
 
 def offload_option(name: str) -> str:
     """The override that turns offload on for `name` (what the sharing warning suggests)."""
-    if name == "rollout" or name in WORKERS:
-        return f"{name}.offload=true"
-    return f"{name}.offload.weight=true" if name in ENGINES else f"components.{name}.offload=true"
+    kind = builtin_kind(name)
+    if kind is None:
+        return f"components.{name}.offload=true"
+    return f"{name}.offload=true" if kind == SERVE else f"{name}.offload.weight=true"
 
 
 def _words(items: Sequence[str]) -> str:
@@ -222,7 +228,7 @@ def _shortage(
     parts: list[str] = []
     need = 0
     for name, alloc in allocs.items():
-        if name in fixed or _shares_actor(name, allocs, fixed):
+        if name in fixed or _shares_policy(name, allocs, fixed):
             continue
         parts.append(f"{name} {alloc} needs {alloc.world_size}" + (" GPUs" if not parts else ""))
         need += alloc.world_size
@@ -249,7 +255,7 @@ def _fixes(
         more = math.ceil(need / cluster.gpus_per_node)
         return f"set cluster.num_nodes={more}, or use smaller backends"
     total = cluster.total_gpus
-    names = [n for n in allocs if n in ("rollout", "actor")] or list(allocs)
+    names = [n for n in allocs if n in (PRIMARY, POLICY)] or list(allocs)
     share = " ".join(
         f"cluster.component_placement.{n}=all" for n in names if allocs[n].world_size == total
     )
@@ -331,23 +337,42 @@ def place(
     offload: Optional[Mapping[str, bool]] = None,
     more_nodes: bool = True,
     workers: Optional[Mapping[str, tuple[int, ...]]] = None,
-    strategies: Optional[Mapping[str, Strategy]] = None,
-    in_turn: bool = False,
+    rules: Rules = Rules(),
 ) -> Placement:
-    """GPUs for every engine in `allocs` (rollout, actor, critic, ref, teacher, inference: the
-    active ones). `workers`: the GPUs the worker components were placed on (they count for
-    the sharing warnings and idle GPUs, not the mode: that is the engines'; `offload` holds
-    theirs too). in_turn: AReaL's local scheduler (`scheduler.type: local`), which hands GPUs
-    out in turn and wraps around when they run out, so engines asking more than the machine
-    has share its GPUs instead of being refused (said in a warning).
+    """GPUs for every engine in `allocs` (the active ones). `workers`: the GPUs the worker
+    components were placed on (they count for the sharing warnings and idle GPUs, not the
+    mode: that is the engines'; `offload` holds theirs too).
 
     Raises PlacementError for anything that cannot run: sets outside the cluster, a set whose
     size is not the engine's world size, too few GPUs, an instance or tp group across a node.
     """
-    offload = offload or {}
-    placed = _keys(component_placement, list(allocs))
+    fixed = _fixed(allocs, cluster, component_placement)
+    gpus, wrapped = _filled(allocs, cluster, fixed, rules, more_nodes)
+    for name, alloc in allocs.items():
+        check = check_inference if alloc.is_inference else check_training
+        check(name, alloc, gpus[name], cluster)
+    every = {**gpus, **{n: g for n, g in (workers or {}).items() if g}}
+    warnings = [_wrapped(gpus, cluster)] if wrapped else []
+    together = frozenset(
+        frozenset((a, b))
+        for a, b in itertools.combinations(allocs, 2)
+        if gpus[a] == gpus[b]
+        and allocs[a].kind == allocs[b].kind == TRAIN
+        and allocs[a].backend == allocs[b].backend
+    )
+    warnings += _sharing_warnings(every, offload or {}, together)
+    warnings += _idle(every, cluster)
+    return Placement(gpus=gpus, mode=_mode(gpus), warnings=tuple(warnings))
+
+
+def _fixed(
+    allocs: Mapping[str, ModelAllocation],
+    cluster: ClusterSpec,
+    component_placement: Mapping[str, PlacementValue],
+) -> dict[str, tuple[int, ...]]:
+    """The GPUs of the engines placed by hand, each set of its engine's world size."""
     fixed: dict[str, tuple[int, ...]] = {}
-    for name, (key, text) in placed.items():
+    for name, (key, text) in _keys(component_placement, list(allocs)).items():
         fixed[name] = parse_gpu_set(text, cluster, key=key)
         alloc = allocs[name]
         if len(fixed[name]) != alloc.world_size:
@@ -357,49 +382,51 @@ def place(
                 f"is {alloc.world_size} (place it on {alloc.world_size} GPUs or change "
                 f"{name}.backend)"
             )
+    return fixed
+
+
+def _filled(
+    allocs: Mapping[str, ModelAllocation],
+    cluster: ClusterSpec,
+    fixed: Mapping[str, tuple[int, ...]],
+    rules: Rules,
+    more_nodes: bool,
+) -> tuple[dict[str, tuple[int, ...]], bool]:
+    """Every engine's GPUs, and whether they were handed out in turn (oversubscribed)."""
     used = {g for gpus in fixed.values() for g in gpus}
-    gpus = _fill(allocs, fixed, _free(used, cluster.total_gpus), strategies)
-    wrapped = False
-    if (
-        in_turn
-        and any(len(gpus[name]) < alloc.world_size for name, alloc in allocs.items())
+    gpus = _fill(allocs, fixed, _free(used, cluster.total_gpus), rules)
+    short = any(len(gpus[name]) < alloc.world_size for name, alloc in allocs.items())
+    wrapped = (
+        rules.oversubscribe
+        and short
         and all(a.world_size <= cluster.total_gpus for a in allocs.values())
-    ):
-        gpus, wrapped = _fill(allocs, fixed, _in_turn(used, cluster.total_gpus), strategies), True
-    if any(len(gpus[name]) < alloc.world_size for name, alloc in allocs.items()):
+    )
+    if wrapped:
+        gpus = _fill(allocs, fixed, _in_turn(used, cluster.total_gpus), rules)
+    elif short:
         raise _shortage(allocs, fixed, cluster, more_nodes)
-    for name, alloc in allocs.items():
-        check = check_inference if alloc.is_inference else check_training
-        check(name, alloc, gpus[name], cluster)
-    every = {**gpus, **{n: g for n, g in (workers or {}).items() if g}}
-    warnings = (
-        [
-            f"scheduler.type=local: the engines ask more than the {cluster.total_gpus} "
-            "GPU(s) here, so they are handed out in turn and wrap around, as AReaL's "
-            "local scheduler does: "
-            + ", ".join(f"{n} {format_gpu_set(g)}" for n, g in gpus.items())
-        ]
-        if wrapped
-        else []
+    return gpus, wrapped
+
+
+def _wrapped(gpus: Mapping[str, tuple[int, ...]], cluster: ClusterSpec) -> str:
+    return (
+        f"cluster.oversubscribe: the engines ask more than the {cluster.total_gpus} GPU(s) "
+        "here, so they are handed out in turn and wrap around: "
+        + ", ".join(f"{n} {format_gpu_set(g)}" for n, g in gpus.items())
     )
-    together = frozenset(
-        frozenset((a, b))
-        for a, b in itertools.combinations(allocs, 2)
-        if gpus[a] == gpus[b]
-        and allocs[a].kind == allocs[b].kind == TRAIN
-        and allocs[a].backend == allocs[b].backend
-    )
-    warnings += _sharing_warnings(every, offload, together)
+
+
+def _idle(every: Mapping[str, tuple[int, ...]], cluster: ClusterSpec) -> list[str]:
     busy = set().union(*map(set, every.values())) if every else set()
     idle = [g for g in range(cluster.total_gpus) if g not in busy]
-    if idle:
-        fix = (
-            "lower cluster.num_nodes, use larger backends"
-            if cluster.num_nodes > 1
-            else "use larger backends"
-        )
-        warnings.append(
-            f"{len(idle)} of {cluster.total_gpus} GPUs are idle ({format_gpu_set(idle)}): no "
-            f"engine is placed on them ({fix} or place an engine there)"
-        )
-    return Placement(gpus=gpus, mode=_mode(gpus), warnings=tuple(warnings))
+    if not idle:
+        return []
+    fix = (
+        "lower cluster.num_nodes, use larger backends"
+        if cluster.num_nodes > 1
+        else "use larger backends"
+    )
+    return [
+        f"{len(idle)} of {cluster.total_gpus} GPUs are idle ({format_gpu_set(idle)}): no "
+        f"engine is placed on them ({fix} or place an engine there)"
+    ]

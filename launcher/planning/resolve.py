@@ -3,8 +3,6 @@
 critic/ref/teacher with an empty backend take the actor's backend and options here, in code
 (never by YAML interpolation), and the result records `inherited_from`. A bare backend name
 (`rollout.backend=vllm`) is sized for the machine by launcher.planning.sizing before this parses it.
-The deprecated top-level `allocation_mode` names the engines of the run (AReaL's meaning):
-engines it does not name are off, unless set on the command line.
 """
 
 from __future__ import annotations
@@ -22,10 +20,16 @@ from launcher.config.schema import (
     declared_feeds,
     engine,
 )
-from launcher.planning.legacy import apply_allocation_mode
 from launcher.spec import registry
 from launcher.spec.alloc import AllocationError, ModelAllocation, parse_backend
-from launcher.spec.builtins import BUILTINS, ENGINES, INHERITING, ON_WHEN_PLACED
+from launcher.spec.builtins import (
+    BUILTINS,
+    ENGINES,
+    INHERITING,
+    ON_WHEN_PLACED,
+    POLICY,
+    builtin_kind,
+)
 from launcher.spec.entry import check_module, check_python, server_flags
 from launcher.spec.errors import ConfigError
 
@@ -88,57 +92,29 @@ class Chosen:
     feeds: dict[str, str]
 
 
-def chosen_backends(spec: LaunchConfig, explicit: frozenset[str], warnings: list[str]) -> Chosen:
-    """The built-in and declared engines' backend texts (legacy allocation_mode and
-    multi_agent_allocation applied), and cluster.component_placement with the legacy
-    colocation merged in."""
-    kinds = {name: (registry.SERVE if name == "rollout" else registry.TRAIN) for name in ENGINES}
-    kinds.update(declared_engines(spec))
-    feeds = {"actor": "rollout", **declared_feeds(spec)}
-    texts: dict[str, Optional[str]] = {
-        name: engine(spec, name, kind).backend for name, kind in kinds.items()
-    }
-    placement = {str(k): v for k, v in dict(spec.cluster.component_placement or {}).items()}
-    legacy = [
-        (key, str(v))
-        for key, v in (
-            ("allocation_mode", spec.allocation_mode),
-            ("multi_agent_allocation", spec.multi_agent_allocation),
-        )
-        if v
-    ]
-    if len(legacy) > 1:
-        raise ConfigError(
-            "allocation_mode and multi_agent_allocation are both set: keep one "
-            "(multi_agent_allocation is AReaL's name for the same string)"
-        )
-    if legacy:
-        key, text = legacy[0]
-        texts, placement, more = apply_allocation_mode(
-            text, texts, placement, explicit, warnings, key
-        )
-        for name, (kind, fed) in more.items():
-            kinds[name] = kind
-            if fed is not None:
-                feeds[name] = fed
+def chosen_backends(config: LaunchConfig) -> Chosen:
+    """The built-in and declared engines' backend texts, cluster.component_placement as
+    written, every engine's kind and which serving engine each training engine feeds. An
+    engine that is on when placed (a forward-only copy of the policy) is on where placed."""
+    kinds = {name: b.kind for name, b in BUILTINS.items()}
+    kinds.update(declared_engines(config))
+    feeds = {n: b.feeds for n, b in BUILTINS.items() if b.feeds} | declared_feeds(config)
+    texts = {name: engine(config, name, kind).backend for name, kind in kinds.items()}
+    placement = {str(k): v for k, v in dict(config.cluster.component_placement or {}).items()}
     placed = {p.strip() for k, v in placement.items() if v is not None for p in str(k).split(",")}
     for name in ON_WHEN_PLACED:
         if texts[name] is None and name in placed:
-            texts[name] = ""  # RLinf's inference: placed means on, a copy of the actor
+            texts[name] = ""  # a copy of the policy, on its backend
     for src, dst in feeds.items():
         if texts.get(src) is None or src not in kinds:
             continue
         if kinds.get(dst) != registry.SERVE:
+            serving = ", ".join(n for n, k in kinds.items() if k == registry.SERVE)
             raise ConfigError(
-                f"components.{src}.feeds={dst!r}: not a serving component "
-                f"(serving: {', '.join(n for n, k in kinds.items() if k == registry.SERVE)})"
+                f"components.{src}.feeds={dst!r}: not a serving component (serving: {serving})"
             )
-    return Chosen(
-        texts,
-        placement,
-        kinds,
-        {s: d for s, d in feeds.items() if texts.get(s) is not None and texts.get(d) is not None},
-    )
+    live = {s: d for s, d in feeds.items() if texts.get(s) is not None and texts.get(d) is not None}
+    return Chosen(texts, placement, kinds, live)
 
 
 def parse_for(name: str, text: str, kind: Optional[str] = None) -> ModelAllocation:
@@ -148,7 +124,7 @@ def parse_for(name: str, text: str, kind: Optional[str] = None) -> ModelAllocati
         alloc = parse_backend(text)
     except AllocationError as exc:
         raise ConfigError(f"{field}: {exc}") from None
-    kind = kind or (registry.SERVE if name == "rollout" else registry.TRAIN)
+    kind = kind or builtin_kind(name) or registry.TRAIN
     if registry.backend(alloc.backend).KIND != kind:
         wanted = ", ".join(registry.backend_names(kind))
         example = "vllm:d1 or sglang:d4t2" if kind == registry.SERVE else "fsdp:d2 or megatron:d2p2"
@@ -187,7 +163,7 @@ def engines(
                 name,
                 alloc,
                 options,
-                bool(node.offload or node.enable_offload),
+                bool(node.offload),
                 extra_args=tuple(str(a) for a in node.extra_args),
                 model_path=model_path,
                 python=node.python,
@@ -196,13 +172,6 @@ def engines(
             )
         else:
             parts: OffloadOptions = node.offload
-            if node.enable_offload:  # RLinf's: weights and optimizer states between phases
-                parts = OffloadOptions(optimizer=True, weight=True, grad=parts.grad)
-            parts = OffloadOptions(  # RLinf's offload_weight, offload_optimizer, offload_grad
-                optimizer=bool(parts.optimizer or node.offload_optimizer),
-                weight=bool(parts.weight or node.offload_weight),
-                grad=bool(parts.grad or node.offload_grad),
-            )
             extra = source.extra_args if name in inherited else node.extra_args
             role = BUILTINS.get(name)
             training = Training(
@@ -231,7 +200,7 @@ def with_offload(spec: LaunchConfig, names: tuple[str, ...]) -> LaunchConfig:
     changes: dict[str, Any] = {}
     for name in names:
         node = engine(spec, name)
-        if name == "rollout":
+        if builtin_kind(name) == registry.SERVE:
             changes[name] = dataclasses.replace(node, offload=True)
         else:
             changes[name] = dataclasses.replace(
@@ -258,7 +227,7 @@ def check_unused_options(
     for name in ENGINES:
         text = texts.get(name)
         used = backend_of(text)
-        kind = registry.SERVE if name == "rollout" else registry.TRAIN
+        kind = builtin_kind(name) or registry.TRAIN
         if text is None:
             _check_off_engine(name, engine(spec, name), engine(defaults, name))
         for backend in registry.backend_names(kind):
@@ -283,7 +252,7 @@ def _check_off_engine(name: str, value: Any, default: Any) -> None:
         if f.name == "backend" or f.name in backends:
             continue  # the backend's own options: checked with the backends below
         if getattr(value, f.name) != getattr(default, f.name):
-            kind = registry.SERVE if name == "rollout" else registry.TRAIN
+            kind = builtin_kind(name) or registry.TRAIN
             example = "vllm" if kind == registry.SERVE else "fsdp"
             raise ConfigError(
                 f"{name}.{f.name} is set but {name} is off ({name}.backend is "
@@ -297,14 +266,14 @@ def _written(spec: LaunchConfig) -> dict[str, Optional[str]]:
     texts = {name: engine(spec, name).backend for name in ENGINES}
     for name in INHERITING:
         if texts[name] is not None and not str(texts[name]).strip():
-            texts[name] = texts["actor"]
+            texts[name] = texts[POLICY]
     return texts
 
 
 def _unused_message(key: str, name: str, text: Optional[str], inherited: bool, backend: str) -> str:
-    kind = registry.SERVE if name == "rollout" else registry.TRAIN
+    kind = builtin_kind(name) or registry.TRAIN
     fix = f"remove it or use {name}.backend={backend}:{EXAMPLE_DIMS[kind]}"
     if text is None:
         return f"{key} is set but {name} is off ({name}.backend is null); {fix}"
-    shown = f"{text} (the actor's)" if inherited else text
+    shown = f"{text} (the {POLICY}'s)" if inherited else text
     return f"{key} is set but {name}.backend is {shown}; {fix}"

@@ -18,6 +18,7 @@ from typing import Callable, Mapping, Optional
 
 from launcher.spec import registry
 from launcher.spec.alloc import parse_backend
+from launcher.spec.builtins import POLICY, PRIMARY
 from launcher.spec.errors import ConfigError
 
 CPU_SIZE = {registry.SERVE: 1, registry.TRAIN: 2}  # the demo: 1 vLLM server, 2 ranks
@@ -36,9 +37,9 @@ class Sizing:
 
 @dataclass(frozen=True)
 class Dims:
-    """How a world size becomes dims: each engine's tp, pp and cp where asked for (RLinf's
-    `rollout.tensor_parallel_size`, `actor.model.tensor_model_parallel_size`, ...), else one
-    instance or rank per GPU (`vllm:d4`)."""
+    """How a world size becomes dims: each engine's tp, pp and cp where asked for
+    (`<engine>.parallel`, or a serving process map's GPUs per process), else one instance or
+    rank per GPU (`vllm:d4`)."""
 
     parallel: Mapping[str, tuple[int, int, int]] = field(default_factory=dict)  # tp, pp, cp
     said: Mapping[str, str] = field(default_factory=dict)  # engine -> the keys that asked
@@ -90,7 +91,7 @@ def size(
     }
     for name in [n for n in bare if n in placed]:
         out[name] = dims.text(name, str(texts[name]).strip(), placed_count(placed[name]))
-    todo = [n for n in bare if n not in placed and n in ("rollout", "actor")]
+    todo = [n for n in bare if n not in placed and n in (PRIMARY, POLICY)]
     extra = Sizing(out)
     if device == "cpu":
         for name in todo:
@@ -102,8 +103,8 @@ def size(
         extra = _share_gpus(out, todo, total_gpus, dims) if todo else Sizing(out)  # all placed
         out = extra.texts
         note = f"sized for {total_gpus} GPU(s): " if todo else ""
-    actor_world = _world(out.get("actor")) or 1
-    for name in [n for n in bare if n not in placed and n not in ("rollout", "actor")]:
+    actor_world = _world(out.get(POLICY)) or 1
+    for name in [n for n in bare if n not in placed and n not in (PRIMARY, POLICY)]:
         out[name] = dims.text(name, str(texts[name]).strip(), actor_world)
     sized = [f"{n}.backend={out[n]}" for n in bare]
     return Sizing(out, extra.placement, extra.release, (note or "sized: ") + " ".join(sized))
@@ -116,29 +117,29 @@ def _share_gpus(texts: dict[str, Optional[str]], todo: list[str], total: int, di
     out = dict(texts)
     # a bare critic/ref/teacher takes the actor's world size later: it shares the actor's GPUs
     fixed = {n: _world(t) for n, t in texts.items() if n not in todo and t and not is_bare(t)}
-    actor_world = fixed.get("actor")
+    actor_world = fixed.get(POLICY)
     need = sum(
         w
         for n, w in fixed.items()
-        if n in ("rollout", "actor") or actor_world is None or w != actor_world
+        if n in (PRIMARY, POLICY) or actor_world is None or w != actor_world
     )
     free = total - need
     names = {n: str(texts[n]).strip() for n in todo}
     if len(todo) == 2 and free >= 2:
-        out["rollout"] = dims.text("rollout", names["rollout"], free // 2)
-        out["actor"] = dims.text("actor", names["actor"], free - free // 2)
+        out[PRIMARY] = dims.text(PRIMARY, names[PRIMARY], free // 2)
+        out[POLICY] = dims.text(POLICY, names[POLICY], free - free // 2)
         return Sizing(out)
     if len(todo) == 1 and free >= 1:
         out[todo[0]] = dims.text(todo[0], names[todo[0]], free)
         return Sizing(out)
     if len(todo) == 2:  # one GPU (or none) left: both on it, taking turns
-        out["rollout"] = dims.text("rollout", names["rollout"], 1)
-        out["actor"] = dims.text("actor", names["actor"], 1)
+        out[PRIMARY] = dims.text(PRIMARY, names[PRIMARY], 1)
+        out[POLICY] = dims.text(POLICY, names[POLICY], 1)
         first = max(0, min(need, total - 1))
-        return Sizing(out, {"actor,rollout": str(first)}, ("rollout", "actor"))
+        return Sizing(out, {f"{POLICY},{PRIMARY}": str(first)}, (PRIMARY, POLICY))
     name = todo[0]  # no GPU left: share the other engine's GPUs
-    other = "actor" if name == "rollout" else "rollout"
+    other = POLICY if name == PRIMARY else PRIMARY
     world = max(1, fixed.get(other, 1))
     out[name] = dims.text(name, names[name], world)
     gpus = "0" if world == 1 else f"0-{world - 1}"  # where the default places the other
-    return Sizing(out, {"actor,rollout": gpus}, (name, other))
+    return Sizing(out, {f"{POLICY},{PRIMARY}": gpus}, (name, other))

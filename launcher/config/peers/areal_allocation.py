@@ -1,4 +1,6 @@
-"""The deprecated top-level `allocation_mode` string (AReaL's form), read as AReaL means it.
+"""AReaL's `allocation_mode` (and `multi_agent_allocation`) string, read as AReaL means it:
+the engines' backends, the components beyond the built-in ones, and their shared GPUs, in our
+keys (`<engine>.backend`, `components.<name>`, `cluster.component_placement`).
 
     mode  := group ('+' group)*          '+': separate GPUs
     group := part ('|' part)*            '|': same GPUs as the part before it (binds tighter)
@@ -12,18 +14,19 @@ backend, and such a part is an error that writes the whole string out. `+eval` i
 evaluation client without GPUs.
 
 The string names the engines of the run: `sglang:d4p2t2` is an inference-only run and `fsdp:d4`
-a training-only one; engines it does not name are off (launcher.planning.resolve applies that).
-Unlike
-the peer, every part comes out with a name and a GPU group, so a colocated part always knows
-its partners.
+a training-only one; engines it does not name are off. Unlike the peer, every part comes out
+with a name and a GPU group, so a colocated part always knows its partners.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
+from launcher.config.peers import Context, Translation
+from launcher.config.peers.edit import get, put, take
+from launcher.config.peers.rlinf import WORKERS
 from launcher.spec import registry
 from launcher.spec.alloc import (
     AllocationError,
@@ -37,7 +40,6 @@ from launcher.spec.alloc import (
 )
 from launcher.spec.builtins import ENGINES
 from launcher.spec.errors import ConfigError
-from launcher.spec.plan import WORKERS
 
 EXAMPLE = "sglang[rollout]:d2+fsdp[actor]:d4|fsdp[critic]:d4"
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,31}$")
@@ -275,3 +277,46 @@ def _number(name: str) -> str:
 
 def parse_backend_world(text: Optional[str]) -> int:
     return parse_backend(str(text)).world_size
+
+
+# ----------------------------------------------------------------------------- into ours
+KEYS = ("allocation_mode", "multi_agent_allocation")  # the same string under two names
+
+
+def translate(job: Any, context: Context, out: Translation) -> None:
+    """The string, where given, as our engines' backends, declared components and shared
+    placement in `job`; an engine's backend set on the command line wins."""
+    given = [(key, str(v)) for key in KEYS if (v := take(job, key))]
+    if len(given) > 1:
+        raise ConfigError(
+            "allocation_mode and multi_agent_allocation are both set: keep one "
+            "(multi_agent_allocation is AReaL's name for the same string)"
+        )
+    if not given:
+        return
+    key, text = given[0]
+    texts: dict[str, Optional[str]] = {name: get(job, f"{name}.backend") for name in ENGINES}
+    placement = dict(get(job, "cluster.component_placement") or {})
+    texts, placement, more = apply_allocation_mode(
+        text, texts, placement, explicit_keys(context.overrides), out.warnings, key
+    )
+    for name in ENGINES:
+        put(job, f"{name}.backend", texts[name], key)
+    for name in (n for n in texts if n in more):  # in the order written: placed in that order
+        kind, fed = more[name]
+        component: dict[str, Any] = {"kind": kind, "backend": texts[name]}
+        if fed is not None:
+            component["feeds"] = fed
+        put(job, f"components.{name}", {**component, **(get(job, f"components.{name}") or {})}, key)
+    put(job, "cluster.component_placement", placement, key)
+
+
+def explicit_keys(overrides: Sequence[str]) -> frozenset[str]:
+    """Keys the user set on the command line (`rollout.backend=...`, `rollout=sglang`)."""
+    keys = set()
+    for o in overrides:
+        key = o.lstrip("+~").partition("=")[0].strip()
+        keys.add(key)
+        if "." not in key:
+            keys.add(f"{key}.backend")  # a group choice sets the backend too
+    return frozenset(keys)

@@ -1,0 +1,315 @@
+"""AReaL's experiment YAML as AReaL means it: its launcher's keys in ours, the rest its trainer's.
+
+An AReaL config (examples/**/*.yaml of areal-project/AReaL) is one file for the launcher and the
+trainer. Its launcher's keys become ours here:
+
+    cluster.n_nodes, cluster.n_gpus_per_node   cluster.num_nodes, cluster.gpus_per_node
+                                               (n_gpus_per_node: 0 is a CPU cluster)
+    scheduler.type                             the runner (as launcher= chooses it); `local`
+                                               also cluster.oversubscribe (AReaL's local
+                                               scheduler hands GPUs out in turn, wrapping)
+    <engine>.scheduling_strategy               cluster.colocate.<engine> / cluster.separate
+    <engine>.scheduling_spec (its first item)  <engine>.resources, <engine>.env, and cpu as
+                                               the thread counts AReaL's launchers set
+    cluster.fileroot, cluster.name_resolve     the folders an entry not ours shares (made
+                                               before anything starts, this trial's records
+                                               cleared), handed to it as overrides when unset
+    actor.path                                 model_path (unless the file gives one)
+    vllm:, sglang:                             the rollout's options and flags (areal_servers)
+    allocation_mode, multi_agent_allocation    the engines' backends (areal_allocation)
+
+Every one of these is also handed to an entry that is not ours, as written (config.handoff).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from launcher.config.peers import Context, Translation, areal_allocation, areal_servers
+from launcher.config.peers.edit import drop_empty, get, put, take
+from launcher.config.schema import typed
+from launcher.spec.builtins import ENGINES
+from launcher.spec.errors import ConfigError
+
+# AReaL's trainer reads it: "started by a launcher, under torchrun" (areal/utils/launcher.py)
+ENV_SPMD_MODE = "AREAL_SPMD_MODE"
+THREAD_ENV = (  # what AReaL's launchers set from scheduling_spec.cpu (get_thread_env_vars)
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
+# AReaL's former `launcher` section (resources per GPU, environment per kind of process)
+OLD_LAUNCHER = (
+    "inference_server_cpus_per_gpu",
+    "inference_server_mem_per_gpu",
+    "trainer_cpus_per_gpu",
+    "trainer_mem_per_gpu",
+    "inference_server_env_vars",
+    "trainer_env_vars",
+)
+STRATEGIES = ("colocation", "separation")
+NAME_RESOLVE_TYPES = ("nfs", "etcd3", "ray")
+
+
+@dataclass
+class SchedulingStrategy:
+    """AReaL's `<engine>.scheduling_strategy`: `colocation` with `target` puts the engine on
+    its target's GPUs, `separation` on GPUs of its own."""
+
+    type: Optional[str] = None
+    target: Optional[str] = None
+    fork: bool = True  # AReaL's: the target spawns a process of its own (ours always do)
+
+
+@dataclass
+class SchedulingSpec:
+    """One of AReaL's `<engine>.scheduling_spec` items, as AReaL names its keys."""
+
+    cpu: Optional[int] = None  # CPU cores per GPU
+    gpu: Optional[int] = None  # GPUs per process
+    mem: Optional[int] = None  # GB per GPU
+    port_count: Optional[int] = None
+    image: Optional[str] = None
+    task_type: Optional[str] = None
+    env_vars: Dict[str, str] = field(default_factory=dict)
+    cmd: Optional[str] = None
+    srun_additional_args: Optional[str] = None
+    additional_bash_cmds: Optional[List[str]] = None
+    container_type: Optional[str] = None
+    mount: Optional[str] = None
+    nodelist: Optional[str] = None
+    exclude: Optional[str] = None
+    ray_placement_strategy: Optional[str] = None
+
+
+# scheduling_spec key -> our <engine>.resources key
+RESOURCES = {
+    "cpu": "cpus_per_gpu",
+    "mem": "mem_gib_per_gpu",
+    "image": "image",
+    "nodelist": "nodelist",
+    "exclude": "exclude",
+}
+# keys our vocabulary has no word for: what decides instead
+DECIDED = {
+    "gpu": "GPUs: {name}.backend",
+    "cmd": "command: {what}",
+    "port_count": "ports: the launcher's",
+}
+
+
+@dataclass
+class NameResolve:
+    """AReaL's `cluster.name_resolve`: where its processes find each other."""
+
+    type: str = "nfs"
+    nfs_record_root: Optional[str] = None
+    etcd3_addr: Optional[str] = None
+    ray_actor_name: Optional[str] = None
+
+
+def translate(job: Any, context: Context, out: Translation) -> None:
+    """AReaL's launcher keys in `job` replaced by ours (see the module's table)."""
+    _old_launcher(context)
+    _cluster(job, out)
+    _scheduler(job, out)
+    areal_allocation.translate(job, context, out)
+    for name in ENGINES:
+        _strategy(job, name, out)
+        _scheduling_spec(job, name, context, out)
+    _model_path(job, context)
+    _folders(job, context, out)
+    areal_servers.translate(job, context, out)
+
+
+def _old_launcher(context: Context) -> None:
+    """`launcher:` is our runner's options; AReaL's former section of that name is refused
+    with what to write instead, rather than as an unknown key of the runner."""
+    section = (context.raw or {}).get("launcher")
+    old = [k for k in section if k in OLD_LAUNCHER] if isinstance(section, dict) else []
+    if old:
+        raise ConfigError(
+            f"launcher.{old[0]} in config {context.config_name!r}: AReaL's former launcher "
+            "section is not read (areal-launch's `launcher` holds its runner's options); "
+            "write <engine>.scheduling_spec instead: cpu, mem, env_vars"
+        )
+
+
+def _cluster(job: Any, out: Translation) -> None:
+    """n_nodes and n_gpus_per_node are num_nodes and gpus_per_node (0: a CPU cluster)."""
+    for ours, theirs in (("num_nodes", "n_nodes"), ("gpus_per_node", "n_gpus_per_node")):
+        alias = take(job, f"cluster.{theirs}")
+        if alias is None:
+            continue
+        given = get(job, f"cluster.{ours}")
+        out.spellings[f"cluster.{ours}"] = f"cluster.{theirs}"
+        if alias == 0 and theirs == "n_gpus_per_node":  # AReaL's CPU template
+            device = get(job, "cluster.device")
+            if device not in ("auto", "cpu") or given:
+                raise ConfigError(
+                    "cluster.n_gpus_per_node=0 is a CPU cluster, but "
+                    f"cluster.device={device} cluster.gpus_per_node={given}: write one of them"
+                )
+            put(job, "cluster.device", "cpu", f"cluster.{theirs}")
+            continue
+        if given is not None and given != alias:
+            raise ConfigError(
+                f"cluster.{theirs}={alias} and cluster.{ours}={given} say the same thing "
+                "differently: write one of them"
+            )
+        put(job, f"cluster.{ours}", alias, f"cluster.{theirs}")
+
+
+def runner_choice(cfg: Any, overrides: tuple[str, ...]) -> Optional[str]:
+    """The runner `scheduler.type` names where it is not launcher='s choice (None: nothing to
+    change); ConfigError for an unknown one or one beside another launcher=."""
+    from launcher.spec import registry
+
+    chosen = get(cfg, "hydra.runtime.choices.launcher")
+    wanted = get(cfg, "scheduler.type")
+    if wanted is None or wanted == chosen:
+        return None
+    if str(wanted) not in registry.runner_names():
+        raise ConfigError(
+            f"scheduler.type={wanted}: areal-launch runs on "
+            f"{', '.join(registry.runner_names())} (scheduler.type chooses the runner, as "
+            "launcher= does)"
+        )
+    explicit = next((o for o in overrides if o.lstrip("+").partition("=")[0] == "launcher"), None)
+    if explicit is not None:
+        raise ConfigError(
+            f"scheduler.type={wanted} and {explicit} choose different runners: write one of them"
+        )
+    return str(wanted)
+
+
+def _scheduler(job: Any, out: Translation) -> None:
+    """scheduler.type chose the runner already (runner_choice); AReaL's local scheduler also
+    hands GPUs out in turn, wrapping round when the engines ask more than the machine has."""
+    kind = take(job, "scheduler.type")
+    drop_empty(job, "scheduler")
+    if kind == "local":
+        put(job, "cluster.oversubscribe", True, "scheduler.type")
+        out.spellings["cluster.oversubscribe"] = "scheduler.type=local"
+
+
+def _strategy(job: Any, name: str, out: Translation) -> None:
+    """`<name>.scheduling_strategy` as cluster.colocate / cluster.separate."""
+    raw = take(job, f"{name}.scheduling_strategy")
+    if not raw:
+        return
+    key = f"{name}.scheduling_strategy"
+    strategy = typed(key, SchedulingStrategy, raw, "a scheduling strategy")
+    if not strategy.fork:
+        out.notes.append(f"{key}.fork=false not honoured: every engine runs processes of its own")
+    if strategy.type is None:
+        return
+    if strategy.type not in STRATEGIES:
+        raise ConfigError(
+            f"scheduling_strategy.type={strategy.type!r}: choose {' or '.join(STRATEGIES)}"
+        )
+    if strategy.type == "colocation":
+        if not strategy.target:
+            raise ConfigError(
+                "scheduling_strategy.type=colocation needs a target: the component to share "
+                "GPUs with, e.g. target: actor"
+            )
+        put(job, f"cluster.colocate.{name}", str(strategy.target), key)
+        out.spellings[f"cluster.colocate.{name}"] = key
+    else:
+        separate = list(get(job, "cluster.separate") or [])
+        put(job, "cluster.separate", [*separate, name], key)
+        out.spellings[f"cluster.separate.{name}"] = key
+
+
+def _scheduling_spec(job: Any, name: str, context: Context, out: Translation) -> None:
+    """The first item of `<name>.scheduling_spec`: resources, env_vars into the engine's
+    environment, cpu also as its processes' thread counts (below env_vars and what the
+    launcher's environment sets, as AReaL's launchers do); a note for the rest."""
+    raw = take(job, f"{name}.scheduling_spec")
+    items = [raw] if isinstance(raw, dict) else list(raw or [])
+    if not items:
+        return
+    first = typed(f"{name}.scheduling_spec[0]", SchedulingSpec, items[0], "a scheduling spec")
+    env = {str(k): str(v) for k, v in first.env_vars.items()}
+    if isinstance(first.cpu, int) and not isinstance(first.cpu, bool) and first.cpu > 0:
+        env = {**{v: str(first.cpu) for v in THREAD_ENV if v not in context.environ}, **env}
+    if env:
+        put(
+            job,
+            f"{name}.env",
+            {**env, **(get(job, f"{name}.env") or {})},
+            f"{name}.scheduling_spec",
+        )
+    skipped = []
+    for f in dataclasses.fields(SchedulingSpec):
+        value = getattr(first, f.name)
+        if f.name == "env_vars" or value is None:
+            continue
+        if f.name in RESOURCES:
+            ours = f"{name}.resources.{RESOURCES[f.name]}"
+            put(job, ours, value, f"{name}.scheduling_spec.{f.name}")
+            out.spellings[ours] = f"{name}.scheduling_spec.{f.name}"
+        else:
+            skipped.append(f.name)
+    unread = len(items) - 1
+    if skipped or unread:
+        what = "its backend's server" if name == "rollout" else "trainer.entry under torchrun"
+        why = "; ".join(DECIDED[k].format(name=name, what=what) for k in skipped if k in DECIDED)
+        more = f"; items after the first ({unread}) are not read" if unread else ""
+        out.notes.append(
+            f"{name}.scheduling_spec: {', '.join(skipped) or 'nothing'} not honoured"
+            f"{f' ({why})' if why else ''}{more}"
+        )
+
+
+def _model_path(job: Any, context: Context) -> None:
+    """AReaL names the model `actor.path`: it is the run's model_path unless the file gives
+    one (the key stays: it is the trainer's too)."""
+    if context.raw is None or "model_path" in context.raw:
+        return
+    path = get(job, "actor.path")
+    if isinstance(path, str) and path:
+        put(job, "model_path", path, "actor.path")
+
+
+def _folders(job: Any, context: Context, out: Translation) -> None:
+    """AReaL's fileroot and name_resolve's record root for an entry not ours: made before
+    anything starts (this trial's old records cleared first, as AReaL's launcher does), the
+    run folder's where the config leaves them unset (AReaL's defaults are folders every run
+    shares); and AReaL's trainer is told it was started by a launcher."""
+    fileroot = take(job, "cluster.fileroot")
+    resolve = typed(
+        "cluster.name_resolve",
+        NameResolve,
+        take(job, "cluster.name_resolve") or {},
+        "AReaL's name_resolve",
+    )
+    if resolve.type not in NAME_RESOLVE_TYPES:
+        raise ConfigError(
+            f"cluster.name_resolve.type={resolve.type!r}: choose {', '.join(NAME_RESOLVE_TYPES)}"
+        )
+    if context.ours_entry:
+        return
+    records = resolve.nfs_record_root if resolve.type == "nfs" else None
+    overrides = [] if fileroot else ["++cluster.fileroot={run_dir}"]
+    if resolve.type == "nfs" and not records:
+        overrides.append("++cluster.name_resolve.nfs_record_root={run_dir}/name_resolve")
+    root = str(records or "{run_dir}/name_resolve")
+    trial = f"{get(job, 'experiment_name')}/{get(job, 'trial_name')}"
+    out.folders = dataclasses.replace(
+        out.folders,
+        make=(*out.folders.make, str(fileroot or "{run_dir}"), root),
+        clear=(*out.folders.clear, f"{root}/{{user}}/{trial}"),
+        overrides=(*out.folders.overrides, *overrides),
+    )
+    out.trainer_env[ENV_SPMD_MODE] = "1"
+
+
+def unknown_hint(key: str) -> str:
+    """For our recipe, where AReaL's server sections go in our keys ("" for other keys)."""
+    return areal_servers.unknown_hint(key)
