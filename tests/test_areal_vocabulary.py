@@ -100,8 +100,7 @@ def test_an_areal_config_plans_as_written_with_its_own_entry(folder):
     assert (cluster.num_nodes, cluster.gpus_per_node) == (1, 4)
     meta = prep.plan.meta
     assert meta["model_path"] == "/models/tiny-qwen"  # AReaL's actor.path
-    assert meta["fileroot"] == "/tmp/areal-vocab/files"
-    assert meta["name_resolve"]["nfs_record_root"] == "/tmp/areal-vocab/names"
+    assert "fileroot" not in meta and "name_resolve" not in meta  # AReaL's, not the plan's
     _, request = processes(prep)  # the folders each node makes are the file's
     assert request.areal == ArealFolders(
         "/tmp/areal-vocab/files", "/tmp/areal-vocab/names", "tiny-grpo/t0"
@@ -144,7 +143,7 @@ def test_a_top_level_interpolation_follows_an_override_of_what_it_names(folder):
     """`tokenizer_path: ${actor.path}` at the top of the file, actor.path given on the command
     line: the entry's file has the override's path for both (a top-level value of the file was
     resolved against the file's own actor.path before the command line applied)."""
-    handed = prepared(folder, [*CUDA, "actor.path=/models/other"]).spec.handoff
+    handed = prepared(folder, [*CUDA, "actor.path=/models/other"]).run.handoff
     assert handed is not None
     assert handed.config["tokenizer_path"] == handed.config["actor"]["path"] == "/models/other"
 
@@ -201,7 +200,7 @@ def test_a_whole_config_of_ours_hands_unknown_keys_to_an_entry_not_ours(folder):
         prepared(folder, name="ours")
     prep = prepared(folder, name="theirs")
     assert prep.run.handoff.config == {"seed": 1}
-    assert prepared(folder, name="config").spec.handoff is None  # nothing of the entry's
+    assert prepared(folder, name="config").run.handoff is None  # nothing of the entry's
 
 
 def test_a_plus_key_on_the_command_line_is_the_entrys_own_only_for_its_entry():
@@ -229,7 +228,7 @@ def test_scheduler_type_chooses_the_runner_and_conflicts_with_launcher(folder):
     prep = prepared(folder, [*CUDA, "scheduler.type=slurm"])
     assert type(prep.run.config.launcher).__module__ == "launcher.runners.slurm"
     assert (
-        type(prepare(["scheduler.type=ray"], to_run=False).spec.config.launcher).__module__
+        type(prepare(["scheduler.type=ray"], to_run=False).run.config.launcher).__module__
         == "launcher.runners.ray"
     )
     with pytest.raises(
@@ -490,8 +489,7 @@ def test_areals_local_scheduler_hands_gpus_out_in_turn_when_the_engines_ask_more
     assert any(
         w.startswith(
             "scheduler.type=local: the engines ask more than the 1 GPU(s) "
-            "here, so they are handed out in turn and wrap around, as AReaL's "
-            "local scheduler does: rollout 0, actor 0"
+            "here, so they are handed out in turn and wrap around: rollout 0, actor 0"
         )
         for w in prep.plan.warnings
     ), prep.plan.warnings

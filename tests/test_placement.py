@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from layouts import layouts
 
-from launcher.planning.placement import parse_placement_keys, place, slots_needed, Rules
+from launcher.planning.placement import Rules, parse_placement_keys, place, slots_needed
 from launcher.spec.alloc import ModelAllocation as M
 from launcher.spec.cluster import ClusterSpec
 from launcher.spec.errors import PlacementError

@@ -130,9 +130,9 @@ def test_the_users_own_values_win_and_a_note_says_where_they_differ():
 
 def test_a_partition_of_several_kinds_plans_for_the_nodes_it_has_enough_of():
     one = plan_on(SITE, "all")
-    assert one.plan.cluster.gpus_per_node == 8 and one.spec.cluster.gpu_type == "h100"
+    assert one.plan.cluster.gpus_per_node == 8 and one.config.cluster.gpu_type == "h100"
     three = plan_on(SITE, "all", **{"cluster.num_nodes": 3})  # 3 nodes have 4 GPUs or more
-    assert three.plan.cluster.gpus_per_node == 4 and three.spec.cluster.gpu_type is None
+    assert three.plan.cluster.gpus_per_node == 4 and three.config.cluster.gpu_type is None
     assert any("several types (a100, h100): set cluster.gpu_type" in n for n in three.notes)
 
 

@@ -14,7 +14,7 @@ import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from omegaconf import DictConfig
 
@@ -127,12 +127,27 @@ def as_written(planned: Planned, run: ComposedRun) -> Planned:
     """The plan's notes (the adapters' first) and warnings (theirs too) in the spelling the
     config used."""
     said = run.translation.as_written
+    meta = planned.plan.meta
+    if "memory" in meta:  # its problems' fixes name keys too
+        meta = {**meta, "memory": _strings(meta["memory"], said)}
     plan = dataclasses.replace(
         planned.plan,
         warnings=tuple(said(w) for w in (*run.translation.warnings, *planned.plan.warnings)),
+        meta=meta,
     )
     notes = tuple(said(n) for n in (*run.notes, *planned.notes))
     return dataclasses.replace(planned, plan=plan, notes=notes)
+
+
+def _strings(value: Any, said: Callable[[str], str]) -> Any:
+    """`value` (JSON-like) with `said` applied to every string in it."""
+    if isinstance(value, str):
+        return said(value)
+    if isinstance(value, dict):
+        return {k: _strings(v, said) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strings(v, said) for v in value]
+    return value
 
 
 def with_memory(planned: Planned, here: bool) -> Planned:

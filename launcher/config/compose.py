@@ -15,6 +15,7 @@ start second, rather than letting `@hydra.main` make the run folder first: a run
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -24,10 +25,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from launcher.config import hydra_private
 from launcher.config.hydra_errors import explain_hydra_error, shown, unresolved
+from launcher.config.schema import LaunchConfig
 from launcher.spec.builtins import ENGINES
 from launcher.spec.errors import ConfigError
 
 CONFIG_PATH = "conf"  # launcher/conf: our configs
+ROOT_KEYS = ("hydra", *(f.name for f in dataclasses.fields(LaunchConfig)))  # our sections
 TASK_NAME = "areal-launch"  # hydra.job.name
 PEER_PRIMARY = "areal_launch_peer_primary"  # ours with a peer's file laid over (ConfigStore)
 # dicts whose keys the user chooses: `~` may remove one of those
@@ -199,8 +202,8 @@ class Composer:
             except ConfigCompositionException as exc:
                 key = _refused_key(exc)
                 at = next((i for i, o in enumerate(given) if _plain(o, key)), None)
-                if key is None or "." in key or at is None:
-                    raise
+                if at is None or key is None or key.split(".")[0] in ROOT_KEYS:
+                    raise  # below one of our sections: a key of the user's own dicts takes `+`
                 self.added[f"++{given[at]}"] = given[at]
                 given[at] = f"++{given[at]}"
 
@@ -213,7 +216,7 @@ class Composer:
 
     def error(self, exc: BaseException, overrides: Sequence[str]) -> ConfigError:
         """Hydra's failure as one line; a peer's file is named as the user named it."""
-        text = explain_hydra_error(exc, overrides)
+        text = explain_hydra_error(exc, overrides, FREE_FORM)
         return ConfigError(text.replace(repr(PEER_PRIMARY), repr(self.source.config_name)))
 
 
@@ -228,8 +231,13 @@ def _refused_key(exc: BaseException) -> Optional[str]:
 
 
 def _plain(override: str, key: Optional[str]) -> bool:
-    """`override` sets `key` without `+`/`~` (a value, not a group choice: it holds '=')."""
-    return not override.startswith(("+", "~")) and override.partition("=")[0] == key
+    """`override` sets `key` (or a key below it) without `+` or `~`."""
+    written = override.partition("=")[0]
+    return (
+        key is not None
+        and not override.startswith(("+", "~"))
+        and (written == key or written.startswith(f"{key}."))
+    )
 
 
 def without_hydra(cfg: DictConfig) -> DictConfig:

@@ -12,7 +12,9 @@ import re
 from typing import Callable, Optional, Sequence
 
 
-def explain_hydra_error(exc: BaseException, overrides: Sequence[str]) -> str:
+def explain_hydra_error(
+    exc: BaseException, overrides: Sequence[str], free_form: tuple[str, ...] = ()
+) -> str:
     """One line for a Hydra/OmegaConf failure, with the quoted form to type where that is the
     fix."""
     text = flatten(exc)
@@ -60,6 +62,9 @@ def explain_hydra_error(exc: BaseException, overrides: Sequence[str]) -> str:
     )
     if match:
         key = match.group(1)
+        if key.startswith(free_form):  # dicts whose keys are the user's own: Hydra wants `+`
+            given = _first(overrides, lambda o: o.startswith(key)) or key
+            return f"{key!r} adds a key to {key.rsplit('.', 1)[0]}: write it as +{shown(given)}"
         in_file = re.match(r"In '([^']+)': ", text)  # a config file's key, not an override's
         where = f" in config {in_file.group(1)!r}" if in_file else ""
         return f"unknown config key {key!r}{where} (`areal-launch --cfg job` prints every key)"

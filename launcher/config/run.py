@@ -125,13 +125,17 @@ def _unknown(
 ) -> ConfigError:
     key = unknown[0]
     given = [o for o in overrides if o.lstrip("+~").startswith(key)]
+    known = entry_keys.pruned(job, unknown)
+    written = [o.lstrip("+~").partition("=")[0] for o in given]
+    typed = next((w for w in written if w.startswith(f"{key}.")), None)  # as the user typed it
+    if typed is not None and entry_keys.closest_key(typed, known):
+        key = typed
     where = (
         ""
         if given or composer.source.config_name == "config"
         else (f" in config {composer.source.config_name!r}")
     )
     added = any(o.startswith("+") for o in given)
-    known = entry_keys.pruned(job, unknown)
     return entry_keys.unknown_error(key, known, where, entry, added, unknown_hint(key))
 
 

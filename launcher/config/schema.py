@@ -401,11 +401,21 @@ def open_schema(schema: type = LaunchConfig) -> Any:
     return node
 
 
+# the user's own dicts whose keys take `+` on the command line, as Hydra wants it for new keys
+# (launcher.env.FOO=1 is a typo for +launcher.env.FOO=1 more often than not): they stay closed
+CLOSED = ("env", "components")
+
+
 def _open_all(node: Any) -> None:
+    """Open `node` and every node below it but the CLOSED dicts."""
     from omegaconf import DictConfig, OmegaConf
 
     OmegaConf.set_struct(node, False)
     for key in node:
-        child = None if OmegaConf.is_missing(node, key) else node[key]
-        if isinstance(child, DictConfig):
+        if OmegaConf.is_missing(node, key):
+            continue
+        child = node[key]
+        if isinstance(child, DictConfig) and key in CLOSED:
+            OmegaConf.set_struct(child, True)
+        elif isinstance(child, DictConfig):
             _open_all(child)
