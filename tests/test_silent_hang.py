@@ -283,8 +283,15 @@ def test_a_rank_that_returned_while_its_peer_waits_fails_the_run_with_the_peers_
 @pytest.mark.timeout(200)
 def test_silent_ranks_fail_the_run_within_the_timeout_with_every_ranks_stack(tmp_path):
     _, _, root, log = launch(tmp_path, "silent")
-    assert root.startswith(
-        f"root cause: hung: no output and no work (CPU) from trainer job actor "
+    # rank 0's exception came first (tests/test_first_error.py), then the hang it led to
+    first, _, hang = root.partition("; then ")
+    assert re.fullmatch(
+        r"root cause: rank 0 of actor-node0 raised RuntimeError: weight update failed "
+        r"\(tests/silent_trainer.py:\d+ in main\)",
+        first,
+    ), root
+    assert hang.startswith(
+        f"hung: no output and no work (CPU) from trainer job actor "
         f"(ranks 0, 1) for {HANG_S} s (launcher.hang_timeout_s={HANG_S}; "
     ), root
     # rank 0 raised, and a thread keeps it alive; rank 1 sleeps
