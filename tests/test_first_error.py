@@ -194,6 +194,19 @@ def test_a_trainer_that_raises_is_named_with_its_own_exception_and_traceback(tmp
     assert survivors(tag, tmp_path) == []
 
 
+def test_a_peers_end_is_not_named_as_the_exits_own_error(tmp_path):
+    tag = uuid.uuid4().hex
+    code = (
+        "import sys\n"
+        "print('Traceback (most recent call last):', file=sys.stderr)\n"
+        "print('RuntimeError: [pair.cc:553] Connection closed by peer', file=sys.stderr)\n"
+        "sys.exit(1)\n"
+    )
+    exit_code, status, _ = run_specs([python_trainer(code, tag)], tmp_path / "run")
+    assert (exit_code, status["reason"]) == (1, "actor exited with code 1")
+    assert status["tail"][-1].endswith("Connection closed by peer")  # its log's end, as before
+
+
 HANG_S = 3
 
 

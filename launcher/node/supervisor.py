@@ -582,6 +582,8 @@ class NodeRun:
         if first is None:
             return
         if first.process == own:
+            if first.traceback.collateral:
+                return  # its peer's end (or torchrun's report of it): no reason of its own
             if result.rank is not None and first.rank in (result.rank, None):
                 return  # torchrun's error file named this rank's error already
             if first.traceback.exception in result.reason:
