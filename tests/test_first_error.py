@@ -9,19 +9,16 @@ from __future__ import annotations
 
 import itertools
 import json
-import subprocess
-import sys
 import textwrap
 import uuid
 
 import pytest
 
 from launcher.node.tracebacks import MAX_PARTIAL, FirstErrors, LogReader, parse
-from launcher.node.watchdog import main_thread_frames
-from tests.areal_launch import run
 from tests.processes import survivors
 from tests.test_local_runner import python_trainer
 from tests.test_local_runner import run as run_specs
+from tests.test_silent_hang import HANG_S, foreign_run
 
 AREAL_LOG = textwrap.dedent("""\
     [AReaL] 20261203-14:26:17.617 [FSDPEngine Rank 1] INFO: step 2 done
@@ -164,21 +161,6 @@ def test_the_first_is_the_earliest_seen_before_the_failure_or_the_failing_proces
     assert errors.first(seen, None) is None
 
 
-def test_a_fatal_dump_another_thread_took_still_gives_the_main_threads_frames():
-    code = (
-        "import faulthandler, threading\n"
-        "ready = threading.Event()\n"
-        "def main_waits():\n    ready.set()\n    t.join()\n"
-        "def other():\n    ready.wait()\n    faulthandler.dump_traceback(all_threads=True)\n"
-        "t = threading.Thread(target=other)\nt.start()\nmain_waits()\n"
-    )
-    text = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
-    ).stderr
-    assert "Current thread" in text.split("Thread 0x")[0], text  # the other thread took it
-    assert [f.func for f in main_thread_frames(text)][-2:] == ["main_waits", "<module>"], text
-
-
 # ----------------------------------------------------------------------------- real runs
 def test_a_trainer_that_raises_is_named_with_its_own_exception_and_traceback(tmp_path):
     tag = uuid.uuid4().hex
@@ -207,24 +189,12 @@ def test_a_peers_end_is_not_named_as_the_exits_own_error(tmp_path):
     assert status["tail"][-1].endswith("Connection closed by peer")  # its log's end, as before
 
 
-HANG_S = 3
-
-
 @pytest.fixture(scope="module")
 def caught(tmp_path_factory):
     """One run of the stand-in: rank 0's exception caught and logged, then both ranks wait."""
     folder = tmp_path_factory.mktemp("caught")
     run_dir, tag = folder / "run", uuid.uuid4().hex
-    out = run(
-        "rollout=none",
-        "cluster.device=cpu",
-        "actor.backend=fsdp:d2",
-        "trainer.entry=tests/caught_error_trainer.py",
-        f"launcher.hang_timeout_s={HANG_S}",
-        f"+launcher.env.TEST_RUN_TAG={tag}",
-        f"hydra.run.dir={run_dir}",
-        timeout=300,
-    )
+    out = foreign_run("tests/caught_error_trainer.py", run_dir, tag, timeout=300)
     left = survivors(tag, folder)
     return out, run_dir, left
 

@@ -232,21 +232,30 @@ HANG_S = 3
 MARGIN_S = 20
 
 
+def foreign_run(
+    entry: str, run_dir: Path, tag: str, *extra: str, timeout: float = 150
+) -> subprocess.CompletedProcess:
+    """`areal-launch` of an entry that writes no heartbeats: two ranks on gloo, HANG_S, every
+    process tagged with `tag`."""
+    return run(
+        "rollout=none",
+        "cluster.device=cpu",
+        "actor.backend=fsdp:d2",
+        f"trainer.entry={entry}",
+        f"launcher.hang_timeout_s={HANG_S}",
+        f"+launcher.env.TEST_RUN_TAG={tag}",
+        f"hydra.run.dir={run_dir}",
+        *extra,
+        timeout=timeout,
+    )
+
+
 def launch(
     tmp_path: Path, mode: str, *extra: str
 ) -> tuple[subprocess.CompletedProcess, float, str, str]:
     run_dir, tag = tmp_path / "run", uuid.uuid4().hex
-    out = run(
-        "rollout=none",
-        "cluster.device=cpu",
-        "actor.backend=fsdp:d2",
-        "trainer.entry=tests/silent_trainer.py",
-        f"launcher.hang_timeout_s={HANG_S}",
-        f"+launcher.env.SILENT_MODE={mode}",
-        f"+launcher.env.TEST_RUN_TAG={tag}",
-        f"hydra.run.dir={run_dir}",
-        *extra,
-        timeout=150,
+    out = foreign_run(
+        "tests/silent_trainer.py", run_dir, tag, f"+launcher.env.SILENT_MODE={mode}", *extra
     )
     ended = time.time()
     assert survivors(tag, tmp_path) == []  # nothing left running
