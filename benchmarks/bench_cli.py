@@ -17,6 +17,13 @@ before; "plan, no cache" is the same command with AREAL_LAUNCH_COMPOSE_CACHE=off
 A fourth line, "hydra app", is the least any Hydra app pays: the same imports, then Hydra's
 compose of a one-key config with one override (Hydra's own `hydra` config, its plugin scan, the
 override grammar). It says how much of the goal is left to the launcher's own code.
+
+The start-ups the tests no longer time (tests/test_bad_input.py), Hydra whole like "plan, no
+cache", against it in the same run: `--help` and `--hydra-help` (each group's options from one
+copy of the config repository: they took 2 s each when every ask copied it), a size past its
+bound (refused before anything is allocated: a world of d999999t999999) and a config of one's own
+with a key we do not have (`defaults: [config, _self_]`: the closest-key search composes once
+more; it once recursed for 20 s). Goal for each: within 2x "plan, no cache".
 """
 
 from __future__ import annotations
@@ -66,12 +73,15 @@ def env_for(root: Optional[Path], cache: str = "off") -> dict[str, str]:
 
 
 def wall(cmd: list[str], env: dict[str, str]) -> float:
-    """Seconds `cmd` takes, run from `/` so `python -c` finds no launcher in its folder."""
+    """Seconds `cmd` takes, run from `/` so `python -c` finds no launcher in its folder; it
+    must exit 0, or 2 with one `error:` line (the bad input's promise)."""
     t0 = time.perf_counter()
-    subprocess.run(
-        cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd="/"
-    )
-    return time.perf_counter() - t0
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd="/")
+    took = time.perf_counter() - t0
+    errors = out.stderr.strip().splitlines()
+    if out.returncode != 0 and not (out.returncode == 2 and len(errors) == 1):
+        raise SystemExit(f"{cmd[3:]} exited {out.returncode}: {out.stderr[-2000:]}")
+    return took
 
 
 def imported_from(env: dict[str, str]) -> str:
@@ -109,6 +119,7 @@ def measure(args: argparse.Namespace, cache: str) -> None:
     }
     if args.baseline is not None:
         timed["baseline plan"] = (plan_cmd, env_for(args.baseline.resolve(), cache))
+    timed.update(start_ups(Path(cache)))
     for name, (_, env) in timed.items():
         if name in ("plan --json", "baseline plan"):
             print(f"{name}: launcher from {imported_from(env)}")
@@ -127,6 +138,26 @@ def measure(args: argparse.Namespace, cache: str) -> None:
     print(f"ratio hydra app/floor: {median['hydra app'] / floor:.2f}x (Hydra's own share)")
     if args.baseline is not None:
         print(f"ratio baseline/floor: {median['baseline plan'] / floor:.2f}x")
+    whole = median["plan, no cache"]
+    for name in start_ups(Path(cache)):
+        print(
+            f"ratio {name}/plan without the cache: {median[name] / whole:.2f}x (target <= 2x); "
+            f"/floor {median[name] / floor:.2f}x"
+        )
+
+
+def start_ups(cache: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
+    """The start-ups of tests/test_bad_input.py, Hydra whole (help and errors take no cache)."""
+    mine = cache / "mine"
+    mine.mkdir(exist_ok=True)
+    (mine / "mine.yaml").write_text("defaults: [config, _self_]\nseed: 1\n")
+    cmd = [sys.executable, "-c", MAIN]
+    return {
+        "--help": ([*cmd, "--help"], env_for(ROOT)),
+        "--hydra-help": ([*cmd, "--hydra-help"], env_for(ROOT)),
+        "size past bound": ([*cmd, "plan", "actor.backend=fsdp:d999999t999999"], env_for(ROOT)),
+        "unknown key": ([*cmd, "plan", "-cd", str(mine), "-cn", "mine"], env_for(ROOT)),
+    }
 
 
 if __name__ == "__main__":

@@ -7,6 +7,13 @@
    estimate cache each time, as in a new CLI process). Target: memory adds <= 10 ms.
 2. suggest() for 8 nodes x 8 GPUs of 80 GB, cold cache, for a dense, a large dense and a MoE
    model. Target: <= 1 s.
+3. What the tests no longer time (tests/test_suggest.py, test_memory.py, test_model_shape.py,
+   test_memory_corpus.py): the split search at 1024, 4096 and 16384 nodes against 8 nodes
+   (at most MAX_SPLITS splits: every split tried took minutes at 16384; target <= 5 s each);
+   refusing options out of range and a config of 10**30 layers against accepting valid ones
+   (a size taken as it comes computed for minutes; target: the same order, <= 10x); the peers'
+   corpus (tests/peer_corpus.py), a plan and its memory report per case (target: <= 1 s a
+   case, plan-level, nothing started).
 Everything is measured in this one run, interleaved, medians.
     .venv/bin/python benchmarks/bench_memory.py [--runs N]
 """
@@ -24,9 +31,11 @@ from bench_plan import plan, reference_loop, timed  # (this folder)
 
 from launcher.memory.estimate import EngineInput, InferenceOptions, Offload, TrainOptions, estimate
 from launcher.memory.fix import memory_report
-from launcher.memory.suggest import suggest
+from launcher.memory.model_shape import ModelShapeError, shape_from_config
+from launcher.memory.suggest import suggest, suggest_within
 from launcher.spec.cluster import ClusterSpec
-from tests.model_configs import shape
+from launcher.spec.errors import ConfigError
+from tests.model_configs import MODELS, shape
 
 H100 = 79.11
 
@@ -99,6 +108,80 @@ def main() -> None:
             f"(max {max(times[m]) * 1000:.0f})  target <= 1000 ms; {found[m]}"
         )
     print(f"reference loop (machine load) median {statistics.median(loop) * 1000:.1f} ms")
+    searches(max(3, runs // 3))
+    refusals(runs)
+    corpus()
+
+
+def searches(runs: int) -> None:
+    """suggest_within on many nodes against 8 nodes, in turn (tests/test_suggest.py)."""
+    sizes = (8, 1024, 4096, 16384)
+    times: dict[int, list[float]] = {n: [] for n in sizes}
+    for _ in range(runs):
+        for n in sizes:
+            estimate.cache_clear()
+            cluster = ClusterSpec(n, 8)
+            times[n] += timed(lambda: suggest_within(shape("Qwen3-8B"), cluster, H100), 1)
+    small = statistics.median(times[8])
+    for n in sizes[1:]:
+        t = statistics.median(times[n])
+        print(
+            f"suggest_within {n:5d} nodes x 8  median {t * 1000:6.0f} ms = {t / small:.1f}x "
+            "8 nodes; target <= 5000 ms"
+        )
+
+
+def refused(make, error) -> None:
+    try:
+        make()
+    except error:
+        return
+    raise AssertionError(f"{make} was not refused")
+
+
+def refusals(runs: int) -> None:
+    """Refusing sizes past their bounds against accepting valid ones (test_memory.py,
+    test_model_shape.py), 100 calls a sample."""
+    config = MODELS["Llama-3-8B"]["config"]
+    huge = {**config, "num_hidden_layers": 10**30}
+    bad = [
+        lambda: TrainOptions(max_tokens_per_mb=10**12),
+        lambda: InferenceOptions(mem_fraction=1.5),
+        lambda: InferenceOptions(context_length=10**30),
+        lambda: TrainOptions(optimizer="lion"),
+    ]
+    pairs = {  # what: (valid, past its bounds)
+        "options": (
+            lambda: [TrainOptions(max_tokens_per_mb=8192), InferenceOptions(mem_fraction=0.8)] * 2,
+            lambda: [refused(b, ConfigError) for b in bad],
+        ),
+        "shape": (
+            lambda: shape_from_config(config),
+            lambda: refused(lambda: shape_from_config(huge), ModelShapeError),
+        ),
+    }
+    times: dict[tuple[str, int], list[float]] = {(w, k): [] for w in pairs for k in (0, 1)}
+    for _ in range(runs):
+        for (what, k), t in times.items():
+            t.append(statistics.median(timed(pairs[what][k], 100)))
+    for what in pairs:
+        valid, past = (statistics.median(times[what, k]) for k in (0, 1))
+        print(
+            f"{what:<8} valid {valid * 1e6:7.1f} us, past its bounds refused {past * 1e6:7.1f} us"
+            f" = {past / valid:.1f}x (target <= 10x)"
+        )
+
+
+def corpus() -> None:
+    """The peers' corpus, a plan and a memory report a case (tests/test_memory_corpus.py)."""
+    from tests.corpus_check import report
+    from tests.peer_corpus import CASES
+
+    report(next(iter(CASES.values())))  # imports and caches warm, as in a running CLI
+    took = timed(lambda: [report(c) for c in CASES.values()], 1)[0]
+    print(
+        f"corpus: {len(CASES)} cases, {took / len(CASES) * 1000:.0f} ms a case (target <= 1000 ms)"
+    )
 
 
 if __name__ == "__main__":

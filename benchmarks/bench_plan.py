@@ -7,7 +7,10 @@ Targets: 1024 nodes <= 100 ms; 1024 nodes / 128 nodes <= 10x (8x the GPUs: linea
 the same 1024 nodes plus 100 CPU agent processes a node (102400 processes) <= 2x without them.
 The GPU map (terminal and SVG) of the big plan is timed too, for information, and so is the
 whole of `areal-launch plan --json` at 1024 nodes in process (compose the Hydra config, resolve,
-build every process's command line, dump the JSON): target <= 1 s.
+build every process's command line, dump the JSON): target <= 1 s. And the Ray runner's fit
+check of 1024 plan nodes against 1024 Ray nodes (runners/rayjob.fit_problem: it fits, then one
+node is short), which tests/test_rayjob.py no longer times: target <= 100 ms, a share of
+planning the same nodes.
     .venv/bin/python benchmarks/bench_plan.py [--runs N]
 """
 
@@ -26,9 +29,11 @@ from launcher.planning.components import Worker, worker_plan
 from launcher.planning.forms import read_placement
 from launcher.planning.placement import place
 from launcher.planning.ranks import component_plan, weight_sync
+from launcher.runners.rayjob import RayNode, fit_problem, ray_job
 from launcher.spec.alloc import parse_backend
 from launcher.spec.cluster import ClusterSpec
-from launcher.spec.plan import Plan
+from launcher.spec.plan import Plan, ProcessSpec
+from launcher.spec.request import LaunchRequest
 
 
 def specs(nodes: int) -> dict[str, str]:
@@ -96,6 +101,25 @@ def reference_loop() -> None:
         total += i & 7
 
 
+def fit_check():
+    """fit_problem of a trainer on each of 1024 plan nodes, 8 GPUs each, on 1024 Ray nodes
+    (tests/test_rayjob.py): it fits; with one node of 4 GPUs it does not."""
+    procs = tuple(
+        ProcessSpec(f"a{k}", "actor", "trainer", k, ("sleep", "1"), gpus=tuple(range(8)))
+        for k in range(1024)
+    )
+    request = LaunchRequest("bench", "/runs/bench", "bench", "cuda", 1024, 8, procs)
+    job = ray_job(request, "/venv/bin/python", 1.0, "/work", 60.0)
+    nodes = [RayNode(f"10.0.{k // 256}.{k % 256}", 8, 4) for k in range(1024)]
+    short = nodes[:-1] + [RayNode("10.9.9.9", 4, 4)]
+
+    def check() -> None:
+        assert fit_problem(job, nodes, "auto") is None
+        assert fit_problem(job, short, "auto") is not None
+
+    return check
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=15)
@@ -132,6 +156,8 @@ def main() -> None:
         f"GPU map of 1024 nodes: terminal {text * 1000:.1f} ms, SVG {svg * 1000:.1f} ms "
         f"({len(render_svg(p)) // 1024} KiB)"
     )
+    fit = statistics.median(timed(fit_check(), 5))
+    print(f"Ray fit check, 1024 nodes: {fit * 1000:.1f} ms = {fit / b:.2f}x planning them")
     size = whole_plan_json(1024)
     whole = statistics.median(timed(lambda: whole_plan_json(1024), 3))
     print(

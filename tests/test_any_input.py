@@ -1,7 +1,7 @@
 """Nothing crashes, hangs or drops (issue 19): generated command lines and whole configs of
 one's own, through the CLI's own main function. Each ends with a plan (exit 0) or exactly one
-`error:` line (exit 2), within 2 s, never a traceback, nothing started, no folder written; and
-every key a plan accepted is in the composed config (none dropped on the way).
+`error:` line (exit 2), never hanging (HANG_CPU_S), never a traceback, nothing started, no folder
+written; and every key a plan accepted is in the composed config (none dropped on the way).
 
 In-process (Hydra opened once), 190 examples in about 30 s of CPU; the subprocess
 behaviour of the same promise is tests/test_bad_input.py's.
@@ -203,6 +203,11 @@ def yaml_configs(draw) -> str:
     return "\n".join(lines) + "\n"
 
 
+# CPU seconds (not wall: the machine is shared) past which a plan hangs: 5x the slowest of 190
+# generated command lines here (1.1 s; median 6 ms, 95th percentile 0.77 s)
+HANG_CPU_S = 6.0
+
+
 def plan_cli(args: list[str]) -> tuple[int, str, str, float]:
     """`areal-launch plan ARGS` through the CLI's main: exit code, stdout, stderr, and the CPU
     seconds it took (the dev machine's 2 cores are shared: wall time would measure the others)."""
@@ -239,7 +244,7 @@ def workdir(tmp_path_factory):
         ["rollout=sglang", "actor=megatron"],
         ["seed=1"],
     ):
-        plan_cli(warm)  # Hydra opened, the modules imported: the 2 s are the input's
+        plan_cli(warm)  # Hydra opened, the modules imported: the seconds are the input's
     yield folder
     os.chdir(old)
     os.environ.clear()
@@ -248,11 +253,11 @@ def workdir(tmp_path_factory):
 
 def check_promise(args: list[str], folder: Path) -> None:
     code, out, err, seconds = plan_cli(args)
-    if seconds >= 2:  # an outlier that does not happen again is the shared machine (GC, paging)
+    if seconds >= HANG_CPU_S:  # an outlier that does not happen again is the machine (GC, paging)
         seconds = min(seconds, plan_cli(args)[3])
     event(f"exit {code}")  # pytest --hypothesis-show-statistics: how many plans, how many errors
     assert "Traceback" not in out + err, (args, err)
-    assert seconds < 2, (args, seconds)
+    assert seconds < HANG_CPU_S, (args, seconds)
     assert list(folder.iterdir()) == [] or all(p.name == "mine" for p in folder.iterdir()), args
     if code == 0:
         assert "engine" in out and "GPU map" in out, (args, out)

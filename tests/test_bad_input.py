@@ -3,8 +3,6 @@ and the fix, exit 2, nothing started, and never a traceback or a MemoryError aft
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from launcher.cli.launch import counted_request, prepare
@@ -40,11 +38,11 @@ from tests.areal_launch import one_error_line, run
         (("launcher.base_port=70000",), "launcher.base_port=70000"),
     ],
 )
-def test_a_size_without_bounds_is_one_clear_line_in_milliseconds(args, needle):
-    begun = time.monotonic()
+def test_a_size_without_bounds_is_one_clear_line(args, needle):
+    """Refused before anything is allocated: a size taken as it comes would allocate for
+    minutes (run()'s timeout); how long the refusal takes is benchmarks/bench_cli.py's."""
     line = one_error_line(run("plan", *args))
     assert needle in line
-    assert time.monotonic() - begun < 10  # the CLI's start-up; never a minute of allocation
 
 
 @pytest.mark.parametrize(
@@ -128,14 +126,12 @@ def test_an_unknown_key_in_a_whole_config_of_ones_own_is_one_line_naming_it_and_
     (tmp_path / "rlinf.yaml").write_text(
         "defaults: [config, _self_]\nactor:\n  offload_everything: true\n"
     )
-    begun = time.monotonic()
     assert "unknown config key 'seed' in config 'mine'" in one_error_line(
         run("plan", "-cd", str(tmp_path), "-cn", "mine")
     )
     assert "unknown config key 'actor.offload_everything' in config 'rlinf'" in one_error_line(
         run("plan", "-cd", str(tmp_path), "-cn", "rlinf")
     )
-    assert time.monotonic() - begun < 10
 
 
 @pytest.mark.parametrize("flag", ["--cfg job", "--hydra-help", "--help", "--info config", ""])
@@ -289,17 +285,15 @@ def test_a_run_folder_name_longer_than_a_file_name_may_be_is_one_line(tmp_path, 
     assert "more than the 255 a file name may have" in line and list(tmp_path.iterdir()) == []
 
 
-def test_help_is_quick():
-    """Hydra's help asked its loader for each group's options, each ask copying the whole
-    config repository (2 s); now they share one."""
-    begun = time.monotonic()
+def test_help_and_hydra_help_list_each_groups_options():
+    """Each group's options, from one copy of the config repository the groups share (each
+    ask copied it whole, 2 s each: how long help takes is benchmarks/bench_cli.py's)."""
     for flag, group in (
         ("--help", "rollout: none, sglang, vllm"),
         ("--hydra-help", "hydra/launcher: areal"),
     ):
         out = run(flag)
         assert out.returncode == 0 and group in out.stdout, out.stderr
-    assert time.monotonic() - begun < 4  # two start-ups; was about 4 s each on 2 cores
 
 
 @pytest.mark.parametrize("value", ["\x1c", "a\rb", "x\u2028y", "\x1aT\x8d#"])

@@ -476,7 +476,8 @@ def test_a_grandchild_that_double_forks_setsids_and_clears_its_environ_dies_with
     assert wait_until(lambda: set(daemons(tmp_path)) - before, 10)
     launcher.send_signal(how)
     launcher.wait(timeout=30)
-    assert wait_until(lambda: not set(daemons(tmp_path)) - before, 10), daemons(tmp_path)
+    # the daemon ignores TERM: the KILL after the 2 s grace ends it (2.3 s here, load 5)
+    assert wait_until(lambda: not set(daemons(tmp_path)) - before, 30), daemons(tmp_path)
     assert survivors(tag, tmp_path) == []
 
 
@@ -508,11 +509,11 @@ def test_sigterm_to_the_launcher_stops_everything_with_exit_143(tmp_path, tag):
         "5",
     )
     assert wait_until(lambda: len(survivors(tag, tmp_path)) == 2, 30)
-    begun = time.monotonic()
     launcher.send_signal(signal.SIGTERM)
     output = launcher.communicate(timeout=30)[0]
     assert launcher.returncode == 143
-    assert time.monotonic() - begun < 5 + 3
+    # each ended by the TERM passed on, not by the KILL after the 5 s grace
+    assert [p["exit"] for p in ended(run_dir)["processes"]] == [-signal.SIGTERM] * 2, output
     assert "got SIGTERM; run stopped" in output
     assert survivors(tag, tmp_path) == []
 
@@ -547,7 +548,8 @@ def test_sigkill_of_the_launcher_takes_every_process_with_it(tmp_path, tag):
     assert len(before) >= 4  # http.server, torchrun, 2 workers (in sessions of their own)
     launcher.send_signal(signal.SIGKILL)
     launcher.wait(timeout=10)
-    assert wait_until(lambda: not survivors(tag, tmp_path), 5), survivors(tag, tmp_path)
+    # torch's processes take a while to end: 1 s here at load 5, over 5 s at load 20
+    assert wait_until(lambda: not survivors(tag, tmp_path), 30), survivors(tag, tmp_path)
 
 
 def test_sigkill_of_the_launcher_takes_descendants_that_cleared_their_environ(tmp_path, tag):

@@ -8,8 +8,6 @@ placement, engines, backends' options) and the memory report of it; no engine st
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from tests.corpus_check import report
@@ -42,12 +40,7 @@ def test_every_refusal_in_the_corpus_names_an_engine_a_gpu_and_a_fix_and_most_re
         assert named[0].fix, named[0].line()
 
 
-def test_at_least_nine_in_ten_cases_agree_in_milliseconds_each():
-    report(CASES[WORKING[0]])  # imports and caches warm, as in a running CLI
-    start = time.perf_counter()
+def test_at_least_nine_in_ten_cases_agree():
+    """Plan-level arithmetic, no process started: milliseconds a case (bench_memory.py)."""
     agree = [report(c).fits is c.fits for c in CASES.values()]
-    per_case = (time.perf_counter() - start) / len(CASES)
     assert sum(agree) >= 0.9 * len(agree), [n for n, ok in zip(CASES, agree) if not ok]
-    # ~30 ms a case on an idle 2-core machine; 1 s leaves room for a loaded CI machine and
-    # still fails when a case starts anything
-    assert per_case < 1.0, f"{per_case * 1000:.0f} ms a case: the corpus must stay plan-level"

@@ -18,7 +18,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Optional
@@ -95,7 +94,9 @@ print(json.dumps([{{"state": pg.state, "bundles": pg.bundles}} for pg in list_pl
     )
 
 
-def nothing_left(tag: str, folder: Path, env: dict, run_id: str, within_s: float = 15) -> None:
+def nothing_left(tag: str, folder: Path, env: dict, run_id: str, within_s: float = 30) -> None:
+    """A wait, not a speed check: a failure to nothing left took 3.9 s (at most 4.6 s) here
+    (docs/benchmarks.md, bench_ray.py); 30 s is over 5x that."""
     assert wait_until(lambda: not left(tag, folder), within_s), [
         Path(f"/proc/{p}/cmdline").read_bytes()[:200] for p in left(tag, folder)
     ]
@@ -393,7 +394,6 @@ def test_a_placement_that_cannot_happen_now_times_out_naming_what_is_pending(
     tmp_path, env, blocker, tag
 ):
     blocker(8)  # every GPU of both nodes is taken: the plan fits the cluster, not this moment
-    begun = time.monotonic()
     driver = start(
         [
             shell("actor-0", "trainer", 0, "true", tag, (0,)),
@@ -407,9 +407,9 @@ def test_a_placement_that_cannot_happen_now_times_out_naming_what_is_pending(
         "3",
     )
     code, out = finish(driver)
+    # the message is the timeout's, with the value given (the default would wait 60 s)
     assert code != 0 and "did not place the run within 3 s" in out, out
     assert 'plan node 1: {"CPU": 1.0, "GPU": 1.0}' in out and "launcher.placement_timeout_s" in out
-    assert time.monotonic() - begun < 60
     run_id = json.loads((tmp_path / "run" / "request.json").read_text())["run_id"]
     assert not (tmp_path / "run" / "logs").exists()
     nothing_left(tag, tmp_path, env, run_id)
@@ -643,7 +643,7 @@ def test_a_detached_driver_that_dies_leaves_nothing_on_any_node(tmp_path, env, t
         f"print(JobSubmissionClient().get_job_info({job!r}).driver_info.pid)",
     )
     os.kill(int(pid), signal.SIGKILL)
-    nothing_left(tag, tmp_path, env, job.removeprefix("areal-"), within_s=30)
+    nothing_left(tag, tmp_path, env, job.removeprefix("areal-"), within_s=60)
     assert wait_until(lambda: "FAILED" in cli("status", job, env=env).stdout.splitlines()[0], 30)
 
 

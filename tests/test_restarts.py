@@ -223,20 +223,37 @@ def test_backoff_grows_for_the_same_quick_failure_and_gives_up(tmp_path):
     assert restarts.backoff_s(other, restarts.read_all(tmp_path)) == 0.0
 
 
+def faulthandler_dump(code: str) -> str:
+    """What faulthandler wrote (to stderr) in a real Python process running `code`."""
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    ).stderr
+
+
 def test_the_main_threads_frames_come_from_a_real_faulthandler_dump():
-    code = (
-        "import faulthandler, sys, threading, time\n"
+    text = faulthandler_dump(
+        "import faulthandler, threading, time\n"
         "def worker():\n    time.sleep(30)\n"
         "threading.Thread(target=worker, daemon=True).start()\n"
-        "def stuck_here():\n    faulthandler.dump_traceback(sys.stdout, all_threads=True)\n"
+        "def stuck_here():\n    faulthandler.dump_traceback(all_threads=True)\n"
         "stuck_here()\n"
     )
-    text = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
-    ).stdout
     frames = main_thread_frames(text)
     assert [f.func for f in frames] == ["stuck_here", "<module>"], text
     assert frames[0].line == 6
+
+
+def test_a_fatal_dump_another_thread_took_still_gives_the_main_threads_frames():
+    """The thread that takes the signal is "Current thread"; the main one is listed last."""
+    text = faulthandler_dump(
+        "import faulthandler, threading\n"
+        "ready = threading.Event()\n"
+        "def main_waits():\n    ready.set()\n    t.join()\n"
+        "def other():\n    ready.wait()\n    faulthandler.dump_traceback(all_threads=True)\n"
+        "t = threading.Thread(target=other)\nt.start()\nmain_waits()\n"
+    )
+    assert "Current thread" in text.split("Thread 0x")[0], text  # the other thread took it
+    assert [f.func for f in main_thread_frames(text)][-2:] == ["main_waits", "<module>"], text
 
 
 def test_the_main_threads_frames_come_from_py_spys_format():

@@ -159,24 +159,37 @@ class RunConsole:
             self._live = None
 
     def root_cause(
-        self, reason: str, log: Optional[Path], tail: list[str], kind: str = "log", title: str = ""
+        self,
+        reason: str,
+        log: Optional[Path],
+        tail: list[str],
+        kind: str = "log",
+        title: str = "",
+        first: tuple[str, list[str]] = ("", []),
     ) -> None:
-        """A failure: its reason, then `tail`, which is (kind) the end of `log`, the failing
-        rank's traceback, or the hung ranks' stacks (also in `log`)."""
+        """A failure: its reason, then `first` (a heading and the lines of an earlier
+        traceback the reason names first), then `tail`, which is (kind) the end of `log`, the
+        failing rank's traceback, or the hung ranks' stacks (also in `log`)."""
         if title:  # a failure the run survives
             self.say(f"{title}: {reason}", "bold yellow")
         else:
             self.say(f"root cause: {reason}", "bold red")
-        if tail:
-            heading = {
-                "traceback": "its traceback:",
-                "stacks": f"the ranks' stacks (also in {log}):",
-            }.get(kind, f"last {len(tail)} lines of {log}:")
-            self.say(heading, "red")
-            for line in tail:
-                self._safely(
-                    lambda: self.console.print(Text("  " + line), soft_wrap=True, highlight=False)
-                )
+        self._indented(*first)
+        heading = {
+            "traceback": "its traceback:",
+            "stacks": f"the ranks' stacks (also in {log}):",
+        }.get(kind, f"last {len(tail)} lines of {log}:")
+        self._indented(heading, tail)
+
+    def _indented(self, heading: str, lines: list[str]) -> None:
+        """`heading`, then `lines` indented below it (nothing when there are none)."""
+        if not lines:
+            return
+        self.say(heading, "red")
+        for line in lines:
+            self._safely(
+                lambda: self.console.print(Text("  " + line), soft_wrap=True, highlight=False)
+            )
 
 
 def plain_console() -> RunConsole:

@@ -39,8 +39,9 @@ from typing import Callable, Iterator, Optional, Sequence
 
 from launcher.node import keeper, restarts
 from launcher.node.console import RunConsole, tail
-from launcher.node.failures import node_ranks, torchrun_root_cause
+from launcher.node.failures import TRACEBACK_LINES, node_ranks, torchrun_root_cause
 from launcher.node.silence import Job, SilentHang, SilentWatch
+from launcher.node.tracebacks import FirstErrors, Printed
 from launcher.node.watchdog import Watchdog, foreign_stacks, stacks_tail
 from launcher.spec.plan import ENV_PROCESS, ENV_RESTART, ENV_RUN_MARKER
 from launcher.spec.request import LaunchRequest, Materialized, materialize
@@ -64,6 +65,9 @@ class RunResult:
     explained: bool = False  # reason and tail already say why (explain() has run)
     tail_kind: str = "log"  # what tail holds: "log" (its end), "traceback", "stacks"
     follow: Optional[restarts.RestartRecord] = None  # a peer restarted the trainers
+    rank: Optional[int] = None  # the failing rank, where torchrun's error file named it
+    first: Optional[Printed] = None  # an earlier traceback, named ahead of the failure
+    blamed: bool = False  # the first traceback was looked for (blame_first has run)
 
 
 @dataclass
@@ -78,6 +82,7 @@ class Started:
     announced: bool = False
     ended_at: Optional[float] = None  # time.monotonic() when its exit was seen
     stopped: bool = False  # the launcher stopped it (the end of the run, or a restart)
+    log_offset: int = 0  # the log's size when it started: what it wrote comes after
 
     def poll(self) -> Optional[int]:
         code = self.popen.poll()
@@ -360,12 +365,15 @@ class NodeRun:
             else None
         )
         self.silent = SilentWatch(request.hang_timeout_s) if request.hang_timeout_s else None
+        self.errors = FirstErrors()  # each process's first traceback (tracebacks.py)
         self._next_peek = 0.0
         self._next_show = 0.0
 
     # ------------------------------------------------------------------ starting
     def start(self, proc: Materialized) -> Started:
         kind = restarts.TRAINERS if proc.spec.is_trainer else proc.name
+        log = self.logs / f"{proc.name}.log"  # appended to by every start of the run
+        offset = log.stat().st_size if log.exists() else 0
         s = _start(
             proc,
             self.logs,
@@ -374,6 +382,9 @@ class NodeRun:
             else 0,
             fault_dumps=self.silent is not None and proc.spec.is_trainer,
         )
+        s.log_offset = offset
+        ranks = node_ranks(self.request, proc.spec) if proc.spec.is_trainer else ()
+        self.errors.follow(s.name, s.log, offset, ranks)
         if s.is_service and s.proc.health_url:
             threading.Thread(target=_probe, args=(s, self.done), daemon=True).start()
         elif s.is_service:
@@ -383,14 +394,12 @@ class NodeRun:
     def start_all(self) -> Optional[RunResult]:
         self.out.width = max(self.out.width, *(len(p.name) for p in self.procs))
         for proc in self.procs:
-            log = self.logs / f"{proc.name}.log"  # appended to by every start of the run
-            offset = log.stat().st_size if log.exists() else 0
             try:
                 self.started.append(self.start(proc))
             except OSError as e:
                 return RunResult(1, proc.name, f"{proc.name} could not start: {e}")
             if self.request.console == "all" or not proc.spec.is_server:
-                self.out.follow(proc.name, self.started[-1].log, offset)
+                self.out.follow(proc.name, self.started[-1].log, self.started[-1].log_offset)
         return None
 
     def show(self) -> None:
@@ -455,6 +464,7 @@ class NodeRun:
             followed = self._peer_restart()
             if followed is not None:
                 return followed
+            self.errors.read()  # after the exits: what it finds was printed before them
             hung = self._hang()
             if hung is not None:
                 return hung
@@ -535,22 +545,56 @@ class NodeRun:
 
     # ------------------------------------------------------------------ restarting
     def explain(self, result: RunResult) -> None:
-        """The failing rank's own error (torchrun's error files), else its log's last lines."""
-        if result.root_cause is None or result.explained:
+        """The failing rank's own error (torchrun's error files), else its log's last lines;
+        and the first traceback printed before it (blame_first)."""
+        if result.root_cause is None:
             return
-        result.explained = True
+        if not result.explained:
+            result.explained = True
+            failed = result.failed
+            rank_error = (
+                torchrun_root_cause(self.request, failed.proc.spec, failed.start_wall)
+                if failed is not None
+                else None
+            )
+            if rank_error is not None:
+                result.reason += f": {rank_error.summary}"
+                result.tail = rank_error.traceback
+                result.tail_kind = "traceback"
+                result.rank = rank_error.rank
+            else:
+                result.tail = tail(self.logs / f"{result.root_cause}.log")
+        self.blame_first(result)
+
+    def blame_first(self, result: RunResult) -> None:
+        """The first traceback a process here printed before the failure (an exit's, seen
+        before the exit was; the failing process's own at any time), named ahead of it:
+        `<rank> of <process> raised <its last line> (<where>); then <the failure>`. Where it
+        is the failing process's own error, it only says what the reason does not yet."""
+        if result.blamed:
+            return
+        result.blamed = True
         failed = result.failed
-        rank_error = (
-            torchrun_root_cause(self.request, failed.proc.spec, failed.start_wall)
-            if failed is not None
-            else None
-        )
-        if rank_error is not None:
-            result.reason += f": {rank_error.summary}"
-            result.tail = rank_error.traceback
-            result.tail_kind = "traceback"
-        else:
-            result.tail = tail(self.logs / f"{result.root_cause}.log")
+        own = failed.name if failed is not None else result.root_cause
+        self.errors.read(final=True)
+        before = failed.ended_at if failed is not None and failed.ended_at else time.monotonic()
+        first = self.errors.first(before, own)
+        if first is None:
+            return
+        if first.process == own:
+            if first.traceback.collateral:
+                return  # its peer's end (or torchrun's report of it): no reason of its own
+            if result.rank is not None and first.rank in (result.rank, None):
+                return  # torchrun's error file named this rank's error already
+            if first.traceback.exception in result.reason:
+                return
+            if result.tail_kind == "log":  # its exit, and its own traceback says why
+                result.reason += f": {first.summary(own=True)}"
+                result.tail = list(first.traceback.lines[-TRACEBACK_LINES:])
+                result.tail_kind = "traceback"
+                return
+        result.reason = f"{first.summary()}; then {result.reason}"
+        result.first = first
 
     def recover(self, result: RunResult) -> bool:
         """Restart what failed, within launcher.max_restarts; False: the run ends."""
@@ -585,13 +629,7 @@ class NodeRun:
             made, _ = restarts.claim_trainer_restart(self.run_dir, self.epoch + 1, failure)
         else:
             made = restarts.record(self.run_dir, failure)
-        self.out.root_cause(
-            result.reason,
-            failed.log,
-            result.tail,
-            result.tail_kind,
-            title=f"restart {made.n} of {limit}",
-        )
+        _say_root_cause(self.out, result, title=f"restart {made.n} of {limit}")
         if wait:
             self.out.say(
                 f"the same failure as the last restart, {failure.uptime_s:.0f} s after "
@@ -664,6 +702,20 @@ class NodeRun:
             )
 
 
+def _say_root_cause(out: RunConsole, result: RunResult, title: str = "") -> None:
+    """The failure on the console: its reason, the first error's traceback where the reason
+    names one ahead of it, then its tail."""
+    failed, first = result.failed, result.first
+    earlier: tuple[str, list[str]] = ("", [])
+    if first is not None:
+        earlier = (
+            f"the first error's traceback ({first.process}, also in {first.log}):",
+            list(first.traceback.lines[-TRACEBACK_LINES:]),
+        )
+    log = failed.log if failed is not None else None
+    out.root_cause(result.reason, log, result.tail, result.tail_kind, title=title, first=earlier)
+
+
 def supervise(
     request: LaunchRequest,
     procs: Sequence[Materialized],
@@ -726,10 +778,7 @@ def supervise(
     if result.root_cause is not None:
         run.explain(result)
         run.final_reason(result)
-        failed = result.failed
-        out.root_cause(
-            result.reason, failed.log if failed is not None else None, result.tail, result.tail_kind
-        )
+        _say_root_cause(out, result)
     else:
         out.say(
             f"{result.reason} after {time.monotonic() - run.begun:.0f} s; run folder {run.run_dir}",
@@ -775,6 +824,8 @@ class NodeStatus:
                 root_cause=result.root_cause,
                 tail=result.tail[-20:],
             )
+            if result.first is not None:
+                data["first_error"] = result.first.to_dict()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             part = self.path.with_suffix(".part")

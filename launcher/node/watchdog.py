@@ -84,27 +84,26 @@ class RankStacks:
 
 
 def main_thread_frames(text: str) -> list[Frame]:
-    """The main thread's frames, innermost first, from faulthandler's or py-spy's dump."""
-    frames: list[Frame] = []
-    inside = False
+    """The main thread's frames, innermost first, from faulthandler's or py-spy's dump: py-spy
+    names it "MainThread"; faulthandler lists the threads newest first, so the main thread
+    last, whichever thread took the signal ("Current thread": not always the main one when
+    the signal is fatal and came while the process was stopped)."""
+    threads: list[tuple[str, list[Frame]]] = []
     for line in text.splitlines():
         if line.startswith(("Current thread", "Thread ")):
-            if inside and frames:
-                break
-            # faulthandler: the signal's handler runs in the main thread ("Current thread");
-            # py-spy names it "MainThread"
-            inside = line.startswith("Current thread") or '"MainThread"' in line
+            threads.append((line, []))
             continue
-        if not inside:
+        if not threads:
             continue
         m = _FAULTHANDLER_FRAME.match(line)
         if m:
-            frames.append(Frame(m.group(1), int(m.group(2)), m.group(3)))
+            threads[-1][1].append(Frame(m.group(1), int(m.group(2)), m.group(3)))
             continue
         m = _PYSPY_FRAME.match(line)
         if m:
-            frames.append(Frame(m.group(2), int(m.group(3)), m.group(1)))
-    return frames
+            threads[-1][1].append(Frame(m.group(2), int(m.group(3)), m.group(1)))
+    named = [frames for head, frames in threads if '"MainThread"' in head]
+    return named[0] if named else threads[-1][1] if threads else []
 
 
 @dataclass
@@ -251,15 +250,20 @@ def foreign_stacks(
     py-spy where it is installed and can read the process; else FATAL_SIGNAL to a Python rank
     whose environment enables faulthandler (PYTHONFAULTHANDLER, which the supervisor sets for
     trainers while the watchdog is on): faulthandler writes every thread's stack to stderr (the
-    log) and the rank ends, as the failing run would end it anyway. The ranks' parents
+    log) and the rank ends, as the failing run would end it anyway. The ranks and their parents
     (torchrun) are stopped meanwhile (SIGSTOP), or torchrun would end the other ranks as soon
-    as the first one ended, before their turn; they continue (SIGCONT) afterwards."""
+    as the first one ended, and a rank waiting in a collective would leave it (its peer gone)
+    before its turn. A rank gets the dump's signal while stopped, then continues (its threads
+    take the signal before any of them runs again, so the dump shows the wait, not how the rank
+    left it: whichever thread takes it, faulthandler writes the main thread's stack too); the
+    others continue (SIGCONT) afterwards."""
     spy = shutil.which("py-spy")
     table = keeper.proc_table()
     parents = sorted(
         {table[p].ppid for p in ranks.values() if p in table} - set(ranks.values()) - {os.getpid()}
     )  # never this process
-    keeper.signal_all(parents, signal.SIGSTOP)
+    stopped = [*parents, *(p for p in ranks.values() if p != os.getpid())]
+    keeper.signal_all(stopped, signal.SIGSTOP)
     stacks = []
     try:
         for rank, pid in sorted(ranks.items()):
@@ -277,14 +281,20 @@ def foreign_stacks(
                     f"on {FATAL_SIGNAL.name}, which ends it",
                 )
                 _no_core(pid)
-                text = _by_signal(pid, FATAL_SIGNAL, log, _until_ended) or ""
+                text = _by_signal(pid, FATAL_SIGNAL, log, _continued_until_ended) or ""
                 why = "" if text.strip() else f"{FATAL_SIGNAL.name} wrote none"
             if why:
                 why = ("py-spy could not read it; " if spy else "py-spy is not installed; ") + why
             stacks.append(RankStacks(rank, pid, text or "", main_thread_frames(text or ""), why))
     finally:
-        keeper.signal_all(parents, signal.SIGCONT)
+        keeper.signal_all(stopped, signal.SIGCONT)
     return stacks
+
+
+def _continued_until_ended(pid: int) -> None:
+    """A stopped rank given the dump's signal: it continues into it, and ends."""
+    keeper.signal_all([pid], signal.SIGCONT)
+    _until_ended(pid)
 
 
 def _no_fault_dump(pid: int) -> Optional[str]:
