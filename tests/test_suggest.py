@@ -7,9 +7,9 @@ import math
 
 import pytest
 
+from launcher.backends.memory_inputs import plan_memory
 from launcher.cli.launch import prepare
 from launcher.memory.estimate import TrainOptions, estimate
-from launcher.memory.plan import plan_memory
 from launcher.memory.suggest import (
     COLLOCATED_SHARE,
     KV_USEFUL_TOKENS,

@@ -119,8 +119,8 @@ def with_memory(planned: Planned, here: bool) -> Planned:
     that does not fit is refused (launcher.check_memory=error), said (warn) or not checked
     (off)."""
 
+    from launcher.backends.memory_inputs import plan_memory
     from launcher.memory.model_shape import read_model_shape
-    from launcher.memory.plan import plan_memory
 
     config = planned.spec
     mode = config.launcher.check_memory
@@ -464,8 +464,8 @@ def sharing_everything(overrides: list[str]) -> Optional[list[str]]:
 def show_suggestions(overrides: list[str]) -> int:
     """`areal-launch plan --suggest OVERRIDES`: the layouts that fit, ranked as
     `areal-launch plan --help` says (the --suggest flag in cli/flags.py)."""
+    from launcher.backends.memory_inputs import inference_options, train_options
     from launcher.memory.model_shape import read_model_shape
-    from launcher.memory.plan import inference_options, train_options
     from launcher.memory.suggest import SuggestOptions, suggest_within
 
     try:

@@ -34,15 +34,13 @@ from launcher.memory.parts import (
     memory_model,
 )
 from launcher.spec.alloc import ModelAllocation
+from launcher.spec.backend_facts import STATIC_BUDGET
 from launcher.spec.errors import ConfigError
 
 VLLM_DEFAULT_UTILIZATION = 0.9  # vLLM's gpu_memory_utilization default
 VLLM_DEFAULT_BATCHED_TOKENS = 8192  # vLLM V1 max_num_batched_tokens for serving on big GPUs
-DEFAULT_CPU_KVCACHE_GIB = 1.0  # launcher/config/schema.py VLLMOptions.cpu_kvcache_space_gb
+DEFAULT_CPU_KVCACHE_GIB = 1.0  # as launcher/backends/vllm.py VllmOptions.cpu_kvcache_space_gb
 MAX_CONTEXT = 1 << 24
-# how a server sizes its memory (a serving backend's MEMORY_MODEL)
-CARD_BUDGET = "card"  # a fraction of the whole card for everything but activations (vLLM)
-STATIC_BUDGET = "static"  # a fraction of the memory free at start for weights + KV (SGLang)
 
 
 @dataclass(frozen=True)
@@ -199,7 +197,7 @@ def estimate_inference(
     act = dtype_bytes(opts.dtype or ("bfloat16" if shape.weight_bytes == 1 else shape.dtype))
     if device == "cpu":
         return _cpu_server(alloc, opts, weights, kv_token, context)
-    static_budget = memory_model(alloc.backend, CARD_BUDGET) == STATIC_BUDGET
+    static_budget = memory_model(alloc.backend) == STATIC_BUDGET
     if static_budget:
         fraction = opts.mem_fraction
         if fraction is None and capacity_gib is not None:
@@ -256,7 +254,7 @@ def estimate_inference(
 
 
 def _budget(alloc: ModelAllocation) -> str:
-    static = memory_model(alloc.backend, CARD_BUDGET) == STATIC_BUDGET
+    static = memory_model(alloc.backend) == STATIC_BUDGET
     return "static budget" if static else "memory budget"
 
 

@@ -38,6 +38,7 @@ from launcher.memory.parts import (
     memory_model,
 )
 from launcher.spec.alloc import ModelAllocation
+from launcher.spec.backend_facts import MEGATRON
 from launcher.spec.errors import ConfigError
 
 # AReaL's examples set actor.mb_spec.max_tokens_per_mb to 10240 more than to any other value
@@ -48,9 +49,6 @@ FP32_BYTES = 4  # the fp32 log-softmax / exp-logits a cross-entropy keeps for ba
 LOGPROB_CHUNK_TOKENS = 1024  # AReaL's gather_logprobs chunk: the fp32 copy of a forward pass
 REDUCE_DTYPE = "float32"  # grad_reduce_dtype: AReaL's default, our recipe's mixed precision
 OPTIMIZERS = ("adam", "adam_bf16", "sgd")
-# how a trainer holds its model (a training backend's MEMORY_MODEL)
-FSDP2 = "fsdp2"  # FSDP2 full shard over the whole mesh, gathered units (fsdp, archon)
-MEGATRON = "megatron"  # Megatron-LM: t/p-split layers, distributed optimizer over d*c
 RECOMPUTE = ("full", "selective", "none")
 
 
@@ -132,7 +130,7 @@ class TrainOptions:
 
 
 def _megatron(backend: str) -> bool:
-    return memory_model(backend, FSDP2) == MEGATRON
+    return memory_model(backend) == MEGATRON
 
 
 def state_bytes(backend: str, opts: TrainOptions) -> tuple[int, int, int]:

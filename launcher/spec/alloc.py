@@ -33,11 +33,12 @@ def known() -> str:
 
 
 def is_hybrid_backend(backend: str) -> bool:
-    return bool(getattr(registry.backend_table().get(backend), "HYBRID", False))
+    found = registry.find_backend(backend)
+    return found is not None and found.hybrid
 
 
 def example(backend: str) -> str:
-    return str(registry.backend(backend).EXAMPLE)
+    return registry.backend_facts(backend).example
 
 
 class AllocationError(UserError):
@@ -126,7 +127,7 @@ class ModelAllocation:
     @property
     def kind(self) -> str:
         """serve, train or worker: what its backend runs (launcher.spec.registry.KINDS)."""
-        return str(registry.backend(self.backend).KIND)
+        return registry.backend_facts(self.backend).kind
 
     @property
     def is_inference(self) -> bool:
@@ -161,7 +162,7 @@ def _dims_text(dims: tuple[tuple[str, int], ...]) -> str:
 def _not_taken(backend: str, dim: str) -> str:
     """Hint for a dim the backend does not take: what it does take, and who takes the dim."""
     takes = ", ".join(registry.backend_dims(backend) or "")
-    kin = registry.backend_names(registry.backend(backend).KIND)
+    kin = registry.backend_names(registry.backend_facts(backend).kind)
     others = [b for b in kin if dim in (registry.backend_dims(b) or "")]
     name = DIM_NAMES.get(dim, dim)
     if others:

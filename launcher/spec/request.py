@@ -1,13 +1,13 @@
 """The launch request: what every runner executes, and what a dry run prints
 (docs/architecture.md, "Runners").
 
-Backends turn the plan into processes (launcher.backends.processes); the request adds what the node
-supervisors need (run id, run
-folder, deadlines). It is runner-neutral: hosts are placeholders and GPUs are positions in a
-node's visible GPUs. `materialize` is the one place that turns a process into what is exec'd
-on a node: hosts filled in, CUDA_VISIBLE_DEVICES set to the GPUs those positions name there
-(the user's mask, Slurm's or Ray's ids, UUIDs and MIG ids as given). The supervisor runs it on
-the node; dry runs run it too, so what they print is what would run.
+Backends turn the plan into processes (launcher.backends.processes); the request adds
+what the node supervisors need (run id, run folder, deadlines). It is runner-neutral: hosts
+are placeholders and GPUs are positions in a node's visible GPUs. `materialize` is the one
+place that turns a process into what is exec'd on a node: hosts filled in,
+CUDA_VISIBLE_DEVICES set to the GPUs those positions name there (the user's mask, Slurm's or
+Ray's ids, UUIDs and MIG ids as given). The supervisor runs it on the node; dry runs run it
+too, so what they print is what would run.
 """
 
 from __future__ import annotations
