@@ -12,6 +12,6 @@ per backend, a subclass of its kind's base in launcher.backends.kinds:
 
 Every class has `Options` (the dataclass of its config sub-key, `rollout.vllm.*`) and
 `refused` (flags its extra_args may not hold). A new backend is one module and one record (or
-an entry point naming a record of its own). processes builds every process of a plan from
+an entry point naming a record of its own). plan_processes builds every process of a plan from
 them; memory_inputs hands the memory model its typed inputs.
 """

@@ -105,7 +105,7 @@ class ServeBackend(Backend[OptionsT]):
     def argv_head(self, engine: Engine, ctx: LaunchContext) -> list[str]:
         """`python -m MODULE`: the backend's module, or the one `<engine>.server_module` names
         (a wrapper of the engine's own server that takes its flags). The interpreter is
-        chosen after (launcher.backends.processes.interpreter)."""
+        chosen after (launcher.backends.plan_processes.interpreter)."""
         return [ctx.python, "-m", engine.server_module or self.module]
 
     def env(

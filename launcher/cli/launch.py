@@ -208,7 +208,7 @@ def build_request(
 ) -> tuple[Plan, LaunchRequest]:
     """The plan with its processes, and the request a runner executes (no side effect)."""
     from launcher.backends.context import LaunchContext
-    from launcher.backends.processes import build_processes
+    from launcher.backends.plan_processes import build_processes
     from launcher.planning.build import health_timeout_s
 
     config = prep.spec.config

@@ -1,7 +1,7 @@
 """The launch request: what every runner executes, and what a dry run prints
 (docs/architecture.md, "Runners").
 
-Backends turn the plan into processes (launcher.backends.processes); the request adds
+Backends turn the plan into processes (launcher.backends.plan_processes); the request adds
 what the node supervisors need (run id, run folder, deadlines). It is runner-neutral: hosts
 are placeholders and GPUs are positions in a node's visible GPUs. `materialize` is the one
 place that turns a process into what is exec'd on a node: hosts filled in,
