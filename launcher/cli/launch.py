@@ -513,7 +513,7 @@ def show_suggestions(overrides: list[str]) -> int:
 
     for s in found:
         print(
-            f"# {s.mode}: rollout {s.rollout} ({s.kv_tokens} KV tokens), actor {s.actor} "
+            f"# {s.mode}: rollout {s.server} ({s.kv_tokens} KV tokens), actor {s.trainer} "
             f"({s.train_tokens} tokens per micro-step), score {s.score:.0f}"
         )
         keys = {o.partition("=")[0] for o in s.overrides}
