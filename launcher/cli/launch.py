@@ -275,7 +275,7 @@ def flag_check(prep: Prepared) -> Optional[FlagCheck]:
     origins = prep.planned.flag_origins
     if found is None or not origins:
         return None
-    return FlagCheck(found.alloc.backend, "rollout", tuple(origins.items()))
+    return FlagCheck(found.alloc.backend, "rollout", dict(origins))
 
 
 def is_recipe(entry: str) -> bool:
