@@ -93,9 +93,13 @@ class ServeBackend(Backend[OptionsT]):
         """One ProcessSpec per instance and node of the serving component."""
 
     def inference_options(self, engine: Engine) -> InferenceOptions:
-        """The engine as the inference estimator's inputs: here the generic knob only
-        (`<engine>.offload`: released between phases); a backend maps its own options."""
-        return InferenceOptions(release=engine.offload)
+        """The engine as the inference estimator's inputs: its options named by its record's
+        memory_keys (estimator knob -> option, the one home of that mapping), its `dtype`
+        option if it has one, and `<engine>.offload` (released between phases)."""
+        options = engine.options
+        knobs = {knob: getattr(options, key) for knob, key in self.facts.memory_keys.items()}
+        dtype = getattr(options, "dtype", None)
+        return InferenceOptions(dtype=dtype, release=engine.offload, **knobs)
 
     def served_model(self, engine: Engine) -> str:
         """The name its servers answer to; the same string goes to trainers

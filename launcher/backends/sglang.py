@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Optional
 from launcher.backends.common import launcher_owned
 from launcher.backends.kinds import ServeBackend
 from launcher.backends.servers import HttpCall, ServerClient, ServerSet, listen_args
-from launcher.memory.infer import InferenceOptions
 from launcher.spec.backend_facts import BUILTIN_BACKENDS
 from launcher.spec.errors import ConfigError
 from launcher.spec.plan import host_placeholder
@@ -193,16 +192,6 @@ class SGLangBackend(ServeBackend[SGLangOptions]):
         if plan.cluster.device == "cpu":
             argv += ["--device", "cpu"]
         return argv
-
-    def inference_options(self, engine: Engine) -> InferenceOptions:
-        """rollout.sglang.* as the estimator's inputs."""
-        options = self.options_of(engine)
-        return InferenceOptions(
-            mem_fraction=options.mem_fraction_static,
-            context_length=options.context_length,
-            dtype=options.dtype,
-            release=engine.offload,
-        )
 
     def _option_args(self, engine: Engine, tp: int) -> list[str]:
         """rollout.sglang.* and rollout.offload as SGLang flags."""

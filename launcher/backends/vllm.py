@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Optional
 from launcher.backends.common import launcher_owned
 from launcher.backends.kinds import ServeBackend
 from launcher.backends.servers import HttpCall, ServerClient, ServerSet, listen_args, local_gpus
-from launcher.memory.infer import InferenceOptions
 from launcher.spec.backend_facts import BUILTIN_BACKENDS
 from launcher.spec.errors import ConfigError
 from launcher.spec.gpuset import format_gpu_set
@@ -170,17 +169,6 @@ class VllmBackend(ServeBackend[VllmOptions]):
             if rank > 0:
                 argv.append("--headless")
         return argv
-
-    def inference_options(self, engine: Engine) -> InferenceOptions:
-        """rollout.vllm.* as the estimator's inputs."""
-        options = self.options_of(engine)
-        return InferenceOptions(
-            mem_fraction=options.gpu_memory_utilization,
-            context_length=options.max_model_len,
-            dtype=options.dtype,
-            release=engine.offload,
-            cpu_kvcache_space_gib=float(options.cpu_kvcache_space_gb),
-        )
 
     def _option_args(self, engine: Engine, device: str, warnings: list[str]) -> list[str]:
         """rollout.vllm.* and rollout.offload as vLLM flags (cpu defaults applied)."""

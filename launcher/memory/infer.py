@@ -84,6 +84,7 @@ class InferenceOptions:
             or not 0 < space <= 1 << 16
         ):
             raise ConfigError(f"cpu_kvcache_space_gb={space!r}: must be a positive number of GiB")
+        object.__setattr__(self, "cpu_kvcache_space_gib", float(space))  # GiB, whole or not
 
 
 def _sglang_defaults(capacity_mb: float, tp: int) -> tuple[int, int]:
