@@ -15,7 +15,6 @@ import traceback
 from dataclasses import dataclass
 from typing import IO, Any, Callable, Optional, Sequence
 
-from launcher.backends.kinds import serve_backend
 from launcher.spec.errors import ConfigError
 from launcher.spec.plan import Plan, ProcessSpec, fill_hosts
 
@@ -23,7 +22,9 @@ SOURCE_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."
 
 
 def checker(backend: str) -> str:
-    """The module that checks `backend`'s argvs with its engine's parser (its CHECKER)."""
+    """The module that checks `backend`'s argvs with its engine's parser (its checker)."""
+    from launcher.backends.kinds import serve_backend  # not in the checkers' interpreters
+
     found = serve_backend(backend).checker
     if found is None:
         raise ConfigError(f"backend {backend!r} has no argv checker")
@@ -42,6 +43,8 @@ class Verdict:
 def server_args(plan: Plan, backend: str) -> list[tuple[ProcessSpec, list[str]]]:
     """(process, argv after `-m <module>`) for each server of `backend` in the plan, hosts
     filled in as a node's supervisor would (node k is `node<k>`)."""
+    from launcher.backends.kinds import serve_backend
+
     module = serve_backend(backend).module
     hosts = [f"node{k}" for k in range(plan.cluster.num_nodes)]
     out = []
