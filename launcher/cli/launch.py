@@ -23,7 +23,7 @@ from launcher.config.schema import engine
 from launcher.planning.build import Planned, explicit_keys
 from launcher.runners import Runner
 from launcher.spec import registry
-from launcher.spec.builtins import ENGINES
+from launcher.spec.builtins import ENGINES, POLICY, PRIMARY
 from launcher.spec.errors import ConfigError, LaunchError, PlacementError, UserError
 from launcher.spec.plan import ENV_SPMD_MODE, Plan
 from launcher.spec.request import ArealFolders, FlagCheck, LaunchRequest
@@ -490,10 +490,8 @@ def show_suggestions(overrides: list[str]) -> int:
     capacity = gpu_capacity(prep.planned, here=not prep.runner.more_nodes("cuda"))
     engines = prep.planned.engines
     options = SuggestOptions(
-        train=train_options(engines["actor"]) if "actor" in engines else SuggestOptions().train,
-        infer=inference_options(engines["rollout"])
-        if "rollout" in engines
-        else SuggestOptions().infer,
+        train=train_options(engines[POLICY]) if POLICY in engines else SuggestOptions().train,
+        infer=inference_options(engines[PRIMARY]) if PRIMARY in engines else SuggestOptions().infer,
     )
     search = suggest_within(shape, plan.cluster, capacity.gib, options)
     found, cluster = search.found, plan.cluster
@@ -513,7 +511,7 @@ def show_suggestions(overrides: list[str]) -> int:
 
     for s in found:
         print(
-            f"# {s.mode}: rollout {s.server} ({s.kv_tokens} KV tokens), actor {s.trainer} "
+            f"# {s.mode}: {PRIMARY} {s.server} ({s.kv_tokens} KV tokens), {POLICY} {s.trainer} "
             f"({s.train_tokens} tokens per micro-step), score {s.score:.0f}"
         )
         keys = {o.partition("=")[0] for o in s.overrides}
