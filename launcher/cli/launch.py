@@ -23,7 +23,7 @@ from launcher.config.schema import engine
 from launcher.planning.build import Planned, explicit_keys
 from launcher.runners import Runner
 from launcher.spec import registry
-from launcher.spec.builtins import ENGINES
+from launcher.spec.builtins import ENGINES, POLICY, PRIMARY
 from launcher.spec.errors import ConfigError, LaunchError, PlacementError, UserError
 from launcher.spec.plan import ENV_SPMD_MODE, Plan
 from launcher.spec.request import ArealFolders, FlagCheck, LaunchRequest
@@ -119,8 +119,8 @@ def with_memory(planned: Planned, here: bool) -> Planned:
     that does not fit is refused (launcher.check_memory=error), said (warn) or not checked
     (off)."""
 
+    from launcher.backends.memory_inputs import plan_memory
     from launcher.memory.model_shape import read_model_shape
-    from launcher.memory.plan import plan_memory
 
     config = planned.spec
     mode = config.launcher.check_memory
@@ -208,7 +208,7 @@ def build_request(
 ) -> tuple[Plan, LaunchRequest]:
     """The plan with its processes, and the request a runner executes (no side effect)."""
     from launcher.backends.context import LaunchContext
-    from launcher.backends.processes import build_processes
+    from launcher.backends.plan_processes import build_processes
     from launcher.planning.build import health_timeout_s
 
     config = prep.spec.config
@@ -275,7 +275,7 @@ def flag_check(prep: Prepared) -> Optional[FlagCheck]:
     origins = prep.planned.flag_origins
     if found is None or not origins:
         return None
-    return FlagCheck(found.alloc.backend, "rollout", tuple(origins.items()))
+    return FlagCheck(found.alloc.backend, "rollout", dict(origins))
 
 
 def is_recipe(entry: str) -> bool:
@@ -464,8 +464,8 @@ def sharing_everything(overrides: list[str]) -> Optional[list[str]]:
 def show_suggestions(overrides: list[str]) -> int:
     """`areal-launch plan --suggest OVERRIDES`: the layouts that fit, ranked as
     `areal-launch plan --help` says (the --suggest flag in cli/flags.py)."""
+    from launcher.backends.memory_inputs import inference_options, train_options
     from launcher.memory.model_shape import read_model_shape
-    from launcher.memory.plan import inference_options, train_options
     from launcher.memory.suggest import SuggestOptions, suggest_within
 
     try:
@@ -490,10 +490,8 @@ def show_suggestions(overrides: list[str]) -> int:
     capacity = gpu_capacity(prep.planned, here=not prep.runner.more_nodes("cuda"))
     engines = prep.planned.engines
     options = SuggestOptions(
-        train=train_options(engines["actor"]) if "actor" in engines else SuggestOptions().train,
-        infer=inference_options(engines["rollout"])
-        if "rollout" in engines
-        else SuggestOptions().infer,
+        train=train_options(engines[POLICY]) if POLICY in engines else SuggestOptions().train,
+        infer=inference_options(engines[PRIMARY]) if PRIMARY in engines else SuggestOptions().infer,
     )
     search = suggest_within(shape, plan.cluster, capacity.gib, options)
     found, cluster = search.found, plan.cluster
@@ -513,7 +511,7 @@ def show_suggestions(overrides: list[str]) -> int:
 
     for s in found:
         print(
-            f"# {s.mode}: rollout {s.rollout} ({s.kv_tokens} KV tokens), actor {s.actor} "
+            f"# {s.mode}: {PRIMARY} {s.server} ({s.kv_tokens} KV tokens), {POLICY} {s.trainer} "
             f"({s.train_tokens} tokens per micro-step), score {s.score:.0f}"
         )
         keys = {o.partition("=")[0] for o in s.overrides}

@@ -406,7 +406,7 @@ def _typed_options(cfg: DictConfig, name: str, backend: str, values: DictConfig)
 
     from launcher.config.areal import ours_entry
 
-    known = {f.name for f in dataclasses.fields(registry.backend(backend).Options)}
+    known = {f.name for f in dataclasses.fields(registry.backend_options(backend))}
     extra = {k: v for k, v in values.items() if k not in known}
     if extra and ours_entry(str(OmegaConf.select(cfg, "trainer.entry", default=""))):
         extra = {}  # backend_options names the first

@@ -58,10 +58,10 @@ def apply(
         return Applied(spec, tuple(notes))
     section = dict(sections[backend])
     rollout = spec.rollout
-    known = {f.name for f in dataclasses.fields(registry.backend(backend).Options)}
+    known = {f.name for f in dataclasses.fields(registry.backend_options(backend))}
     options = dict(getattr(rollout, backend) or {})  # what the user set: it wins
     server_args = dict(rollout.server_args)
-    refused = registry.backend(backend).REFUSED
+    refused = registry.refused_flags(backend)
     model_path: Optional[str] = rollout.model_path
     origins: dict[str, str] = {}
     for key, value in _areal_keys(backend, section, options).items():
@@ -74,7 +74,7 @@ def apply(
             continue
         if key in known:
             typed(
-                backend, registry.backend(backend).Options, {key: value}, f"{backend}'s options"
+                backend, registry.backend_options(backend), {key: value}, f"{backend}'s options"
             )  # its type checked, named as written
             notes += _given(options, key, value, f"rollout.{backend}.{key}", where)
             options.setdefault(key, value)
