@@ -94,7 +94,7 @@ def estimate_parts(
     base = TrainOptions(
         dtype="float32", max_tokens_per_mb=tokens, gradient_checkpointing=checkpointing
     )
-    opts = fsdp.train_options(fsdp.Options(), base)
+    opts = fsdp.fsdp_memory_effects(fsdp.FsdpOptions(), base)
     need = estimate_training(shape, parse_backend(f"fsdp:d{ranks}"), opts, device=device)
     return dict(need.parts)
 

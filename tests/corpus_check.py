@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from launcher.backends.memory_inputs import plan_memory
 from launcher.memory.capacity import resolve_capacity
 from launcher.memory.estimate import MemoryReport
-from launcher.memory.plan import plan_memory
 from launcher.planning.build import build_plan
 from tests.peer_corpus import Case, model_shape
 from tests.plans import config

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from launcher.backends.context import LaunchContext
-from launcher.backends.processes import build_processes
+from launcher.backends.plan_processes import build_processes
 from launcher.planning.build import build_plan
 from launcher.spec.errors import ConfigError, PlacementError
 from launcher.spec.plan import Plan

@@ -14,7 +14,7 @@ import pytest
 
 from launcher.backends.checks import check_argvs, plan_items
 from launcher.backends.context import LaunchContext
-from launcher.backends.processes import build_processes
+from launcher.backends.plan_processes import build_processes
 from launcher.planning.build import build_plan
 from launcher.spec.plan import Plan
 from tests.plans import config

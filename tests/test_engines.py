@@ -9,7 +9,7 @@ from typing import Callable
 
 import pytest
 
-from launcher.backends import processes
+from launcher.backends import plan_processes
 from launcher.backends.context import LaunchContext
 from launcher.config.schema import LaunchConfig
 from launcher.planning import resolve
@@ -87,7 +87,7 @@ def plan_with_processes(plan: Plan, spec: LaunchConfig, c: Context) -> Plan:
         n: comp.inherited_from for n, comp in plan.components.items() if comp.inherited_from
     }
     engines = resolve.engines(spec, allocs, inherited, model_path(spec))
-    return processes.build_processes(
+    return plan_processes.build_processes(
         Planned(plan, engines, spec), spec.trainer.entry, spec.trainer.args, c.ctx
     )
 

@@ -18,56 +18,45 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 BACKEND = '''
-"""echolm: a serving backend of its own package; its server is a stdlib HTTP server."""
+"""echolm: a serving backend of its own package (its record and its class); its server is a
+stdlib HTTP server."""
 from dataclasses import dataclass
 
-from launcher.backends.common import refuse_flags
-from launcher.backends.protocol import Install
-from launcher.backends.servers import (ServerClient, ServerSet, health_url, listen_args,
-                                       local_gpus, process_name, server_env)
-from launcher.memory.infer import CARD_BUDGET, InferenceOptions
-from launcher.spec.plan import ProcessSpec, host_placeholder
-from launcher.spec.registry import SERVE
+from launcher.backends.kinds import ServeBackend
+from launcher.backends.servers import ServerClient, ServerSet, listen_args
+from launcher.spec.backend_facts import CARD_BUDGET, SERVE, BackendFacts, Install
+from launcher.spec.plan import host_placeholder
 
-NAME = "echolm"
-KIND = SERVE
-DIMS = "d"
-HYBRID = False
-EXAMPLE = "echolm:d1"
-ORDER = 9
-MODULE = "echolm_server"
-CLIENT = ServerClient(health="/ping", release="/release", resume="/resume", release_flag="")
-CHECKER = None
-INSTALL = Install("echolm_server", "put echolm on PYTHONPATH")
-MEMORY_MODEL = CARD_BUDGET
-MEMORY_KEYS = {}
-REFUSED = {"--port": "is set by the launcher"}
+FACTS = BackendFacts(
+    "echolm", SERVE, "echolm_backend:EcholmBackend", dims="d", example="echolm:d1", order=9,
+    install=Install("echolm_server", "put echolm on PYTHONPATH"), memory_model=CARD_BUDGET,
+)
 
 
 @dataclass
-class Options:
+class EcholmOptions:
     greeting: str = "hello"
 
 
-def servers(comp, plan, engine, ctx):
-    refuse_flags(engine.extra_args, REFUSED, f"{engine.name}.extra_args")
-    out = ServerSet()
-    for inst in comp.instances:
-        node = inst.nodes[0]
-        port = ctx.next_port()
-        out.addrs.append(f"{host_placeholder(node)}:{port}")
-        argv = (ctx.python, "-m", MODULE, *listen_args(node, port),
-                "--greeting", engine.options.greeting)
-        out.processes.append(ProcessSpec(
-            name=process_name(comp, inst, node), component=comp.name, role="server",
-            node=node, argv=argv, env=server_env(engine, ctx, {}),
-            gpus=local_gpus(plan, inst, node), ports=(port,),
-            health_url=health_url(node, port, CLIENT)))
-    return out
+class EcholmBackend(ServeBackend[EcholmOptions]):
+    facts = FACTS
+    Options = EcholmOptions
+    module = "echolm_server"
+    client = ServerClient(health="/ping", release="/release", resume="/resume", release_flag="")
+    refused = {"--port": "is set by the launcher"}
 
-
-def inference_options(options, release):
-    return InferenceOptions(release=release)
+    def servers(self, comp, plan, engine, ctx):
+        flags = self.user_flags(engine)
+        out = ServerSet()
+        for inst in comp.instances:
+            node = inst.nodes[0]
+            port = ctx.next_port()
+            out.addrs.append(f"{host_placeholder(node)}:{port}")
+            argv = [*self.argv_head(engine, ctx), *listen_args(node, port),
+                    "--greeting", self.options_of(engine).greeting, *flags]
+            env = self.env(engine, ctx, {})
+            out.processes.append(self.server(plan, comp, inst, node, argv, env, (port,), port))
+        return out
 '''
 
 SERVER = '''
@@ -123,7 +112,7 @@ def write_package(root: Path) -> None:
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: echolm-pkg\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text(
-        "[areal_launch.backends]\necholm = echolm_backend\n\n"
+        "[areal_launch.backends]\necholm = echolm_backend:FACTS\n\n"
         "[areal_launch.runners]\nprintrunner = printrunner\n"
     )
 

@@ -1,18 +1,18 @@
 """The default CPU run and the GPU presets fit on the machines they are written for.
 
 Plans are composed and built as `areal-launch plan` builds them, and their memory checked the
-way a launch checks it (launcher/memory/plan.py maps the config onto the estimator). The
-presets name 8 H100 (80 GB, 79.11 GiB) per node.
+way a launch checks it (launcher/backends/memory_inputs.py maps the config onto the
+estimator). The presets name 8 H100 (80 GB, 79.11 GiB) per node.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from launcher.backends.memory_inputs import plan_memory
 from launcher.cli.launch import prepare
 from launcher.memory.capacity import gpu_memory_from_name, host_memory_gib
 from launcher.memory.model_shape import shape_from_config
-from launcher.memory.plan import plan_memory
 from tests.model_configs import MODELS
 
 # the checkpoints the presets name, from our table of published configs

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from launcher.backends.context import LaunchContext
-from launcher.backends.processes import build_processes
+from launcher.backends.plan_processes import build_processes
 from launcher.config.compose import Composer, ConfigSource
 from launcher.config.run import run_spec
 from launcher.planning.build import build_plan

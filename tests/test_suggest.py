@@ -7,9 +7,9 @@ import math
 
 import pytest
 
+from launcher.backends.memory_inputs import plan_memory
 from launcher.cli.launch import prepare
 from launcher.memory.estimate import TrainOptions, estimate
-from launcher.memory.plan import plan_memory
 from launcher.memory.suggest import (
     COLLOCATED_SHARE,
     KV_USEFUL_TOKENS,
@@ -48,7 +48,7 @@ def test_every_suggestion_fits_when_planned_from_its_overrides(name, nodes):
         report, plan = planned(s, model, nodes)
         assert report.fits is True, (s.command(), report.error())
         assert plan.mode == s.mode
-        assert str(plan.components["rollout"].alloc) == str(s.rollout)
+        assert str(plan.components["rollout"].alloc) == str(s.server)
 
 
 def test_suggestions_are_ranked_by_the_stated_throughput_proxy():
@@ -59,11 +59,11 @@ def test_suggestions_are_ranked_by_the_stated_throughput_proxy():
     options = SuggestOptions()
     for s in found:
         infer = dataclasses.replace(options.infer, release=s.mode == "collocated")
-        per_instance = estimate(model, s.rollout, infer, H100, "cuda").kv_tokens
-        generation = s.rollout.dp * min(per_instance, KV_USEFUL_TOKENS)
+        per_instance = estimate(model, s.server, infer, H100, "cuda").kv_tokens
+        generation = s.server.dp * min(per_instance, KV_USEFUL_TOKENS)
         share = COLLOCATED_SHARE if s.mode == "collocated" else 1.0
         assert s.score == pytest.approx(
-            math.sqrt(generation * s.max_tokens_per_mb * s.actor.dp) * share
+            math.sqrt(generation * s.max_tokens_per_mb * s.trainer.dp) * share
         )
 
 
@@ -102,10 +102,10 @@ def test_checkpointing_is_turned_on_in_the_overrides_when_that_is_what_fits():
 
 
 def test_suggestions_keep_to_the_backends_asked_for():
-    options = SuggestOptions(rollout_backends=("sglang",), actor_backends=("megatron",))
+    options = SuggestOptions(server_backends=("sglang",), trainer_backends=("megatron",))
     found = suggest(shape("Qwen3-32B"), ClusterSpec(2, 8), H100, options)
     assert found and all(
-        s.rollout.backend == "sglang" and s.actor.backend == "megatron" for s in found
+        s.server.backend == "sglang" and s.trainer.backend == "megatron" for s in found
     )
 
 

@@ -7,28 +7,18 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
-from launcher.backends.protocol import Install
-from launcher.memory.train import FSDP2, TrainOptions
-from launcher.spec.registry import TRAIN
+from launcher.backends.kinds import TrainBackend
+from launcher.memory.train import TrainOptions
+from launcher.spec.backend_facts import BUILTIN_BACKENDS
 
 if TYPE_CHECKING:
-    from launcher.spec.plan import ComponentPlan
+    from launcher.planning.resolve import Engine
 
-NAME = "fsdp"
-KIND = TRAIN
-DIMS = "dtc"
-HYBRID = False
-EXAMPLE = "fsdp:d8"
-ORDER = 0
-REFUSED: dict[str, str] = {}
-INSTALL = Install("torch", "pip install 'areal-launch[torch]'")
-MEMORY_MODEL = FSDP2
-MEMORY_KEYS = {"params_cpu_offload": "offload_params"}
 MIXED_PRECISION = (None, "bf16", "bfloat16", "fp16", "float16")
 
 
 @dataclass
-class Options:
+class FsdpOptions:
     """<engine>.fsdp.*: read by the entry point from the plan (engine_options)."""
 
     reshard_after_forward: bool = True
@@ -45,17 +35,17 @@ class Options:
         return None
 
 
-def engine_args(comp: "ComponentPlan", options: Options) -> list[str]:
-    """Flags after the entry point: none (fsdp.* options are not command-line flags)."""
-    return []
+class FsdpBackend(TrainBackend[FsdpOptions]):
+    """No flags after the entry and no environment of its own: the defaults."""
+
+    facts = BUILTIN_BACKENDS["fsdp"]
+    Options = FsdpOptions
+
+    def memory_effects(self, engine: Engine, base: TrainOptions) -> TrainOptions:
+        return fsdp_memory_effects(self.options_of(engine), base)
 
 
-def engine_env(device: str) -> dict[str, str]:
-    """Environment defaults for its workers."""
-    return {}
-
-
-def train_options(options: Options, base: TrainOptions) -> TrainOptions:
+def fsdp_memory_effects(options: FsdpOptions, base: TrainOptions) -> TrainOptions:
     """<engine>.fsdp.* as the estimator's inputs: mixed precision computes (activations,
     logits, gathered layers) in its dtype and reduces gradients in fp32 while weights, grads
     and optimizer state stay in `dtype` (recipes/grpo/mesh.py mixed_precision_policy; without

@@ -10,26 +10,18 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
-from launcher.backends.fsdp import INSTALL as INSTALL  # torch, like every trainer
-from launcher.memory.train import MEGATRON, TrainOptions
-from launcher.spec.registry import TRAIN
+from launcher.backends.kinds import TrainBackend
+from launcher.memory.train import TrainOptions
+from launcher.spec.backend_facts import BUILTIN_BACKENDS
 
 if TYPE_CHECKING:
+    from launcher.planning.resolve import Engine
     from launcher.spec.alloc import ModelAllocation
     from launcher.spec.plan import ComponentPlan
 
-NAME = "megatron"
-KIND = TRAIN
-DIMS = "dtpce"
-HYBRID = True
-EXAMPLE = "megatron:d2p2t2"
-ORDER = 1
-MEMORY_MODEL = MEGATRON
-MEMORY_KEYS = {"optimizer_cpu_offload": "optimizer_cpu_offload"}
-
 
 @dataclass
-class Options:
+class MegatronOptions:
     """<engine>.megatron.*: Megatron-LM flags after the entry point."""
 
     sequence_parallel: bool = False
@@ -54,7 +46,7 @@ PARALLEL_FLAGS = (
     ("--expert-model-parallel-size", "ep", "e"),
     ("--expert-tensor-parallel-size", "etp", "the ffn part's t"),
 )
-REFUSED = {
+PARALLEL_REFUSED = {
     flag: (
         f"would change the parallel layout: set it with the backend string's {dim} "
         f"(e.g. actor.backend=megatron:d2t2p2)"
@@ -63,7 +55,7 @@ REFUSED = {
 }
 
 
-def parallel_args(alloc: "ModelAllocation") -> list[str]:
+def parallel_args(alloc: ModelAllocation) -> list[str]:
     """The five parallel-size flags, from the parsed backend string."""
     args: list[str] = []
     for flag, attr, _ in PARALLEL_FLAGS:
@@ -71,31 +63,37 @@ def parallel_args(alloc: "ModelAllocation") -> list[str]:
     return args
 
 
-def engine_args(comp: "ComponentPlan", options: Options) -> list[str]:
+class MegatronBackend(TrainBackend[MegatronOptions]):
     """Parallel flags plus <engine>.megatron.* as Megatron-LM flags."""
-    args = parallel_args(comp.alloc)
-    if options.sequence_parallel:
-        args.append("--sequence-parallel")
-    if options.use_distributed_optimizer:
-        args.append("--use-distributed-optimizer")
-    if options.recompute_granularity:
-        args += ["--recompute-granularity", str(options.recompute_granularity)]
-    if options.optimizer_cpu_offload:
-        args += ["--optimizer-cpu-offload"]
-    return args
 
+    facts = BUILTIN_BACKENDS["megatron"]
+    Options = MegatronOptions
+    refused = PARALLEL_REFUSED
 
-def engine_env(device: str) -> dict[str, str]:
-    """Megatron's tensor-parallel overlap needs one CUDA connection (it asserts otherwise)."""
-    return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if device == "cuda" else {}
+    def engine_args(self, comp: ComponentPlan, engine: Engine) -> list[str]:
+        options = self.options_of(engine)
+        args = parallel_args(comp.alloc)
+        if options.sequence_parallel:
+            args.append("--sequence-parallel")
+        if options.use_distributed_optimizer:
+            args.append("--use-distributed-optimizer")
+        if options.recompute_granularity:
+            args += ["--recompute-granularity", str(options.recompute_granularity)]
+        if options.optimizer_cpu_offload:
+            args += ["--optimizer-cpu-offload"]
+        return args
 
+    def engine_env(self, device: str) -> dict[str, str]:
+        """Megatron's tensor-parallel overlap needs one CUDA connection (it asserts otherwise)."""
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if device == "cuda" else {}
 
-def train_options(options: Options, base: TrainOptions) -> TrainOptions:
-    """<engine>.megatron.* as the estimator's inputs (Megatron's layout and offload)."""
-    return dataclasses.replace(
-        base,
-        optimizer_cpu_offload=options.optimizer_cpu_offload,
-        sequence_parallel=options.sequence_parallel,
-        use_distributed_optimizer=options.use_distributed_optimizer,
-        recompute=options.recompute_granularity,
-    )
+    def memory_effects(self, engine: Engine, base: TrainOptions) -> TrainOptions:
+        """<engine>.megatron.* as the estimator's inputs (Megatron's layout and offload)."""
+        options = self.options_of(engine)
+        return dataclasses.replace(
+            base,
+            optimizer_cpu_offload=options.optimizer_cpu_offload,
+            sequence_parallel=options.sequence_parallel,
+            use_distributed_optimizer=options.use_distributed_optimizer,
+            recompute=options.recompute_granularity,
+        )

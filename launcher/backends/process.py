@@ -10,12 +10,13 @@ and restarts a failed worker alone.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from launcher.backends.common import layered_env
+from launcher.backends.kinds import NoOptions, WorkerBackend
 from launcher.backends.servers import local_gpus
 from launcher.backends.torchrun import entry_argv
+from launcher.spec.backend_facts import BUILTIN_BACKENDS
 from launcher.spec.plan import (
     ENV_COMPONENT,
     ENV_PLAN,
@@ -26,44 +27,46 @@ from launcher.spec.plan import (
     bind_placeholder,
     host_placeholder,
 )
-from launcher.spec.registry import WORKER
 
 if TYPE_CHECKING:
     from launcher.backends.context import LaunchContext
     from launcher.planning.components import Worker
-    from launcher.spec.plan import ComponentPlan, Plan
+    from launcher.spec.plan import ComponentPlan, Instance, Plan
 
-NAME = "process"
-KIND = WORKER
-DIMS = "d"  # d: how many processes (the launcher writes it from the placement)
-HYBRID = False
-EXAMPLE = "process"
-ORDER = 0
-REFUSED: dict[str, str] = {}
-INSTALL = None  # what a worker's entry imports is the user's (the preflight reads its REQUIRES)
 ENV_INDEX = "AREAL_WORKER_INDEX"  # this process's index among its component's
 ENV_COUNT = "AREAL_WORKER_COUNT"  # how many the component has
 ENV_PORT = "AREAL_WORKER_PORT"  # where it answers its health path (when it has one)
 ENV_HOST = "AREAL_WORKER_HOST"  # the address to listen on
 
 
-@dataclass
-class Options:
+class ProcessBackend(WorkerBackend[NoOptions]):
     """A worker's options are its component's own keys (launcher.config.schema
     ComponentConfig); the backend adds none."""
 
+    facts = BUILTIN_BACKENDS["process"]
+    Options = NoOptions
 
-def workers(
-    comp: "ComponentPlan",
-    plan: "Plan",
-    worker: "Worker",
-    ctx: "LaunchContext",
-    server_addrs: Sequence[str],
-) -> list[ProcessSpec]:
-    """One ProcessSpec per instance of the worker component."""
-    addrs = ",".join(server_addrs)
-    out: list[ProcessSpec] = []
-    for inst in comp.instances:
+    def workers(
+        self,
+        comp: ComponentPlan,
+        plan: Plan,
+        worker: Worker,
+        ctx: LaunchContext,
+        server_addrs: Sequence[str],
+    ) -> list[ProcessSpec]:
+        """One ProcessSpec per instance of the worker component."""
+        addrs = ",".join(server_addrs)
+        return [self._worker(comp, plan, worker, ctx, addrs, inst) for inst in comp.instances]
+
+    def _worker(
+        self,
+        comp: ComponentPlan,
+        plan: Plan,
+        worker: Worker,
+        ctx: LaunchContext,
+        addrs: str,
+        inst: Instance,
+    ) -> ProcessSpec:
         node = inst.nodes[0]
         contract = {
             ENV_PLAN: ctx.plan_path,
@@ -80,17 +83,14 @@ def workers(
             port = ctx.next_port()
             contract.update({ENV_PORT: str(port), ENV_HOST: bind_placeholder(node)})
             health = f"http://{host_placeholder(node)}:{port}/{worker.health_path.lstrip('/')}"
-        out.append(
-            ProcessSpec(
-                name=f"{comp.name}-{inst.index}",
-                component=comp.name,
-                role="worker",
-                node=node,
-                argv=(ctx.python, *entry_argv(worker.entry), *worker.args),
-                env=layered_env({}, {**ctx.extra_env, **worker.env}, contract),
-                gpus=local_gpus(plan, inst, node),
-                ports=(port,) if port is not None else (),
-                health_url=health,
-            )
+        return ProcessSpec(
+            name=f"{comp.name}-{inst.index}",
+            component=comp.name,
+            role="worker",
+            node=node,
+            argv=(ctx.python, *entry_argv(worker.entry), *worker.args),
+            env=layered_env({}, {**ctx.extra_env, **worker.env}, contract),
+            gpus=local_gpus(plan, inst, node),
+            ports=(port,) if port is not None else (),
+            health_url=health,
         )
-    return out

@@ -1,5 +1,6 @@
-"""What every inference backend shares: names, addresses, GPUs per node, environment, and
-the HTTP endpoints the recipe and the launcher call on a server.
+"""What every inference backend's servers share as data: the HTTP endpoints the recipe and the
+launcher call on a server, the servers of one component, their names and their GPUs per node
+(the behaviour they share is launcher.backends.kinds.ServeBackend's).
 
 A rollout instance runs one server process per node it spans; the first node's process serves
 the HTTP API (its address goes to the trainers), the others join it.
@@ -10,20 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
-from launcher.backends.common import layered_env, refuse_flags
-from launcher.spec.plan import (
-    DEFAULT_SERVED_MODEL,
-    ENV_COMPONENT,
-    ENV_PLAN,
-    ENV_RUN_DIR,
-    ENV_SERVED_MODEL,
-    bind_placeholder,
-    host_placeholder,
-)
+from launcher.spec.plan import bind_placeholder
 
 if TYPE_CHECKING:
-    from launcher.backends.context import LaunchContext
-    from launcher.planning.resolve import Engine
     from launcher.spec.plan import ComponentPlan, Instance, Plan, ProcessSpec
 
 
@@ -70,11 +60,6 @@ class ServerSet:
     warnings: list[str] = field(default_factory=list)
 
 
-def served_model_name(options: object) -> str:
-    """The name servers answer to; the same string goes to trainers (AREAL_SERVED_MODEL_NAME)."""
-    return str(getattr(options, "served_model_name", None) or DEFAULT_SERVED_MODEL)
-
-
 def process_name(comp: "ComponentPlan", inst: "Instance", node: int) -> str:
     """`rollout-<i>`, or `rollout-<i>-node<k>` (k: the cluster node) for multi-node instances."""
     base = f"{comp.name}-{inst.index}"
@@ -85,39 +70,6 @@ def local_gpus(plan: "Plan", inst: "Instance", node: int) -> tuple[int, ...]:
     """The instance's GPUs on `node`, as node-local indices (CUDA_VISIBLE_DEVICES order)."""
     cluster = plan.cluster
     return tuple(cluster.local_of(g) for g in inst.gpus if cluster.node_of(g) == node)
-
-
-def server_env(
-    engine: "Engine", ctx: "LaunchContext", defaults: Mapping[str, str]
-) -> dict[str, str]:
-    """The environment one server process gets (docs/architecture.md §7)."""
-    contract = {
-        ENV_PLAN: ctx.plan_path,
-        ENV_RUN_DIR: ctx.run_dir,
-        ENV_COMPONENT: engine.name,
-        ENV_SERVED_MODEL: served_model_name(engine.options),
-    }
-    return layered_env(defaults, ctx.env_for(engine.name), contract)
-
-
-def health_url(node: int, port: int, client: ServerClient) -> str:
-    """Where the supervisor polls a server before counting it up."""
-    return f"http://{host_placeholder(node)}:{port}{client.health}"
-
-
-def module_argv(engine: "Engine", ctx: "LaunchContext", module: str) -> list[str]:
-    """`python -m MODULE`: the backend's module, or the one `<engine>.server_module` names
-    (a wrapper of the engine's own server that takes its flags, such as AReaL's). The
-    interpreter is chosen after (launcher.backends.processes.interpreter)."""
-    return [ctx.python, "-m", engine.server_module or module]
-
-
-def user_flags(engine: "Engine", refused: Mapping[str, str]) -> list[str]:
-    """The user's own flags for the servers, `<engine>.extra_args` then `server_args`; a
-    flag the launcher sets from the plan is refused in either."""
-    refuse_flags(engine.extra_args, refused, f"{engine.name}.extra_args")
-    refuse_flags(engine.server_args, refused, f"{engine.name}.server_args")
-    return [*engine.extra_args, *engine.server_args]
 
 
 def listen_args(node: int, port: int) -> list[str]:

@@ -17,8 +17,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
-from launcher.backends.common import layered_env, refuse_flags
-from launcher.backends.protocol import train_backend
+from launcher.backends.common import layered_env
+from launcher.backends.kinds import train_backend
 from launcher.spec.plan import (
     ENV_COMPONENT,
     ENV_PLAN,
@@ -60,9 +60,8 @@ def trainer_jobs(plan: "Plan", engines: Mapping[str, "Engine"]) -> list[TrainerJ
         if comp.kind != TRAIN:
             continue
         engine = engines[comp.name]
-        module = train_backend(comp.backend)
-        refuse_flags(engine.extra_args, module.REFUSED, f"{comp.name}.extra_args")
-        args = tuple(module.engine_args(comp, engine.options) + list(engine.extra_args))
+        backend = train_backend(comp.backend)
+        args = tuple(backend.engine_args(comp, engine) + backend.user_flags(engine))
         key = (tuple(comp.gpus), comp.backend, args)
         if key in jobs:
             job = jobs[key]
@@ -123,61 +122,75 @@ def trainer_processes(
     (AREAL_LLM_SERVER_ADDRS; every server where it feeds none). `server_addrs`: serving
     component -> its addresses. `served_model` is None without servers."""
     out: list[ProcessSpec] = []
-    device = plan.cluster.device
     for job in trainer_jobs(plan, engines):
         fed = [w.dst for w in plan.weight_sync if w.src in job.components]
         # longer lists: trainers read them from the plan (runtime)
         addrs = ",".join(
             a for name in (fed or list(server_addrs)) for a in server_addrs.get(name, ())
         )
-        master = host_placeholder(job.nodes[0][0])
-        port = ctx.next_port()
+        contract = {
+            **ctx.trainer_env,
+            ENV_PLAN: ctx.plan_path,
+            ENV_RUN_DIR: ctx.run_dir,
+            ENV_COMPONENT: ",".join(job.components),
+        }
+        if served_model is not None:
+            if len(addrs) <= MAX_ENV_ADDRS:
+                contract[ENV_SERVER_ADDRS] = addrs
+            contract[ENV_SERVED_MODEL] = served_model
         tail = entry_argv(entry) + list(entry_args) + list(job.args)
-        defaults = {"OMP_NUM_THREADS": "1"} if device == "cpu" else {}
-        defaults.update(train_backend(job.backend).engine_env(device))
-        for rank, (node, gpus) in enumerate(job.nodes):
-            log_dir = f"{ctx.run_dir}/torchrun/{job.label}-node{node}"  # error files per rank
-            argv = [
-                ctx.python,
-                "-m",
-                MODULE,
-                "--nnodes",
-                str(len(job.nodes)),
-                "--node-rank",
-                str(rank),
-                "--nproc-per-node",
-                str(len(gpus)),
-                "--master-addr",
-                master,
-                "--master-port",
-                str(port),
-                "--rdzv-backend",
-                "static",
-                "--log-dir",
-                log_dir,
-                *tail,
-            ]
-            contract = {
-                **ctx.trainer_env,
-                ENV_PLAN: ctx.plan_path,
-                ENV_RUN_DIR: ctx.run_dir,
-                ENV_COMPONENT: ",".join(job.components),
-            }
-            if served_model is not None:
-                if len(addrs) <= MAX_ENV_ADDRS:
-                    contract[ENV_SERVER_ADDRS] = addrs
-                contract[ENV_SERVED_MODEL] = served_model
-            out.append(
-                ProcessSpec(
-                    name=f"{job.label}-node{node}",
-                    component=",".join(job.components),
-                    role="trainer",
-                    node=node,
-                    argv=tuple(argv),
-                    env=layered_env(defaults, ctx.env_for(*job.components), contract),
-                    gpus=gpus,
-                    ports=(port,) if rank == 0 else (),
-                    health_url=None,
-                )
+        out += job_processes(job, plan.cluster.device, ctx, tail, contract)
+    return out
+
+
+def job_processes(
+    job: TrainerJob,
+    device: str,
+    ctx: "LaunchContext",
+    tail: Sequence[str],
+    contract: Mapping[str, str],
+) -> list[ProcessSpec]:
+    """The torchrun of each node of `job`, `tail` (the entry, its args, the engine's flags)
+    after torchrun's own flags, the launcher's `contract` above the user's environment."""
+    master = host_placeholder(job.nodes[0][0])
+    port = ctx.next_port()
+    defaults = {"OMP_NUM_THREADS": "1"} if device == "cpu" else {}
+    defaults.update(train_backend(job.backend).engine_env(device))
+    env = layered_env(defaults, ctx.env_for(*job.components), contract)
+    out = []
+    for rank, (node, gpus) in enumerate(job.nodes):
+        log_dir = f"{ctx.run_dir}/torchrun/{job.label}-node{node}"  # error files per rank
+        argv = [
+            ctx.python,
+            "-m",
+            MODULE,
+            "--nnodes",
+            str(len(job.nodes)),
+            "--node-rank",
+            str(rank),
+            "--nproc-per-node",
+            str(len(gpus)),
+            "--master-addr",
+            master,
+            "--master-port",
+            str(port),
+            "--rdzv-backend",
+            "static",
+            "--log-dir",
+            log_dir,
+            *tail,
+        ]
+        out.append(
+            ProcessSpec(
+                name=f"{job.label}-node{node}",
+                component=",".join(job.components),
+                role="trainer",
+                node=node,
+                argv=tuple(argv),
+                env=dict(env),
+                gpus=gpus,
+                ports=(port,) if rank == 0 else (),
+                health_url=None,
             )
+        )
     return out

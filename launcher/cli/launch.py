@@ -25,7 +25,7 @@ from launcher.config.schema import engine
 from launcher.planning.build import Planned
 from launcher.runners import Runner
 from launcher.spec import registry
-from launcher.spec.builtins import ENGINES
+from launcher.spec.builtins import ENGINES, POLICY, PRIMARY
 from launcher.spec.errors import ConfigError, LaunchError, PlacementError, UserError
 from launcher.spec.plan import Plan
 from launcher.spec.request import ArealFolders, FlagCheck, LaunchRequest
@@ -158,8 +158,8 @@ def with_memory(planned: Planned, here: bool) -> Planned:
     that does not fit is refused (launcher.check_memory=error), said (warn) or not checked
     (off)."""
 
+    from launcher.backends.memory_inputs import plan_memory
     from launcher.memory.model_shape import read_model_shape
-    from launcher.memory.plan import plan_memory
 
     config = planned.config
     mode = config.launcher.check_memory
@@ -247,7 +247,7 @@ def build_request(
 ) -> tuple[Plan, LaunchRequest]:
     """The plan with its processes, and the request a runner executes (no side effect)."""
     from launcher.backends.context import LaunchContext
-    from launcher.backends.processes import build_processes
+    from launcher.backends.plan_processes import build_processes
     from launcher.planning.build import health_timeout_s
 
     config = prep.run.config
@@ -314,7 +314,7 @@ def flag_check(prep: Prepared) -> Optional[FlagCheck]:
     origins = prep.planned.flag_origins
     if found is None or not origins:
         return None
-    return FlagCheck(found.alloc.backend, "rollout", tuple(origins.items()))
+    return FlagCheck(found.alloc.backend, "rollout", dict(origins))
 
 
 def request_folders(folders: Folders) -> Optional[ArealFolders]:
@@ -479,8 +479,8 @@ def sharing_everything(overrides: list[str], composer: Composer) -> Optional[lis
 def show_suggestions(overrides: list[str], composer: Optional[Composer] = None) -> int:
     """`areal-launch plan --suggest OVERRIDES`: the layouts that fit, ranked as
     `areal-launch plan --help` says (the --suggest flag in cli/flags.py)."""
+    from launcher.backends.memory_inputs import inference_options, train_options
     from launcher.memory.model_shape import read_model_shape
-    from launcher.memory.plan import inference_options, train_options
     from launcher.memory.suggest import SuggestOptions, suggest_within
 
     composer = composer or Composer()
@@ -508,10 +508,8 @@ def show_suggestions(overrides: list[str], composer: Optional[Composer] = None) 
     capacity = gpu_capacity(prep.planned, here=not prep.runner.more_nodes("cuda"))
     engines = prep.planned.engines
     options = SuggestOptions(
-        train=train_options(engines["actor"]) if "actor" in engines else SuggestOptions().train,
-        infer=inference_options(engines["rollout"])
-        if "rollout" in engines
-        else SuggestOptions().infer,
+        train=train_options(engines[POLICY]) if POLICY in engines else SuggestOptions().train,
+        infer=inference_options(engines[PRIMARY]) if PRIMARY in engines else SuggestOptions().infer,
     )
     search = suggest_within(shape, plan.cluster, capacity.gib, options)
     found, cluster = search.found, plan.cluster
@@ -531,7 +529,7 @@ def show_suggestions(overrides: list[str], composer: Optional[Composer] = None) 
 
     for s in found:
         print(
-            f"# {s.mode}: rollout {s.rollout} ({s.kv_tokens} KV tokens), actor {s.actor} "
+            f"# {s.mode}: {PRIMARY} {s.server} ({s.kv_tokens} KV tokens), {POLICY} {s.trainer} "
             f"({s.train_tokens} tokens per micro-step), score {s.score:.0f}"
         )
         keys = {o.partition("=")[0] for o in s.overrides}

@@ -70,7 +70,7 @@ def unknown_keys(cfg: Any, prefix: str = "") -> list[str]:
         if not isinstance(child, DictConfig):
             continue
         if key in backends:  # rollout.vllm: typed by the backend's Options later
-            known = {f.name for f in dataclasses.fields(registry.backend(str(key)).Options)}
+            known = {f.name for f in dataclasses.fields(registry.backend_options(str(key)))}
             out += [f"{path}.{k!s}" for k in child if k not in known]
         else:
             out += unknown_keys(child, f"{path}.")

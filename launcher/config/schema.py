@@ -324,7 +324,7 @@ def backend_options(name: str, backend: str, values: Any) -> Any:
     """`<name>.<backend>.*` as the backend's typed Options: the values set there (a dict, or
     the Options already) over its defaults."""
     return typed(
-        f"{name}.{backend}", registry.backend(backend).Options, values, f"{backend}'s options"
+        f"{name}.{backend}", registry.backend_options(backend), values, f"{backend}'s options"
     )
 
 

@@ -35,7 +35,7 @@ def shown_config(cfg: DictConfig) -> DictConfig:
 def _typed_options(cfg: DictConfig, name: str, backend: str, values: DictConfig) -> DictConfig:
     """`<name>.<backend>` with the backend's defaults; keys its Options lacks stay beside them
     for an entry not ours (a Megatron option only another trainer has), an error for ours."""
-    known = {f.name for f in dataclasses.fields(registry.backend(backend).Options)}
+    known = {f.name for f in dataclasses.fields(registry.backend_options(backend))}
     extra = {k: v for k, v in values.items() if k not in known}
     if extra and ours_entry(str(OmegaConf.select(cfg, "trainer.entry", default=""))):
         extra = {}  # backend_options names the first

@@ -290,49 +290,101 @@ def evaluate(
     """The report without the fix search (memory_report adds fixes)."""
     device = cluster.device
     margin = margin_gib(capacity_gib, device) if capacity_gib is not None else 0.0
-    warnings: list[str] = []
+    needs, warnings = _engine_needs(engines, capacity_gib, device)
+    specs = {inp.name: str(inp.component.alloc) for inp in engines}
+    memories = {
+        inp.name: _engine_memory(inp, needs[inp.name]) for inp in engines if inp.name in needs
+    }
+    problems = [
+        problem
+        for inp in engines
+        if inp.name in needs and inp.process_gib is None
+        for problem in _engine_problems(inp, needs[inp.name], specs, cluster.gpus_per_node)
+    ]
+    groups, overflows = _gpu_groups_report(engines, needs, specs, cluster, capacity_gib, margin)
+    problems += overflows
+    host_need = None
+    if device == "cpu":
+        host_need = _host_need(engines, needs, cluster)
+        if capacity_gib is not None and host_need + margin > capacity_gib:
+            problems.append(_host_problem(needs, host_need, margin, capacity_gib))
+    if capacity_gib is None:
+        warnings.append(
+            "GPU memory unknown: set cluster.gpu_memory_gib to check that the plan fits"
+        )
+    unknown = capacity_gib is None or len(needs) < len(engines)
+    return MemoryReport(
+        device=device,
+        capacity_gib=capacity_gib,
+        margin_gib=margin,
+        fits=False if problems else (None if unknown else True),
+        engines=memories,
+        groups=tuple(groups),
+        problems=tuple(problems),
+        warnings=tuple(warnings),
+        gpus_per_node=cluster.gpus_per_node,
+        host_need_gib=host_need,
+    )
+
+
+def _engine_needs(
+    engines: Sequence[EngineInput], capacity_gib: Optional[float], device: str
+) -> tuple[dict[str, EngineNeed], list[str]]:
+    """Each engine's need per GPU (one that runs inside an earlier engine's trainer job
+    counts no process overhead of its own), and a warning per engine of unknown memory."""
     needs: dict[str, EngineNeed] = {}
-    specs: dict[str, str] = {}
-    memories: dict[str, EngineMemory] = {}
-    problems: list[MemoryProblem] = []
-    per = cluster.gpus_per_node
+    warnings: list[str] = []
     for inp in engines:
-        specs[inp.name] = str(inp.component.alloc)
         if inp.process_gib is not None:
             needs[inp.name] = worker_need(inp)
-            memories[inp.name] = _engine_memory(inp, needs[inp.name])
-            continue
-        if inp.shape is None:
+        elif inp.shape is None:
             warnings.append(
                 f"memory of {inp.name} unknown: no config.json for its model, so "
                 "its GPUs are not checked"
             )
-            continue
-        need = estimate(inp.shape, inp.component.alloc, inp.options, capacity_gib, device)
-        if _joins_a_trainer_job(inp, engines, needs):
-            need = need.in_shared_process()
-        needs[inp.name] = need
-        memories[inp.name] = _engine_memory(inp, need)
-        first = inp.component.gpus[0] if inp.component.gpus else None
-        for note in need.notes:
-            kind = "weights" if note.startswith("weights") else "kv"
-            problems.append(
-                MemoryProblem(
-                    kind=kind,
-                    engine=inp.name,
-                    gpu=first,
-                    node=None if first is None else first // per,
-                    need_gib=gib(
-                        need.parts["weights"] + need.kv_bytes_per_token * (need.context_tokens or 0)
-                    ),
-                    have_gib=gib(need.parts["weights"] + need.parts["kv_cache"]),
-                    message=f"{inp.name} ({specs[inp.name]}) on GPU {first}: {note}",
-                )
-            )
-    by_set = _gpu_groups([inp for inp in engines if inp.name in needs])
-    groups = []
+        else:
+            need = estimate(inp.shape, inp.component.alloc, inp.options, capacity_gib, device)
+            if _joins_a_trainer_job(inp, engines, needs):
+                need = need.in_shared_process()
+            needs[inp.name] = need
+    return needs, warnings
+
+
+def _engine_problems(
+    inp: EngineInput, need: EngineNeed, specs: dict[str, str], per: int
+) -> list[MemoryProblem]:
+    """What does not fit inside one engine whatever shares its GPUs (weights over its
+    budget, a KV cache short of one context), as problems on its first GPU."""
+    first = inp.component.gpus[0] if inp.component.gpus else None
+    return [
+        MemoryProblem(
+            kind="weights" if note.startswith("weights") else "kv",
+            engine=inp.name,
+            gpu=first,
+            node=None if first is None else first // per,
+            need_gib=gib(
+                need.parts["weights"] + need.kv_bytes_per_token * (need.context_tokens or 0)
+            ),
+            have_gib=gib(need.parts["weights"] + need.parts["kv_cache"]),
+            message=f"{inp.name} ({specs[inp.name]}) on GPU {first}: {note}",
+        )
+        for note in need.notes
+    ]
+
+
+def _gpu_groups_report(
+    engines: Sequence[EngineInput],
+    needs: dict[str, EngineNeed],
+    specs: dict[str, str],
+    cluster: ClusterSpec,
+    capacity_gib: Optional[float],
+    margin: float,
+) -> tuple[list[GPUGroup], list[MemoryProblem]]:
+    """Each set of GPUs holding the same engines, by phase, and every phase that overflows
+    its GPUs (not on cpu: there the host is checked as a whole)."""
+    groups, problems = [], []
     limit = None if capacity_gib is None else (capacity_gib - margin) * GIB
-    for names, gpus in by_set.items():
+    for names, gpus in _gpu_groups([inp for inp in engines if inp.name in needs]).items():
         phases = _phases(names, needs)
         phase = max(phases, key=lambda k: phases[k][0])
         total, held = phases[phase]
@@ -345,70 +397,76 @@ def evaluate(
                 phases={k: gib(v[0]) for k, v in phases.items()},
             )
         )
-        if limit is None or device == "cpu":
+        if limit is None or capacity_gib is None or cluster.device == "cpu":
             continue
         for name, (value, parts) in phases.items():
-            if value <= limit:
-                continue
-            running = max((n for n in parts if needs[n].phase == name), key=lambda n: parts[n])
-            g = gpus[0]
-            alike = (
-                f" (and {len(gpus) - 1} more GPUs with the same engines)" if len(gpus) > 1 else ""
-            )
-            problems.append(
-                MemoryProblem(
-                    kind=name,
-                    engine=running,
-                    gpu=g,
-                    node=g // per,
-                    need_gib=gib(value + margin * GIB),
-                    have_gib=capacity_gib or 0.0,
-                    engines=names,
-                    message=(
-                        f"GPU {g} (node {g // per}) does not fit: "
-                        f"{_describe(name, parts, running, specs, needs[running].parts)} GiB "
-                        f"+ margin {margin} GiB "
-                        f"= {(value / GIB + margin):.1f} GiB > {capacity_gib} GiB{alike}"
-                    ),
-                )
-            )
-    host_need = None
-    if device == "cpu":
-        host_need = _host_need(engines, needs, cluster)
-        if capacity_gib is not None and host_need + margin > capacity_gib:
-            problems.append(
-                MemoryProblem(
-                    kind="host",
-                    engine=max(needs, key=lambda n: needs[n].peak),
-                    gpu=None,
-                    node=None,
-                    need_gib=round(host_need + margin, 2),
-                    have_gib=capacity_gib,
-                    engines=tuple(needs),
-                    message=(
-                        f"this machine's memory does not fit the run: processes "
-                        f"{host_need:.1f} GiB + margin {margin} GiB > {capacity_gib} GiB"
-                    ),
-                )
-            )
-    if capacity_gib is None:
-        warnings.append(
-            "GPU memory unknown: set cluster.gpu_memory_gib to check that the plan fits"
-        )
-    unknown = capacity_gib is None or len(needs) < len(engines)
-    fits = False if problems else (None if unknown else True)
+            if value > limit:
+                overflow = Overflow(name, value, parts, gpus, names)
+                problems.append(overflow.problem(needs, specs, margin, capacity_gib, cluster))
     groups.sort(key=lambda grp: grp.gpus[0])
-    return MemoryReport(
-        device=device,
-        capacity_gib=capacity_gib,
-        margin_gib=margin,
-        fits=fits,
-        engines=memories,
-        groups=tuple(groups),
-        problems=tuple(problems),
-        warnings=tuple(warnings),
-        gpus_per_node=per,
-        host_need_gib=host_need,
+    return groups, problems
+
+
+@dataclass(frozen=True)
+class Overflow:
+    """One phase of one set of GPUs that does not fit: its bytes and each engine's."""
+
+    phase: str
+    value: float
+    parts: dict[str, float]
+    gpus: tuple[int, ...]
+    names: tuple[str, ...]
+
+    def problem(
+        self,
+        needs: dict[str, EngineNeed],
+        specs: dict[str, str],
+        margin: float,
+        capacity_gib: float,
+        cluster: ClusterSpec,
+    ) -> MemoryProblem:
+        """The problem on the set's first GPU, named after the engine that runs the phase."""
+        running = max(
+            (n for n in self.parts if needs[n].phase == self.phase), key=lambda n: self.parts[n]
+        )
+        g, per = self.gpus[0], cluster.gpus_per_node
+        alike = (
+            f" (and {len(self.gpus) - 1} more GPUs with the same engines)"
+            if len(self.gpus) > 1
+            else ""
+        )
+        said = _describe(self.phase, self.parts, running, specs, needs[running].parts)
+        return MemoryProblem(
+            kind=self.phase,
+            engine=running,
+            gpu=g,
+            node=g // per,
+            need_gib=gib(self.value + margin * GIB),
+            have_gib=capacity_gib,
+            engines=self.names,
+            message=(
+                f"GPU {g} (node {g // per}) does not fit: {said} GiB + margin {margin} GiB "
+                f"= {(self.value / GIB + margin):.1f} GiB > {capacity_gib} GiB{alike}"
+            ),
+        )
+
+
+def _host_problem(
+    needs: dict[str, EngineNeed], host_need: float, margin: float, capacity_gib: float
+) -> MemoryProblem:
+    """cpu: the run's processes together do not fit this machine's memory."""
+    return MemoryProblem(
+        kind="host",
+        engine=max(needs, key=lambda n: needs[n].peak),
+        gpu=None,
+        node=None,
+        need_gib=round(host_need + margin, 2),
+        have_gib=capacity_gib,
+        engines=tuple(needs),
+        message=(
+            f"this machine's memory does not fit the run: processes "
+            f"{host_need:.1f} GiB + margin {margin} GiB > {capacity_gib} GiB"
+        ),
     )
 
 

@@ -34,15 +34,13 @@ from launcher.memory.parts import (
     memory_model,
 )
 from launcher.spec.alloc import ModelAllocation
+from launcher.spec.backend_facts import STATIC_BUDGET
 from launcher.spec.errors import ConfigError
 
 VLLM_DEFAULT_UTILIZATION = 0.9  # vLLM's gpu_memory_utilization default
 VLLM_DEFAULT_BATCHED_TOKENS = 8192  # vLLM V1 max_num_batched_tokens for serving on big GPUs
-DEFAULT_CPU_KVCACHE_GIB = 1.0  # launcher/config/schema.py VLLMOptions.cpu_kvcache_space_gb
+DEFAULT_CPU_KVCACHE_GIB = 1.0  # as launcher/backends/vllm.py VllmOptions.cpu_kvcache_space_gb
 MAX_CONTEXT = 1 << 24
-# how a server sizes its memory (a serving backend's MEMORY_MODEL)
-CARD_BUDGET = "card"  # a fraction of the whole card for everything but activations (vLLM)
-STATIC_BUDGET = "static"  # a fraction of the memory free at start for weights + KV (SGLang)
 
 
 @dataclass(frozen=True)
@@ -86,6 +84,7 @@ class InferenceOptions:
             or not 0 < space <= 1 << 16
         ):
             raise ConfigError(f"cpu_kvcache_space_gb={space!r}: must be a positive number of GiB")
+        object.__setattr__(self, "cpu_kvcache_space_gib", float(space))  # GiB, whole or not
 
 
 def _sglang_defaults(capacity_mb: float, tp: int) -> tuple[int, int]:
@@ -199,42 +198,30 @@ def estimate_inference(
     act = dtype_bytes(opts.dtype or ("bfloat16" if shape.weight_bytes == 1 else shape.dtype))
     if device == "cpu":
         return _cpu_server(alloc, opts, weights, kv_token, context)
-    static_budget = memory_model(alloc.backend, CARD_BUDGET) == STATIC_BUDGET
-    if static_budget:
-        fraction = opts.mem_fraction
-        if fraction is None and capacity_gib is not None:
-            fraction = sglang_auto_mem_fraction(
-                capacity_gib, alloc.tp, alloc.pp, opts.chunked_prefill_size, shape.is_mla
-            )
-        chunk = (
-            opts.chunked_prefill_size or _sglang_defaults((capacity_gib or 80) * 1024, alloc.tp)[0]
-        )
-    else:
-        fraction = opts.mem_fraction or VLLM_DEFAULT_UTILIZATION
-        chunk = opts.chunked_prefill_size or VLLM_DEFAULT_BATCHED_TOKENS
+    static_budget = memory_model(alloc.backend) == STATIC_BUDGET
+    fraction, chunk = _fraction_and_chunk(shape, alloc, opts, capacity_gib, static_budget)
     runtime = _activation_bytes(shape, alloc, chunk, act)
     graphs = INFER_GRAPHS_GIB * GIB
     overhead = INFER_OVERHEAD_GIB * GIB
-    notes: list[str] = []
     if capacity_gib is None or fraction is None:
-        kv = kv_token * context
-        tokens = None
-        static = weights + kv
-    elif static_budget:
-        static = fraction * (capacity_gib * GIB - overhead)
-        kv = static - weights
-        tokens = max(0, int(kv // kv_token))
+        kv, tokens, static = kv_token * context, None, weights + kv_token * context
     else:
-        static = fraction * capacity_gib * GIB - runtime - graphs
+        card = capacity_gib * GIB
+        # SGLang's fraction is of what is free at its start; vLLM's of the card, activations
+        # and graphs included
+        static = (
+            fraction * (card - overhead) if static_budget else fraction * card - runtime - graphs
+        )
         kv = static - weights
         tokens = max(0, int(kv // kv_token))
+    notes: tuple[str, ...] = ()
     if tokens is not None and kv <= 0:
-        notes.append(
+        notes = (
             f"weights {weights / GIB:.1f} GiB per GPU exceed the {_budget(alloc)} of "
-            f"{static / GIB:.1f} GiB (fraction {fraction})"
+            f"{static / GIB:.1f} GiB (fraction {fraction})",
         )
     elif tokens is not None and tokens < context:
-        notes.append(f"KV cache holds {tokens} tokens, less than one context of {context}")
+        notes = (f"KV cache holds {tokens} tokens, less than one context of {context}",)
     parts = {
         "weights": weights,
         "kv_cache": max(kv, 0.0),
@@ -251,12 +238,33 @@ def estimate_inference(
         kv_bytes_per_token=kv_token,
         context_tokens=context,
         mem_fraction=fraction,
-        notes=tuple(notes),
+        notes=notes,
     )
 
 
+def _fraction_and_chunk(
+    shape: ModelShape,
+    alloc: ModelAllocation,
+    opts: InferenceOptions,
+    capacity_gib: Optional[float],
+    static_budget: bool,
+) -> tuple[Optional[float], int]:
+    """The memory fraction the server runs with (SGLang's auto value when unset and the card
+    is known; None when it cannot be known) and its prefill chunk in tokens."""
+    if static_budget:
+        fraction = opts.mem_fraction
+        if fraction is None and capacity_gib is not None:
+            fraction = sglang_auto_mem_fraction(
+                capacity_gib, alloc.tp, alloc.pp, opts.chunked_prefill_size, shape.is_mla
+            )
+        default_chunk = _sglang_defaults((capacity_gib or 80) * 1024, alloc.tp)[0]
+        return fraction, opts.chunked_prefill_size or default_chunk
+    fraction = opts.mem_fraction or VLLM_DEFAULT_UTILIZATION
+    return fraction, opts.chunked_prefill_size or VLLM_DEFAULT_BATCHED_TOKENS
+
+
 def _budget(alloc: ModelAllocation) -> str:
-    static = memory_model(alloc.backend, CARD_BUDGET) == STATIC_BUDGET
+    static = memory_model(alloc.backend) == STATIC_BUDGET
     return "static budget" if static else "memory budget"
 
 

@@ -305,18 +305,7 @@ def shape_from_config(config: Mapping[str, Any], where: str = "config.json") -> 
     cfg: Mapping[str, Any] = config
     if "hidden_size" not in cfg and isinstance(cfg.get("text_config"), Mapping):
         cfg = {**cfg, **cfg["text_config"]}  # multimodal configs nest the language model
-    h = _int(cfg, "hidden_size", where)
-    layers = _int(cfg, "num_hidden_layers", where)
-    heads = _int(cfg, "num_attention_heads", where)
-    if not (h and layers and heads):
-        raise ModelShapeError(
-            f"{where}: hidden_size, num_hidden_layers and num_attention_heads must be positive"
-        )
-    kv_heads = (
-        _int(cfg, "num_key_value_heads", where, heads, LIMITS["num_attention_heads"]) or heads
-    )
-    head_dim = cfg.get("head_dim") or h // heads
-    head_dim = _int({"head_dim": head_dim}, "head_dim", where, limit=LIMITS["hidden_size"])
+    attention = _attention(cfg, where)
     model_type = str(cfg.get("model_type", ""))
     # DeepSeek: n_routed_experts; Mixtral: num_local_experts; Qwen-MoE: num_experts
     key = next(
@@ -335,14 +324,9 @@ def shape_from_config(config: Mapping[str, Any], where: str = "config.json") -> 
     dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
     dtype_bytes(dtype, f"{where}: torch_dtype")
     quant = cfg.get("quantization_config")
-    mla = cfg.get("kv_lora_rank") is not None
     bias = cfg.get("attention_bias")
     return ModelShape(
-        hidden_size=h,
-        num_layers=layers,
-        num_heads=heads,
-        num_kv_heads=kv_heads,
-        head_dim=head_dim,
+        **attention,
         intermediate_size=intermediate,
         vocab_size=_int(cfg, "vocab_size", where),
         tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
@@ -353,33 +337,64 @@ def shape_from_config(config: Mapping[str, Any], where: str = "config.json") -> 
         o_bias=bool(bias),
         qk_norm=model_type in QK_NORM_TYPES,
         quant_method=str(quant.get("quant_method")) if isinstance(quant, Mapping) else None,
+        **_experts(cfg, where, experts, moe_width, attention["num_layers"]),
+        **_latent_attention(cfg, where),
+    )
+
+
+def _attention(cfg: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The transformer's width, depth and attention heads."""
+    h = _int(cfg, "hidden_size", where)
+    layers = _int(cfg, "num_hidden_layers", where)
+    heads = _int(cfg, "num_attention_heads", where)
+    if not (h and layers and heads):
+        raise ModelShapeError(
+            f"{where}: hidden_size, num_hidden_layers and num_attention_heads must be positive"
+        )
+    kv_heads = (
+        _int(cfg, "num_key_value_heads", where, heads, LIMITS["num_attention_heads"]) or heads
+    )
+    head_dim = cfg.get("head_dim") or h // heads
+    head_dim = _int({"head_dim": head_dim}, "head_dim", where, limit=LIMITS["hidden_size"])
+    return dict(
+        hidden_size=h, num_layers=layers, num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim
+    )
+
+
+def _experts(
+    cfg: Mapping[str, Any], where: str, experts: int, width: int, layers: int
+) -> dict[str, Any]:
+    """A mixture of experts' routed and shared experts (all zero for a dense model)."""
+    router_bias = cfg.get("topk_method") == "noaux_tc"
+    if not experts:
+        return dict(router_bias=router_bias)
+    return dict(
         num_experts=experts,
-        experts_per_token=_int(cfg, "num_experts_per_tok", where, 0, LIMITS["experts"])
-        if experts
-        else 0,
-        moe_intermediate_size=moe_width if experts else 0,
-        num_shared_experts=_int(cfg, "n_shared_experts", where, 0, LIMITS["experts"])
-        if experts
-        else 0,
+        experts_per_token=_int(cfg, "num_experts_per_tok", where, 0, LIMITS["experts"]),
+        moe_intermediate_size=width,
+        num_shared_experts=_int(cfg, "n_shared_experts", where, 0, LIMITS["experts"]),
         shared_expert_intermediate_size=_int(
             cfg, "shared_expert_intermediate_size", where, 0, LIMITS["intermediate_size"]
-        )
-        if experts
-        else 0,
-        shared_expert_gate=bool(experts and cfg.get("shared_expert_intermediate_size")),
-        router_bias=cfg.get("topk_method") == "noaux_tc",
+        ),
+        shared_expert_gate=bool(cfg.get("shared_expert_intermediate_size")),
+        router_bias=router_bias,
         num_moe_layers=_moe_layers(cfg, layers, experts, where),
-        q_lora_rank=_int(cfg, "q_lora_rank", where, None, LIMITS["hidden_size"])
-        if mla and cfg.get("q_lora_rank") is not None
+    )
+
+
+def _latent_attention(cfg: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Multi-head latent attention's ranks and head dims (DeepSeek; absent elsewhere)."""
+    if cfg.get("kv_lora_rank") is None:
+        return {}
+    limit = LIMITS["hidden_size"]
+    return dict(
+        q_lora_rank=_int(cfg, "q_lora_rank", where, None, limit)
+        if cfg.get("q_lora_rank") is not None
         else None,
-        kv_lora_rank=_int(cfg, "kv_lora_rank", where, 0, LIMITS["hidden_size"]) if mla else 0,
-        qk_nope_head_dim=_int(cfg, "qk_nope_head_dim", where, 0, LIMITS["hidden_size"])
-        if mla
-        else 0,
-        qk_rope_head_dim=_int(cfg, "qk_rope_head_dim", where, 0, LIMITS["hidden_size"])
-        if mla
-        else 0,
-        v_head_dim=_int(cfg, "v_head_dim", where, 0, LIMITS["hidden_size"]) if mla else 0,
+        kv_lora_rank=_int(cfg, "kv_lora_rank", where, 0, limit),
+        qk_nope_head_dim=_int(cfg, "qk_nope_head_dim", where, 0, limit),
+        qk_rope_head_dim=_int(cfg, "qk_rope_head_dim", where, 0, limit),
+        v_head_dim=_int(cfg, "v_head_dim", where, 0, limit),
     )
 
 

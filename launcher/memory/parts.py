@@ -79,14 +79,11 @@ def gib(value: float) -> float:
     return round(value / GIB, 2)
 
 
-def memory_model(backend: str, default: str) -> str:
-    """How `backend` says memory/ should size it (its MEMORY_MODEL), read by name through the
-    registry (memory/ sits below backends/); `default` for a name the registry does not know."""
-    found = registry.backend_table().get(backend)
-    return default if found is None else str(found.MEMORY_MODEL)
+def memory_model(backend: str) -> Optional[str]:
+    """How `backend` is sized (its record's memory_model: launcher.spec.backend_facts)."""
+    return registry.backend_facts(backend).memory_model
 
 
 def memory_keys(backend: str) -> Mapping[str, str]:
-    """Estimator knob -> the option under `backend`'s sub-key that sets it (its MEMORY_KEYS)."""
-    found = registry.backend_table().get(backend)
-    return {} if found is None else dict(found.MEMORY_KEYS)
+    """Estimator knob -> the option under `backend`'s sub-key that sets it (its record's)."""
+    return registry.backend_facts(backend).memory_keys

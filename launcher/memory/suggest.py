@@ -1,21 +1,22 @@
 """`plan --suggest`: layouts that fit, best first, as overrides to paste (pure).
 
-Enumerates, for a model on N nodes x G GPUs: placements (collocated on every GPU with offload
-on both sides, and disaggregated splits: rollout on the first k nodes, or on 1/4, 1/2, 3/4 of a
-single node), rollout backends (every serving backend registered; t a power of two within a
-node, whole-node instances with p when one node is not enough) and actor backends (every
-training backend, over the dims it takes: d*t*p with e for MoE, c only without p: fsdp
-d*t*c, megatron and archon d*t*p*e). For each actor layout it finds the largest max_tokens_per_mb
-(a multiple of 1024, at most the requested one, at least the rollout's context_length when
-set: one sample must fit a micro-batch) that fits, turning gradient checkpointing on when
-that fits more (said in the overrides).
+Lays out the policy (launcher.spec.builtins POLICY, the trainer) and the primary server it
+feeds (PRIMARY). Enumerates, for a model on N nodes x G GPUs: placements (collocated on every
+GPU with offload on both sides, and disaggregated splits: the servers on the first k nodes, or
+on 1/4, 1/2, 3/4 of a single node), serving backends (every one registered; t a power of two
+within a node, whole-node instances with p when one node is not enough) and training backends
+(every one registered, over the dims its record says --suggest varies: d*t*p with e for MoE,
+or d*t*c). For each trainer layout it finds the largest max_tokens_per_mb (a multiple of 1024,
+at most the requested one, at least the servers' context_length when set: one sample must fit
+a micro-batch) that fits, turning gradient checkpointing on when that fits more (said in the
+overrides).
 
-Throughput proxy, stated: generation = rollout instances x KV tokens per instance, each
+Throughput proxy, stated: generation = server instances x KV tokens per instance, each
 instance counted up to KV_USEFUL_TOKENS (more KV than a server can decode at once does not
 help, so many small instances beat one large one); training = tokens per micro-step over the
-actor's data-parallel replicas (max_tokens_per_mb x d). Score = sqrt(generation x training);
+trainer's data-parallel replicas (max_tokens_per_mb x d). Score = sqrt(generation x training);
 collocated layouts count half, since their phases alternate on the same GPUs while
-disaggregated engines run at the same time (AReaL's asynchronous RL). Ties go to less model
+disaggregated engines run at the same time (asynchronous RL). Ties go to less model
 parallelism, then to the first backend listed; a layout that differs from a better one only
 by its backends is left out.
 """
@@ -32,10 +33,11 @@ from launcher.memory.estimate import EngineInput, estimate, margin_gib
 from launcher.memory.fix import TOKEN_STEP, memory_report, override
 from launcher.memory.infer import InferenceOptions
 from launcher.memory.model_shape import ModelShape
-from launcher.memory.parts import GIB
+from launcher.memory.parts import GIB, EngineNeed
 from launcher.memory.train import Offload, TrainOptions
 from launcher.spec import registry
 from launcher.spec.alloc import ModelAllocation
+from launcher.spec.builtins import POLICY, PRIMARY
 from launcher.spec.cluster import ClusterSpec
 from launcher.spec.errors import UserError
 from launcher.spec.plan import ComponentPlan
@@ -52,15 +54,15 @@ KV_USEFUL_TOKENS = 512 * 1024
 
 @dataclass(frozen=True)
 class SuggestOptions:
-    """What the user already chose: the actor's and the rollout's knobs, and which backends."""
+    """What the user already chose: the trainer's and the servers' knobs, and which backends."""
 
     train: TrainOptions = field(default_factory=TrainOptions)
     infer: InferenceOptions = field(default_factory=InferenceOptions)
     # every registered backend of the kind, in the registry's order
-    rollout_backends: tuple[str, ...] = field(
+    server_backends: tuple[str, ...] = field(
         default_factory=lambda: registry.backend_names(registry.SERVE)
     )
-    actor_backends: tuple[str, ...] = field(
+    trainer_backends: tuple[str, ...] = field(
         default_factory=lambda: registry.backend_names(registry.TRAIN)
     )
     top: int = 5
@@ -72,13 +74,13 @@ class Suggestion:
     """One layout that fits, with the numbers it was ranked by."""
 
     mode: str  # "collocated" | "disaggregated"
-    rollout: ModelAllocation
-    actor: ModelAllocation
-    rollout_gpus: int
-    actor_gpus: int
+    server: ModelAllocation  # the primary server's (PRIMARY)
+    trainer: ModelAllocation  # the policy's (POLICY)
+    server_gpus: int
+    trainer_gpus: int
     max_tokens_per_mb: int
-    kv_tokens: int  # over all rollout instances
-    train_tokens: int  # per micro-step over the actor's data-parallel replicas
+    kv_tokens: int  # over all server instances
+    train_tokens: int  # per micro-step over the trainer's data-parallel replicas
     score: float
     requested_tokens: int  # the user's max_tokens_per_mb: no override when it fits as it is
     checkpointing: bool = False  # gradient checkpointing turned on for it (an override)
@@ -86,23 +88,18 @@ class Suggestion:
     @property
     def overrides(self) -> tuple[str, ...]:
         """What to type: backends, collocated placement with offload, the micro-batch size."""
-        out = [
-            override("rollout", "backend", self.rollout),
-            override("actor", "backend", self.actor),
-        ]
+        out = [override(PRIMARY, "backend", self.server), override(POLICY, "backend", self.trainer)]
         if self.mode == "collocated":
             out += [
-                "cluster.component_placement.rollout=all",
-                "cluster.component_placement.actor=all",
-                override("rollout", "release", True),
+                f"cluster.component_placement.{PRIMARY}=all",
+                f"cluster.component_placement.{POLICY}=all",
+                override(PRIMARY, "release", True),
             ]
-            out += [
-                override("actor", f"offload.{k}", True) for k in ("weight", "optimizer", "grad")
-            ]
+            out += [override(POLICY, f"offload.{k}", True) for k in ("weight", "optimizer", "grad")]
         if self.checkpointing:
-            out.append(override("actor", "gradient_checkpointing", True))
+            out.append(override(POLICY, "gradient_checkpointing", True))
         if self.max_tokens_per_mb != self.requested_tokens:
-            out.append(override("actor", "max_tokens_per_mb", self.max_tokens_per_mb))
+            out.append(override(POLICY, "max_tokens_per_mb", self.max_tokens_per_mb))
         return tuple(out)
 
     def command(self, program: str = "areal-launch") -> str:
@@ -112,8 +109,8 @@ class Suggestion:
     def to_dict(self) -> dict:
         return {
             "mode": self.mode,
-            "rollout": str(self.rollout),
-            "actor": str(self.actor),
+            PRIMARY: str(self.server),
+            POLICY: str(self.trainer),
             "max_tokens_per_mb": self.max_tokens_per_mb,
             "kv_tokens": self.kv_tokens,
             "train_tokens": self.train_tokens,
@@ -131,15 +128,16 @@ def _alloc(
         return None
 
 
-def rollout_layouts(
+def server_layouts(
     shape: ModelShape, gpus: int, per_node: int, backends: tuple[str, ...]
 ) -> Iterator[ModelAllocation]:
     """Inference layouts on `gpus` GPUs: t within a node, p for whole-node instances."""
     for backend in backends:
-        for t in POWERS:
+        dims = registry.backend_facts(backend).searched_dims
+        for t in POWERS if "t" in dims else (1,):
             if t > per_node or gpus % t or shape.num_heads % t:
                 continue
-            for p in POWERS:
+            for p in POWERS if "p" in dims else (1,):
                 if (p > 1 and t != per_node) or gpus % (t * p):
                     continue
                 found = _alloc(backend, dp=gpus // (t * p), tp=t, pp=p)
@@ -147,23 +145,24 @@ def rollout_layouts(
                     yield found
 
 
-def actor_layouts(
+def trainer_layouts(
     shape: ModelShape, gpus: int, per_node: int, backends: tuple[str, ...]
 ) -> Iterator[ModelAllocation]:
-    """Training layouts on `gpus` GPUs (t within a node and dividing the heads)."""
+    """Training layouts on `gpus` GPUs (t within a node and dividing the heads), over the
+    dims each backend's record says to vary."""
     ts = [t for t in POWERS if t <= per_node and gpus % t == 0 and shape.num_heads % t == 0]
     experts = [e for e in POWERS if shape.is_moe and e > 1 and shape.num_experts % e == 0]
     for backend in backends:
-        dims = registry.backend_dims(backend) or ""
-        # c where there is no p: a pipelined trainer splits its layers instead (a smaller search)
-        cs = (1, 2, 4) if "c" in dims and "p" not in dims else (1,)
+        dims = registry.backend_facts(backend).searched_dims
+        tps = ts if "t" in dims else [1]
+        cs = (1, 2, 4) if "c" in dims else (1,)
         ps = (
             [p for p in POWERS if p <= MAX_PIPELINE and 2 * p <= shape.num_layers]
             if "p" in dims
             else [1]
         )
         es = [1] + experts if "e" in dims else [1]
-        for t in ts:
+        for t in tps:
             for p in ps:
                 for c in cs:
                     if gpus % (t * p * c):
@@ -177,7 +176,7 @@ def actor_layouts(
 
 
 def _splits(cluster: ClusterSpec) -> Iterator[tuple[str, int, int]]:
-    """(mode, rollout GPUs, actor GPUs). On many nodes, MAX_SPLITS rollout node counts spread
+    """(mode, server GPUs, trainer GPUs). On many nodes, MAX_SPLITS server node counts spread
     evenly (every one of 16384 took minutes; neighbours score alike)."""
     total, per = cluster.total_gpus, cluster.gpus_per_node
     yield "collocated", total, total
@@ -205,7 +204,7 @@ def _fitted(
     least: int,
     cache: dict,
 ) -> Optional[tuple[int, bool]]:
-    """(max_tokens_per_mb, checkpointing turned on) for this actor layout: the user's options
+    """(max_tokens_per_mb, checkpointing turned on) for this trainer layout: the user's options
     when the requested micro-batch fits with them, else the variant that fits more tokens
     (gradient checkpointing on, when the user has no recompute)."""
     mine = _largest_tokens(shape, alloc, opts, budget, least, cache)
@@ -282,130 +281,28 @@ def suggest_within(
     """suggest(), searching for at most options.budget_s seconds (Search.cut when stopped)."""
     import time
 
-    deadline = time.monotonic() + options.budget_s
-    cut = False
     if capacity_gib is None:
         raise UserError(
             "plan --suggest needs the GPU memory: set cluster.gpu_memory_gib "
             "(an 80 GB card reports about 79.1)"
         )
-    limit = (capacity_gib - margin_gib(capacity_gib)) * GIB
-    # one sample must fit a micro-batch: the rollout's context when the user set one
-    least = options.infer.context_length or TOKEN_STEP
-    cache: dict = {}
-    found: list[tuple] = []
-    order = {b: i for i, b in enumerate(options.rollout_backends + options.actor_backends)}
-    per = cluster.gpus_per_node
-    for mode, r_gpus, a_gpus in _splits(cluster):
-        if time.monotonic() > deadline:
-            cut = True
-            break
-        together = mode == "collocated"
-        infer = dataclasses.replace(options.infer, release=True) if together else options.infer
-        train = (
-            dataclasses.replace(options.train, offload=Offload(True, True, True))
-            if together
-            else options.train
+    found, cut = _search(shape, cluster, capacity_gib, options, time.monotonic() + options.budget_s)
+    order = {b: i for i, b in enumerate(options.server_backends + options.trainer_backends)}
+    found.sort(  # best first; ties: less model parallel, then the backends' order (stable)
+        key=lambda s: (
+            -round(s.score),
+            s.server.tp * s.server.pp,
+            s.trainer.tp * s.trainer.pp * s.trainer.cp * s.trainer.ep,
+            order[s.server.backend],
+            order[s.trainer.backend],
         )
-        servers = []
-        for alloc in rollout_layouts(shape, r_gpus, per, options.rollout_backends):
-            need = estimate(shape, alloc, infer, capacity_gib, "cuda")
-            if need.notes or need.kv_tokens is None:
-                continue
-            servers.append((alloc, need))
-        if not servers:
-            continue
-        residue = max(n.residue for _, n in servers) if together else 0.0
-        for actor in actor_layouts(shape, a_gpus, per, options.actor_backends):
-            if time.monotonic() > deadline:
-                cut = True
-                break
-            fitted = _fitted(shape, actor, train, limit - residue, least, cache)
-            if fitted is None:
-                continue
-            tokens, checkpointing = fitted
-            trainer = estimate(
-                shape,
-                actor,
-                dataclasses.replace(
-                    train,
-                    max_tokens_per_mb=tokens,
-                    gradient_checkpointing=checkpointing or train.gradient_checkpointing,
-                ),
-                None,
-                "cuda",
-            )
-            train_tokens = tokens * actor.dp
-            for alloc, need in servers:
-                if need.peak + (trainer.residue if together else 0.0) > limit:
-                    continue
-                kv = need.kv_tokens or 0
-                generation = alloc.dp * min(kv, KV_USEFUL_TOKENS)
-                score = math.sqrt(generation * train_tokens) * (
-                    COLLOCATED_SHARE if together else 1.0
-                )
-                found.append(
-                    (
-                        -round(score),
-                        alloc.tp * alloc.pp,
-                        actor.tp * actor.pp * actor.cp * actor.ep,
-                        order[alloc.backend],
-                        order[actor.backend],
-                        len(found),
-                        (
-                            mode,
-                            alloc,
-                            actor,
-                            r_gpus,
-                            a_gpus,
-                            tokens,
-                            kv * alloc.dp,
-                            train_tokens,
-                            score,
-                            checkpointing,
-                        ),
-                    )
-                )
-    found.sort()  # best first; the index keeps the sort from comparing allocations
+    )
     best: list[Suggestion] = []
     seen = set()
-    for *_, (
-        mode,
-        alloc,
-        actor,
-        r_gpus,
-        a_gpus,
-        tokens,
-        kv,
-        train_tokens,
-        score,
-        checkpointing,
-    ) in found:
-        s = Suggestion(
-            mode,
-            alloc,
-            actor,
-            r_gpus,
-            a_gpus,
-            tokens,
-            kv,
-            train_tokens,
-            score,
-            options.train.max_tokens_per_mb,
-            checkpointing,
-        )
+    for s in found:
         # the same layout with another backend of the same kind says nothing new
-        same = (
-            s.mode,
-            s.rollout.dp,
-            s.rollout.tp,
-            s.rollout.pp,
-            s.actor.dp,
-            s.actor.tp,
-            s.actor.pp,
-            s.actor.cp,
-            s.actor.ep,
-        )
+        a, b = s.server, s.trainer
+        same = (s.mode, a.dp, a.tp, a.pp, b.dp, b.tp, b.pp, b.cp, b.ep)
         if same in seen or not _confirmed(s, shape, cluster, capacity_gib, options):
             continue
         seen.add(same)
@@ -413,6 +310,99 @@ def suggest_within(
         if len(best) == options.top:
             break
     return Search(best, cut, options.budget_s)
+
+
+def _search(
+    shape: ModelShape,
+    cluster: ClusterSpec,
+    capacity_gib: float,
+    options: SuggestOptions,
+    deadline: float,
+) -> tuple[list[Suggestion], bool]:
+    """Every pair of layouts that fits, per split of the cluster, until `deadline` (True: cut
+    short there)."""
+    import time
+
+    limit = (capacity_gib - margin_gib(capacity_gib)) * GIB
+    least = options.infer.context_length or TOKEN_STEP  # one sample must fit a micro-batch
+    cache: dict = {}
+    found: list[Suggestion] = []
+    for mode, s_gpus, t_gpus in _splits(cluster):
+        if time.monotonic() > deadline:
+            return found, True
+        together = mode == "collocated"
+        infer, train = options.infer, options.train
+        if together:
+            infer = dataclasses.replace(infer, release=True)
+            train = dataclasses.replace(train, offload=Offload(True, True, True))
+        servers = []
+        for alloc in server_layouts(shape, s_gpus, cluster.gpus_per_node, options.server_backends):
+            need = estimate(shape, alloc, infer, capacity_gib, "cuda")
+            if not need.notes and need.kv_tokens is not None:
+                servers.append((alloc, need))
+        if not servers:
+            continue
+        residue = max(n.residue for _, n in servers) if together else 0.0
+        per = cluster.gpus_per_node
+        for trainer in trainer_layouts(shape, t_gpus, per, options.trainer_backends):
+            if time.monotonic() > deadline:
+                return found, True
+            fitted = _fitted(shape, trainer, train, limit - residue, least, cache)
+            if fitted is not None:
+                split = (mode, s_gpus, t_gpus)
+                found += _paired(shape, split, servers, trainer, train, fitted, limit, options)
+    return found, False
+
+
+def _paired(
+    shape: ModelShape,
+    split: tuple[str, int, int],
+    servers: list[tuple[ModelAllocation, EngineNeed]],
+    trainer: ModelAllocation,
+    train: TrainOptions,
+    fitted: tuple[int, bool],
+    limit: float,
+    options: SuggestOptions,
+) -> list[Suggestion]:
+    """The trainer layout with every server layout that fits beside it, scored."""
+    mode, s_gpus, t_gpus = split
+    together = mode == "collocated"
+    tokens, checkpointing = fitted
+    need = estimate(
+        shape,
+        trainer,
+        dataclasses.replace(
+            train,
+            max_tokens_per_mb=tokens,
+            gradient_checkpointing=checkpointing or train.gradient_checkpointing,
+        ),
+        None,
+        "cuda",
+    )
+    train_tokens = tokens * trainer.dp
+    out = []
+    for alloc, served in servers:
+        if served.peak + (need.residue if together else 0.0) > limit:
+            continue
+        kv = served.kv_tokens or 0
+        generation = alloc.dp * min(kv, KV_USEFUL_TOKENS)
+        score = math.sqrt(generation * train_tokens) * (COLLOCATED_SHARE if together else 1.0)
+        out.append(
+            Suggestion(
+                mode,
+                alloc,
+                trainer,
+                s_gpus,
+                t_gpus,
+                tokens,
+                kv * alloc.dp,
+                train_tokens,
+                score,
+                options.train.max_tokens_per_mb,
+                checkpointing,
+            )
+        )
+    return out
 
 
 def _confirmed(
@@ -424,9 +414,9 @@ def _confirmed(
 ) -> bool:
     """The whole plan's memory check agrees that the suggestion fits."""
     together = s.mode == "collocated"
-    rollout_gpus = tuple(range(s.rollout_gpus))
-    actor_gpus = (
-        rollout_gpus if together else tuple(range(s.rollout_gpus, s.rollout_gpus + s.actor_gpus))
+    server_gpus = tuple(range(s.server_gpus))
+    trainer_gpus = (
+        server_gpus if together else tuple(range(s.server_gpus, s.server_gpus + s.trainer_gpus))
     )
     infer = dataclasses.replace(options.infer, release=together or options.infer.release)
     train = dataclasses.replace(
@@ -436,7 +426,7 @@ def _confirmed(
         offload=Offload(True, True, True) if together else options.train.offload,
     )
     engines = [
-        EngineInput(ComponentPlan("rollout", s.rollout, None, rollout_gpus), shape, infer),
-        EngineInput(ComponentPlan("actor", s.actor, None, actor_gpus), shape, train),
+        EngineInput(ComponentPlan(PRIMARY, s.server, None, server_gpus), shape, infer),
+        EngineInput(ComponentPlan(POLICY, s.trainer, None, trainer_gpus), shape, train),
     ]
     return memory_report(engines, cluster, capacity_gib).fits is True

@@ -1,12 +1,12 @@
 """Per-GPU memory of a training engine (fsdp, megatron, archon): reference/memory.md §3.
 
 What we assume, per engine (bytes per parameter of weights / grads / optimizer):
-- fsdp (AReaL's FSDPEngine, our recipe): weights, grads and both AdamW moments in the training
+- fsdp (FSDP2 as our recipe runs it): weights, grads and both AdamW moments in the training
   dtype: bf16 2/2/4 = 8, float32 4/4/8 = 16; `adam_bf16` moments 2+2; sgd keeps no state. All
   of it sharded over the whole mesh d*c*t (FSDP2 full shard over d*c, tensor parallel
   dividing again). `actor.fsdp.mixed_precision=bf16` with `actor.dtype=float32` is an
   fp32-master engine (verl, NeMo-RL, DeepSpeed bf16: 16 B/param, bf16 compute).
-- archon (AReaL's torch-native engine, torchtitan-style): FSDP2 like fsdp, with tensor,
+- archon (a torch-native engine, torchtitan-style): FSDP2 like fsdp, with tensor,
   pipeline and expert parallel inside the mesh, so every state is sharded over the world.
 - megatron: bf16 weights 2 + fp32 main grads 4 + fp32 master and Adam moments 12, the 12
   sharded over d*c by the distributed optimizer (`6 + 12/d`, Megatron-LM
@@ -38,27 +38,26 @@ from launcher.memory.parts import (
     memory_model,
 )
 from launcher.spec.alloc import ModelAllocation
+from launcher.spec.backend_facts import MEGATRON
 from launcher.spec.errors import ConfigError
 
-# AReaL's examples set actor.mb_spec.max_tokens_per_mb to 10240 more than to any other value
-# (65 of ~100 uses in examples/*.yaml); AReaL's own default (None) means one micro-batch
+# the micro-batch size (tokens) the peers' example configurations set most often
+# source of the number, named so: AReaL's examples/*.yaml set 10240 in 65 of ~100 uses
 DEFAULT_MAX_TOKENS_PER_MB = 10240
 MAX_TOKENS_LIMIT = 1 << 24  # 16M tokens in one micro-batch: larger is a typo
 FP32_BYTES = 4  # the fp32 log-softmax / exp-logits a cross-entropy keeps for backward
-LOGPROB_CHUNK_TOKENS = 1024  # AReaL's gather_logprobs chunk: the fp32 copy of a forward pass
-REDUCE_DTYPE = "float32"  # grad_reduce_dtype: AReaL's default, our recipe's mixed precision
+# a forward-only engine gathers its fp32 log-probs in chunks of this many tokens
+LOGPROB_CHUNK_TOKENS = 1024  # source of the number, named so: AReaL's gather_logprobs chunk
+REDUCE_DTYPE = "float32"  # gradients reduce in fp32: our recipe's mixed precision
 OPTIMIZERS = ("adam", "adam_bf16", "sgd")
-# how a trainer holds its model (a training backend's MEMORY_MODEL)
-FSDP2 = "fsdp2"  # FSDP2 full shard over the whole mesh, gathered units (fsdp, archon)
-MEGATRON = "megatron"  # Megatron-LM: t/p-split layers, distributed optimizer over d*c
 RECOMPUTE = ("full", "selective", "none")
 
 
 @dataclass(frozen=True)
 class Offload:
-    """What a trainer moves to host memory between the train and rollout phases (AReaL
-    `enable_offload` / torch_memory_saver, verl `*_offload`): it frees the GPU for a collocated
-    rollout engine, and comes back before the train phase, so the train peak is unchanged."""
+    """What a trainer moves to host memory between the train and rollout phases
+    (`<engine>.offload.*`): it frees the GPU for a collocated rollout engine, and comes back
+    before the train phase, so the train peak is unchanged."""
 
     weight: bool = False
     optimizer: bool = False
@@ -71,17 +70,17 @@ class Offload:
 
 @dataclass(frozen=True)
 class TrainOptions:
-    """One training engine's memory knobs (AReaL's names in the comments)."""
+    """One training engine's memory knobs (the config keys that set them in the comments)."""
 
     dtype: str = "bfloat16"  # actor.dtype: weights (and FSDP's grads and moments)
     # actor.fsdp.mixed_precision: the dtype of activations, logits and gathered layers;
     # None: dtype (bfloat16 with dtype float32 is verl's fp32-master default)
     compute_dtype: Optional[str] = None
-    reduce_dtype: Optional[str] = None  # FSDP2 reduce-scatter dtype; None: float32 (AReaL)
+    reduce_dtype: Optional[str] = None  # FSDP2 reduce-scatter dtype; None: REDUCE_DTYPE
     reshard_after_forward: bool = True  # actor.fsdp.reshard_after_forward: False keeps layers
     optimizer: str = "adam"  # actor.optimizer.type: adam | adam_bf16 | sgd
     max_tokens_per_mb: int = DEFAULT_MAX_TOKENS_PER_MB  # actor.mb_spec.max_tokens_per_mb
-    gradient_checkpointing: bool = False  # actor.gradient_checkpointing (AReaL's default)
+    gradient_checkpointing: bool = False  # actor.gradient_checkpointing (off unless set)
     trainable: bool = True  # False: ref / teacher, forward only
     offload: Offload = field(default_factory=Offload)
     optimizer_cpu_offload: bool = False  # megatron --optimizer-cpu-offload: master+moments on host
@@ -132,7 +131,7 @@ class TrainOptions:
 
 
 def _megatron(backend: str) -> bool:
-    return memory_model(backend, FSDP2) == MEGATRON
+    return memory_model(backend) == MEGATRON
 
 
 def state_bytes(backend: str, opts: TrainOptions) -> tuple[int, int, int]:
@@ -221,9 +220,9 @@ def swiglu_width(backend: str) -> int:
 def sequence_parallel(alloc: ModelAllocation, opts: TrainOptions) -> bool:
     """Whether the tokens outside attention and MLP are split over the t ranks.
 
-    Megatron: its `sequence_parallel` option (AReaL, verl and slime turn it on with t > 1).
-    FSDP2 engines (AReaL's tensor-parallel plan, torchtitan's) shard norms and residuals
-    along the sequence whenever t > 1."""
+    Megatron: its `sequence_parallel` option (RL trainers commonly turn it on with t > 1).
+    FSDP2 engines (torchtitan-style tensor-parallel plans) shard norms and residuals along
+    the sequence whenever t > 1."""
     if alloc.tp == 1:
         return False
     return opts.sequence_parallel if _megatron(alloc.backend) else True
@@ -233,8 +232,8 @@ def norm_bytes(backend: str, act: int) -> int:
     """Bytes per hidden channel and token the two RMSNorms of a layer keep for backward.
 
     Megatron's fused norms keep their input and output: 2 x 2 x act. An HF model's eager
-    RMSNorm (FSDP2 engines: AReaL, our recipe) upcasts its input to fp32 and keeps that copy,
-    the normalized value in the compute dtype and the scaled output the projections read:
+    RMSNorm (FSDP2 engines, our recipe's among them) upcasts its input to fp32 and keeps that
+    copy, the normalized value in the compute dtype and the scaled output the projections read:
     2 x (4 + 2 x act) (16 under bf16, 24 under fp32)."""
     return 4 * act if _megatron(backend) else 2 * (FP32_BYTES + 2 * act)
 

@@ -27,7 +27,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional, Sequence
 
-from launcher.backends.protocol import backend
+from launcher.backends.kinds import serve_backend
 from launcher.backends.torchrun import entry_in
 from launcher.spec import registry, tracking
 from launcher.spec.entry import python_key
@@ -89,7 +89,7 @@ def install_hints() -> dict[str, str]:
         {package: how for t, how in tracking.INSTALL.items() for package in tracking.PACKAGES[t]}
     )
     for name in registry.backend_names():
-        install = backend(name).INSTALL
+        install = registry.backend_facts(name).install
         if install is not None:
             hints.setdefault(install.package, install.hint)
     return hints
@@ -241,8 +241,8 @@ def flag_problems(procs: Sequence[Materialized], check: Optional[FlagCheck]) -> 
         return []
     from launcher.backends.checks import check_argvs
 
-    package = backend(check.backend).INSTALL
-    module = getattr(backend(check.backend), "MODULE", None)
+    package = registry.backend_facts(check.backend).install
+    module = serve_backend(check.backend).module
     by_python: dict[str, tuple[Materialized, list[str]]] = {}
     for proc in procs:
         argv = list(proc.argv)

@@ -125,7 +125,7 @@ def parse_for(name: str, text: str, kind: Optional[str] = None) -> ModelAllocati
     except AllocationError as exc:
         raise ConfigError(f"{field}: {exc}") from None
     kind = kind or builtin_kind(name) or registry.TRAIN
-    if registry.backend(alloc.backend).KIND != kind:
+    if registry.backend_facts(alloc.backend).kind != kind:
         wanted = ", ".join(registry.backend_names(kind))
         example = "vllm:d1 or sglang:d4t2" if kind == registry.SERVE else "fsdp:d2 or megatron:d2p2"
         word = registry.KIND_WORDS[kind]

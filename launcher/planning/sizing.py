@@ -85,7 +85,7 @@ def size(
     if not bare:
         return Sizing(dict(texts))
     out = dict(texts)
-    kind = {n: registry.backend(str(texts[n]).strip()).KIND for n in bare}
+    kind = {n: registry.backend_facts(str(texts[n]).strip()).kind for n in bare}
     placed = {
         n.strip(): str(v) for k, v in placement.items() if v is not None for n in str(k).split(",")
     }

@@ -33,11 +33,12 @@ def known() -> str:
 
 
 def is_hybrid_backend(backend: str) -> bool:
-    return bool(getattr(registry.backend_table().get(backend), "HYBRID", False))
+    found = registry.find_backend(backend)
+    return found is not None and found.hybrid
 
 
 def example(backend: str) -> str:
-    return str(registry.backend(backend).EXAMPLE)
+    return registry.backend_facts(backend).example
 
 
 class AllocationError(UserError):
@@ -126,7 +127,7 @@ class ModelAllocation:
     @property
     def kind(self) -> str:
         """serve, train or worker: what its backend runs (launcher.spec.registry.KINDS)."""
-        return str(registry.backend(self.backend).KIND)
+        return registry.backend_facts(self.backend).kind
 
     @property
     def is_inference(self) -> bool:
@@ -161,7 +162,7 @@ def _dims_text(dims: tuple[tuple[str, int], ...]) -> str:
 def _not_taken(backend: str, dim: str) -> str:
     """Hint for a dim the backend does not take: what it does take, and who takes the dim."""
     takes = ", ".join(registry.backend_dims(backend) or "")
-    kin = registry.backend_names(registry.backend(backend).KIND)
+    kin = registry.backend_names(registry.backend_facts(backend).kind)
     others = [b for b in kin if dim in (registry.backend_dims(b) or "")]
     name = DIM_NAMES.get(dim, dim)
     if others:
@@ -240,30 +241,9 @@ def read_component(t: SpecText, i: int, names: bool) -> tuple[ModelAllocation, O
     takes = ANONYMOUS_DIMS if anonymous else registry.backend_dims(backend)
     if takes is None:
         raise _unknown_backend(t, i, j, backend)
-    name = None
-    if j < n and s[j] == "[":
-        if not names:
-            label = s[j : s.find("]", j) + 1] or "[actor]"
-            raise _several_engines(t, j, f"engine names like {label!r} are allocation_mode syntax")
-        k = s.find("]", j)
-        if k < 0:
-            raise t.error(j, "unclosed '['", "write the name as fsdp[actor]:d4")
-        name = s[j + 1 : k]
-        j = k + 1
-    if anonymous and name is None and j < n and s[j] != ":":
-        pass  # bare dims (`d4`) or a bare attn/ffn form
-    elif j >= n or s[j] != ":":
-        if j < n and s[j] == ".":
-            fix = s.replace(".", ":")
-            raise t.error(j, "use ':' after the backend, not '.'", f"write {fix}")
-        shown = backend or s[i:j]
-        raise t.error(
-            j,
-            f"expected ':' and dims after {shown!r}",
-            f"e.g. {example(backend) if backend else 'fsdp[actor]:d4'}",
-        )
-    else:
-        j += 1
+    name, j = _read_name(t, j, names)
+    if not (anonymous and name is None and j < n and s[j] != ":"):  # else bare dims (`d4`)
+        j = _read_colon(t, i, j, backend)
     if j < n and (s[j] == "(" or s.startswith("attn", j)):
         if anonymous:
             backend = anonymous_backend(1, 1, hybrid=True)
@@ -275,6 +255,46 @@ def read_component(t: SpecText, i: int, names: bool) -> tuple[ModelAllocation, O
             )
         alloc, j = _read_hybrid(t, j, backend)
         return alloc, name, j
+    alloc, j = _read_plain(t, j, takes, backend, anonymous)
+    return alloc, name, j
+
+
+def _read_name(t: SpecText, j: int, names: bool) -> tuple[Optional[str], int]:
+    """An engine name in brackets at j (`[critic]`), allocation_mode syntax only."""
+    s = t.s
+    if j >= t.n or s[j] != "[":
+        return None, j
+    if not names:
+        label = s[j : s.find("]", j) + 1] or "[actor]"
+        raise _several_engines(t, j, f"engine names like {label!r} are allocation_mode syntax")
+    k = s.find("]", j)
+    if k < 0:
+        raise t.error(j, "unclosed '['", "write the name as fsdp[actor]:d4")
+    return s[j + 1 : k], k + 1
+
+
+def _read_colon(t: SpecText, i: int, j: int, backend: str) -> int:
+    """The ':' after the backend (and its name) at j; where the dims start."""
+    s = t.s
+    if j < t.n and s[j] == ":":
+        return j + 1
+    if j < t.n and s[j] == ".":
+        fix = s.replace(".", ":")
+        raise t.error(j, "use ':' after the backend, not '.'", f"write {fix}")
+    shown = backend or s[i:j]
+    raise t.error(
+        j,
+        f"expected ':' and dims after {shown!r}",
+        f"e.g. {example(backend) if backend else 'fsdp[actor]:d4'}",
+    )
+
+
+def _read_plain(
+    t: SpecText, j: int, takes: str, backend: str, anonymous: bool
+) -> tuple[ModelAllocation, int]:
+    """`(letter size)+` at j as one allocation (a legacy part without a backend: fsdp or
+    megatron, as its dims say)."""
+    s = t.s
     start = j
     dims, pos, j = _read_dims(t, j, takes, backend or "megatron")
     if s.startswith("|ffn", j) and (anonymous or is_hybrid_backend(backend)):
@@ -296,7 +316,7 @@ def read_component(t: SpecText, i: int, names: bool) -> tuple[ModelAllocation, O
             f"p*e ({pp * ep}) does not divide the world size d*t*p*c ({world})",
             f"choose e so that p*e divides {world}",
         )
-    return ModelAllocation(backend, dp, tp, pp, cp, ep, 1, world // (pp * ep)), name, j
+    return ModelAllocation(backend, dp, tp, pp, cp, ep, 1, world // (pp * ep)), j
 
 
 def _bounded_world(t: SpecText, pos: int, world: int) -> int:

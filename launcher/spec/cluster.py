@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import ClassVar, Mapping, Optional
+
+from launcher.spec.codec import JsonRecord, json_key
 
 ANY_NODE = "node"  # RLinf's reserved label: every node, by node rank
 
 
 @dataclass(frozen=True)
-class NodeGroup:
+class NodeGroup(JsonRecord):
     """A labelled set of nodes: its ranks, whether they have GPUs, what processes there get."""
 
     label: str
@@ -26,35 +28,16 @@ class NodeGroup:
     python: Optional[str] = None  # the interpreter processes there run (None: the launcher's)
     hardware: Optional[str] = None  # what the nodes are (H100, Franka, ...), for people
 
-    def to_dict(self) -> dict:
-        return {
-            "label": self.label,
-            "nodes": list(self.nodes),
-            "gpus": self.gpus,
-            "env": dict(self.env),
-            "python": self.python,
-            "hardware": self.hardware,
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "NodeGroup":
-        return cls(
-            str(d["label"]),
-            tuple(int(n) for n in d["nodes"]),
-            bool(d.get("gpus", True)),
-            {str(k): str(v) for k, v in (d.get("env") or {}).items()},
-            d.get("python"),
-            d.get("hardware"),
-        )
-
 
 @dataclass(frozen=True)
-class ClusterSpec:
+class ClusterSpec(JsonRecord):
     num_nodes: int  # every node, CPU-only ones included
     gpus_per_node: int  # on each node that has GPUs
     device: str = "cuda"  # "cuda" or "cpu" (cpu: GPU slots are virtual)
-    groups: tuple[NodeGroup, ...] = ()  # declared node groups (none: one group of all nodes)
     cpu_nodes: int = 0  # the last `cpu_nodes` nodes have no GPUs
+    # declared node groups (none: one group of all nodes)
+    groups: tuple[NodeGroup, ...] = field(default=(), metadata=json_key("node_groups"))
+    JSON_OPTIONAL: ClassVar = (("cpu_nodes", "groups"),)  # written when the plan has groups
 
     @property
     def gpu_nodes(self) -> int:
@@ -76,27 +59,6 @@ class ClusterSpec:
     def group_of(self, node: int) -> Optional[NodeGroup]:
         """The first declared group holding `node` (None: no group does)."""
         return next((g for g in self.groups if node in g.nodes), None)
-
-    def to_dict(self) -> dict:
-        out: dict[str, Any] = {
-            "num_nodes": self.num_nodes,
-            "gpus_per_node": self.gpus_per_node,
-            "device": self.device,
-        }
-        if self.groups or self.cpu_nodes:
-            out["cpu_nodes"] = self.cpu_nodes
-            out["node_groups"] = [g.to_dict() for g in self.groups]
-        return out
-
-    @classmethod
-    def from_dict(cls, c: Mapping[str, Any]) -> "ClusterSpec":
-        return cls(
-            int(c["num_nodes"]),
-            int(c["gpus_per_node"]),
-            str(c.get("device", "cuda")),
-            tuple(NodeGroup.from_dict(g) for g in c.get("node_groups", ())),
-            int(c.get("cpu_nodes", 0)),
-        )
 
 
 UNBOUNDED = ClusterSpec(1, 1 << 16, "cpu")  # more virtual slots than any machine runs

@@ -18,6 +18,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from launcher.spec.alloc import ModelAllocation, parse_backend
 from launcher.spec.cluster import ClusterSpec
+from launcher.spec.codec import JsonRecord, json_key, to_json
 from launcher.spec.registry import TRAIN, WORKER
 
 SCHEMA = 1
@@ -104,7 +105,7 @@ def mask_env(env: Mapping[str, str]) -> dict[str, str]:
 
 # ----------------------------------------------------------------------------- the schema
 @dataclass(frozen=True)
-class Rank:
+class Rank(JsonRecord):
     """One training rank: its GPU and its coordinates in the parallel grid."""
 
     rank: int
@@ -116,27 +117,9 @@ class Rank:
     pp: int
     cp: int
 
-    def to_dict(self) -> dict:
-        return dict(
-            rank=self.rank,
-            gpu=self.gpu,
-            node=self.node,
-            local_gpu=self.local_gpu,
-            dp=self.dp,
-            tp=self.tp,
-            pp=self.pp,
-            cp=self.cp,
-        )
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Rank":
-        return cls(
-            *(int(d[k]) for k in ("rank", "gpu", "node", "local_gpu", "dp", "tp", "pp", "cp"))
-        )
-
 
 @dataclass(frozen=True)
-class Instance:
+class Instance(JsonRecord):
     """One server (a block of t*p GPUs on one node or on whole nodes), or one worker process
     (its GPU, or none: CPU-only)."""
 
@@ -144,12 +127,15 @@ class Instance:
     gpus: tuple[int, ...]
     nodes: tuple[int, ...]
 
-    def to_dict(self) -> dict:
-        return {"index": self.index, "gpus": list(self.gpus), "nodes": list(self.nodes)}
 
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Instance":
-        return cls(int(d["index"]), tuple(d["gpus"]), tuple(d["nodes"]))
+@dataclass(frozen=True)
+class Run(JsonRecord):
+    """`count` worker processes from index `first` on, on the same GPUs of one node."""
+
+    first: int
+    count: int
+    gpus: tuple[int, ...]
+    node: int
 
 
 class Runs(Sequence[Instance]):
@@ -187,50 +173,34 @@ class Runs(Sequence[Instance]):
         return hash(self.runs)
 
     def to_list(self) -> list[dict]:
-        return [{"first": f, "count": c, "gpus": list(g), "node": n} for f, c, g, n in self.runs]
+        return [Run(*r).to_dict() for r in self.runs]
 
     @classmethod
     def from_list(cls, items: Sequence[Mapping[str, Any]]) -> "Runs":
-        return cls(
-            [
-                (int(r["first"]), int(r["count"]), tuple(int(g) for g in r["gpus"]), int(r["node"]))
-                for r in items
-            ]
-        )
+        runs = (Run.from_dict(r) for r in items)
+        return cls([(r.first, r.count, r.gpus, r.node) for r in runs])
 
 
 @dataclass(frozen=True)
-class SyncPair:
+class SyncPair(JsonRecord):
     """Training rank `rank` sends weights to tp rank `tp` of rollout instance `instance`."""
 
     rank: int
     instance: int
     tp: int
 
-    def to_dict(self) -> dict:
-        return {"rank": self.rank, "instance": self.instance, "tp": self.tp}
-
 
 @dataclass(frozen=True)
-class WeightSync:
-    src: str
-    dst: str
+class WeightSync(JsonRecord):
+    """Training component `src` pushes its weights to serving component `dst`, pair by pair."""
+
+    src: str = field(metadata=json_key("from"))
+    dst: str = field(metadata=json_key("to"))
     pairs: tuple[SyncPair, ...]
 
-    def to_dict(self) -> dict:
-        return {"from": self.src, "to": self.dst, "pairs": [p.to_dict() for p in self.pairs]}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "WeightSync":
-        return cls(
-            d["from"],
-            d["to"],
-            tuple(SyncPair(int(p["rank"]), int(p["instance"]), int(p["tp"])) for p in d["pairs"]),
-        )
-
 
 @dataclass(frozen=True)
-class ProcessSpec:
+class ProcessSpec(JsonRecord):
     """One process a runner starts: what to exec, on which plan node, with what added env.
 
     `env` holds only what the launcher adds to the inherited environment. `gpus` are the
@@ -257,33 +227,6 @@ class ProcessSpec:
     def is_trainer(self) -> bool:
         """Trainers finish the run; servers and workers serve it (and restart alone)."""
         return self.role == "trainer"
-
-    def to_dict(self) -> dict:
-        return {
-            "name": self.name,
-            "component": self.component,
-            "role": self.role,
-            "node": self.node,
-            "argv": list(self.argv),
-            "env": dict(self.env),
-            "gpus": list(self.gpus),
-            "ports": list(self.ports),
-            "health_url": self.health_url,
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "ProcessSpec":
-        return cls(
-            name=str(d["name"]),
-            component=str(d.get("component", d["name"])),
-            role=str(d["role"]),
-            node=int(d.get("node", 0)),
-            argv=tuple(d["argv"]),
-            env={str(k): str(v) for k, v in (d.get("env") or {}).items()},
-            gpus=tuple(int(g) for g in d.get("gpus", ())),
-            ports=tuple(int(p) for p in d.get("ports", ())),
-            health_url=d.get("health_url"),
-        )
 
 
 @dataclass(frozen=True)
@@ -319,6 +262,8 @@ class ComponentPlan:
         return self.kind == WORKER
 
     def to_dict(self) -> dict:
+        """A view, not its fields: the allocation as its text and sizes, and the ranks, the
+        instances or a worker's runs, as its kind has them (docs/architecture.md §6)."""
         out: dict[str, Any] = {
             "kind": self.kind,
             "backend": self.alloc.backend,
@@ -331,9 +276,9 @@ class ComponentPlan:
         if isinstance(self.instances, Runs):
             out["runs"] = self.instances.to_list()
         elif self.kind != TRAIN:
-            out["instances"] = [i.to_dict() for i in self.instances]
+            out["instances"] = to_json(self.instances)
         else:
-            out["ranks"] = [r.to_dict() for r in self.ranks]
+            out["ranks"] = to_json(self.ranks)
         return out
 
     @classmethod
@@ -348,6 +293,14 @@ class ComponentPlan:
             if "runs" in d
             else tuple(Instance.from_dict(i) for i in d.get("instances", ())),
         )
+
+
+def masked(processes: list[dict], mask_secrets: bool) -> list[dict]:
+    """Processes as JSON, their secrets masked (in place) when it is for printing."""
+    if mask_secrets:
+        for p in processes:
+            p["env"] = mask_env(p["env"])
+    return processes
 
 
 INDENT_UP_TO = 256  # processes
@@ -373,17 +326,14 @@ class Plan:
     meta: dict = field(default_factory=dict)
 
     def to_dict(self, mask_secrets: bool = True) -> dict:
-        procs = [p.to_dict() for p in self.processes]
-        if mask_secrets:
-            for p in procs:
-                p["env"] = mask_env(p["env"])
+        """Schema 1: the plan's own keys, then its run facts (`meta`) beside them."""
         return {
             "schema": SCHEMA,
             "cluster": self.cluster.to_dict(),
             "mode": self.mode,
             "components": {name: c.to_dict() for name, c in self.components.items()},
-            "weight_sync": [w.to_dict() for w in self.weight_sync],
-            "processes": procs,
+            "weight_sync": to_json(self.weight_sync),
+            "processes": masked(to_json(self.processes), mask_secrets),
             "warnings": list(self.warnings),
             **self.meta,
         }

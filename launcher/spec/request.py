@@ -1,22 +1,23 @@
 """The launch request: what every runner executes, and what a dry run prints
 (docs/architecture.md, "Runners").
 
-Backends turn the plan into processes (launcher.backends.processes); the request adds what the node
-supervisors need (run id, run
-folder, deadlines). It is runner-neutral: hosts are placeholders and GPUs are positions in a
-node's visible GPUs. `materialize` is the one place that turns a process into what is exec'd
-on a node: hosts filled in, CUDA_VISIBLE_DEVICES set to the GPUs those positions name there
-(the user's mask, Slurm's or Ray's ids, UUIDs and MIG ids as given). The supervisor runs it on
-the node; dry runs run it too, so what they print is what would run.
+Backends turn the plan into processes (launcher.backends.plan_processes); the request adds
+what the node supervisors need (run id, run folder, deadlines). It is runner-neutral: hosts
+are placeholders and GPUs are positions in a node's visible GPUs. `materialize` is the one
+place that turns a process into what is exec'd on a node: hosts filled in,
+CUDA_VISIBLE_DEVICES set to the GPUs those positions name there (the user's mask, Slurm's or
+Ray's ids, UUIDs and MIG ids as given). The supervisor runs it on the node; dry runs run it
+too, so what they print is what would run.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, ClassVar, Mapping, Optional, Sequence
 
 from launcher.spec.cluster import NodeGroup
+from launcher.spec.codec import JsonRecord, from_json, to_json
 from launcher.spec.errors import LaunchError, UserError
 from launcher.spec.plan import (
     ENV_GPUS,
@@ -25,7 +26,7 @@ from launcher.spec.plan import (
     INDENT_UP_TO,
     ProcessSpec,
     fill_hosts,
-    mask_env,
+    masked,
     nodes_named,
 )
 
@@ -57,7 +58,7 @@ class ArealFolders:
 
 
 @dataclass(frozen=True)
-class FlagCheck:
+class FlagCheck(JsonRecord):
     """The flags the user gave a serving component's servers (AReaL's `vllm:` section,
     `server_args`, `extra_args`), each with the key it was written as: before anything starts
     the preflight parses the servers' argv with the engine's own parser and names the key of
@@ -65,22 +66,11 @@ class FlagCheck:
 
     backend: str
     component: str
-    origins: tuple[tuple[str, str], ...]  # (flag, where it was written)
-
-    def to_dict(self) -> dict:
-        return {"backend": self.backend, "component": self.component, "origins": dict(self.origins)}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "FlagCheck":
-        return cls(
-            str(d["backend"]),
-            str(d["component"]),
-            tuple((str(k), str(v)) for k, v in dict(d["origins"]).items()),
-        )
+    origins: Mapping[str, str]  # flag -> where it was written
 
 
 @dataclass(frozen=True)
-class EngineAsk:
+class EngineAsk(JsonRecord):
     """What an engine's AReaL `scheduling_spec` asks for each GPU of its processes (a process
     on no GPU counts as one): CPU cores, memory in GiB, a container image. A runner that
     reserves per node (Ray: each plan node's bundle) asks the sum of its processes' asks."""
@@ -88,13 +78,6 @@ class EngineAsk:
     cpu: int = 0
     mem_gib: int = 0
     image: Optional[str] = None
-
-    def to_dict(self) -> dict:
-        return {"cpu": self.cpu, "mem_gib": self.mem_gib, "image": self.image}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "EngineAsk":
-        return cls(int(d.get("cpu", 0)), int(d.get("mem_gib", 0)), d.get("image"))
 
 
 @dataclass(frozen=True)
@@ -107,7 +90,7 @@ class NodeAsk:
 
 
 @dataclass(frozen=True)
-class LaunchRequest:
+class LaunchRequest(JsonRecord):
     """One run, runner-neutral: its processes per plan node and how to supervise them."""
 
     run_id: str  # unique: marks every process of the run (AREAL_LAUNCH_RUN)
@@ -116,7 +99,6 @@ class LaunchRequest:
     device: str  # "cuda" or "cpu" (cpu: GPU slots are virtual, every GPU is hidden)
     num_nodes: int
     gpus_per_node: int
-    processes: tuple[ProcessSpec, ...]
     grace_period_s: float = GRACE_PERIOD_S
     health_timeout_s: float = HEALTH_TIMEOUT_S
     paths: tuple[str, ...] = ()  # folders the processes read (model, trainer entry): mounts
@@ -130,6 +112,9 @@ class LaunchRequest:
     areal: Optional[ArealFolders] = None  # an entry that is not ours: AReaL's folders
     flag_check: Optional[FlagCheck] = None  # the user's server flags, checked by the preflight
     asks: Mapping[str, EngineAsk] = field(default_factory=dict)  # engine -> its scheduling_spec's
+    processes: tuple[ProcessSpec, ...] = ()  # last in the JSON: the long part
+    # written only when set (the plan's node groups with its CPU-only nodes; each other one)
+    JSON_OPTIONAL: ClassVar = (("node_groups", "cpu_nodes"), ("areal",), ("flag_check",), ("asks",))
 
     def cpu_only(self, node: int) -> bool:
         return node >= self.num_nodes - self.cpu_nodes
@@ -175,37 +160,10 @@ class LaunchRequest:
         return any(p.is_trainer for p in self.on_node(node))
 
     def to_dict(self, mask_secrets: bool = False) -> dict:
-        procs = [p.to_dict() for p in self.processes]
-        if mask_secrets:
-            for p in procs:
-                p["env"] = mask_env(p["env"])
-        return {
-            "schema": REQUEST_SCHEMA,
-            "run_id": self.run_id,
-            "run_dir": self.run_dir,
-            "job_name": self.job_name,
-            "device": self.device,
-            "num_nodes": self.num_nodes,
-            "gpus_per_node": self.gpus_per_node,
-            "grace_period_s": self.grace_period_s,
-            "health_timeout_s": self.health_timeout_s,
-            "paths": list(self.paths),
-            "max_restarts": self.max_restarts,
-            "hang_timeout_s": self.hang_timeout_s,
-            "console": self.console,
-            **(
-                {
-                    "node_groups": [g.to_dict() for g in self.node_groups],
-                    "cpu_nodes": self.cpu_nodes,
-                }
-                if self.node_groups or self.cpu_nodes
-                else {}
-            ),
-            **({"areal": self.areal.to_dict()} if self.areal else {}),
-            **({"flag_check": self.flag_check.to_dict()} if self.flag_check else {}),
-            **({"asks": {k: a.to_dict() for k, a in self.asks.items()}} if self.asks else {}),
-            "processes": procs,
-        }
+        """Schema 1 of the request, secrets masked when it is for printing."""
+        out = {"schema": REQUEST_SCHEMA, **to_json(self)}
+        masked(out["processes"], mask_secrets)
+        return out
 
     def to_json(self, mask_secrets: bool = False) -> str:
         indent = 1 if len(self.processes) <= INDENT_UP_TO else None  # as the plan's
@@ -218,28 +176,7 @@ class LaunchRequest:
                 f"launch request schema {d.get('schema')!r}: this launcher reads "
                 f"{REQUEST_SCHEMA} (was the run started by another version?)"
             )
-        return cls(
-            run_id=str(d["run_id"]),
-            run_dir=str(d["run_dir"]),
-            job_name=str(d["job_name"]),
-            device=str(d["device"]),
-            num_nodes=int(d["num_nodes"]),
-            gpus_per_node=int(d["gpus_per_node"]),
-            processes=tuple(ProcessSpec.from_dict(p) for p in d["processes"]),
-            grace_period_s=float(d["grace_period_s"]),
-            health_timeout_s=float(d["health_timeout_s"]),
-            paths=tuple(str(p) for p in d.get("paths", ())),
-            max_restarts=int(d.get("max_restarts", 0)),
-            hang_timeout_s=(
-                None if d.get("hang_timeout_s") is None else float(d["hang_timeout_s"])
-            ),
-            console=str(d.get("console", "auto")),
-            node_groups=tuple(NodeGroup.from_dict(g) for g in d.get("node_groups", ())),
-            cpu_nodes=int(d.get("cpu_nodes", 0)),
-            areal=ArealFolders.from_dict(d["areal"]) if d.get("areal") else None,
-            flag_check=(FlagCheck.from_dict(d["flag_check"]) if d.get("flag_check") else None),
-            asks={str(k): EngineAsk.from_dict(a) for k, a in d.get("asks", {}).items()},
-        )
+        return from_json(cls, d)
 
 
 # ----------------------------------------------------------------------------- on a node

@@ -6,7 +6,7 @@ Order, per server: release before the training step (SGLang /release_memory_occu
 /sleep?level=1), resume before the weight push, so the push and the next rollout find it awake.
 The launcher starts the servers able to do it (SGLang --enable-memory-saver, vLLM
 --enable-sleep-mode on cuda). A backend whose CPU build cannot release memory says why
-(CLIENT.cpu_keeps_memory: vLLM's refuses sleep mode), so on cpu the recipe says so once and the
+(its client.cpu_keeps_memory: vLLM's refuses sleep mode), so on cpu the recipe says so once and the
 servers stay awake.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Protocol, Sequence, TypeVar
 
-from launcher.backends.protocol import serve_backend
+from launcher.backends.kinds import serve_backend
 from launcher.worker.runtime import RuntimePlan
 
 T = TypeVar("T")
@@ -69,7 +69,7 @@ class RolloutPhases:
                 "the servers keep their memory"
             )
             return cls(servers, False, workers=workers)
-        kept = sorted({serve_backend(s.backend).CLIENT.cpu_keeps_memory for s in servers} - {""})
+        kept = sorted({serve_backend(s.backend).client.cpu_keeps_memory for s in servers} - {""})
         if rt.device() == "cpu" and kept:
             say(
                 f"grpo: {'; '.join(kept)}: {serve} servers stay awake while {train} trains "

@@ -1,7 +1,7 @@
 """Talking to the rollout servers over HTTP: sample, push new weights, read greedy output.
 
 Stdlib only (urllib + threads): the servers are the launcher's serving processes; what differs
-between engines (the weight push, memory release, token ids) is each backend's CLIENT
+between engines (the weight push, memory release, token ids) is each backend's client
 (launcher/backends/<backend>.py), so the same calls work against any of them. A reload that
 fails may kill the engine (vLLM's does, reference/vllm-cpu.md), so any error here is final for
 the run rather than retried.
@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from launcher.backends.protocol import serve_backend
+from launcher.backends.kinds import serve_backend
 from launcher.backends.servers import HttpCall, ServerClient
 from launcher.worker.runtime import DEFAULT_SERVED_MODEL
 
@@ -97,13 +97,13 @@ class RolloutServer:
 
     @property
     def client(self) -> ServerClient:
-        return serve_backend(self.backend).CLIENT
+        return serve_backend(self.backend).client
 
     def complete(
         self, prompt: str, n: int, max_tokens: int, temperature: float, seed: Optional[int] = None
     ) -> list[dict]:
         """OpenAI /v1/completions choices, with the prompt's and completion's token ids where
-        the engine gives them (its CLIENT's completion_extra: vLLM)."""
+        the engine gives them (its client's completion_extra: vLLM)."""
         body: dict[str, Any] = {
             "model": self.model,
             "prompt": prompt,
@@ -164,7 +164,7 @@ class RolloutServer:
         """Free the GPU memory the engine holds (weights, KV cache) while a trainer on the same
         GPUs trains: SGLang's memory saver, vLLM's sleep mode level 1 (weights to host memory,
         KV cache dropped). The server must have been started with it on; the endpoints are the
-        backend's own (launcher/backends/<backend>.py CLIENT)."""
+        backend's own (launcher/backends/<backend>.py, its client)."""
         _call(self.addr, self.client.release, {})
 
     def resume_memory(self) -> None:

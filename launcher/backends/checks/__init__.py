@@ -15,7 +15,6 @@ import traceback
 from dataclasses import dataclass
 from typing import IO, Any, Callable, Optional, Sequence
 
-from launcher.backends.protocol import serve_backend
 from launcher.spec.errors import ConfigError
 from launcher.spec.plan import Plan, ProcessSpec, fill_hosts
 
@@ -23,8 +22,10 @@ SOURCE_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."
 
 
 def checker(backend: str) -> str:
-    """The module that checks `backend`'s argvs with its engine's parser (its CHECKER)."""
-    found = serve_backend(backend).CHECKER
+    """The module that checks `backend`'s argvs with its engine's parser (its checker)."""
+    from launcher.backends.kinds import serve_backend  # not in the checkers' interpreters
+
+    found = serve_backend(backend).checker
     if found is None:
         raise ConfigError(f"backend {backend!r} has no argv checker")
     return found
@@ -42,7 +43,9 @@ class Verdict:
 def server_args(plan: Plan, backend: str) -> list[tuple[ProcessSpec, list[str]]]:
     """(process, argv after `-m <module>`) for each server of `backend` in the plan, hosts
     filled in as a node's supervisor would (node k is `node<k>`)."""
-    module = serve_backend(backend).MODULE
+    from launcher.backends.kinds import serve_backend
+
+    module = serve_backend(backend).module
     hosts = [f"node{k}" for k in range(plan.cluster.num_nodes)]
     out = []
     for proc in plan.processes:

@@ -55,8 +55,9 @@ def translate(job: Any, context: Context, out: Translation) -> None:
 
 
 def _apply(job: Any, backend: str, section: dict[str, Any], out: Translation) -> None:
-    facts = registry.backend(backend)
-    known = {f.name for f in dataclasses.fields(facts.Options)}
+    schema = registry.backend_options(backend)
+    refused = registry.refused_flags(backend)
+    known = {f.name for f in dataclasses.fields(schema)}
     options = dict(get(job, f"rollout.{backend}") or {})  # what the user set: it wins
     server_args = dict(get(job, "rollout.server_args") or {})
     model_path = get(job, "rollout.model_path")
@@ -69,13 +70,13 @@ def _apply(job: Any, backend: str, section: dict[str, Any], out: Translation) ->
         if left_out(value) or OURS.get(backend, {}).get(key) == value:
             continue
         if key in known:
-            typed(backend, facts.Options, {key: value}, f"{backend}'s options")  # type, as written
+            typed(backend, schema, {key: value}, f"{backend}'s options")  # its type, as written
             out.notes += _given(options, key, value, f"rollout.{backend}.{key}", where)
             options.setdefault(key, value)
             continue
         flag = flag_of(key)
-        if flag in facts.REFUSED:
-            raise ConfigError(f"{where}: {flag} {facts.REFUSED[flag]}")
+        if flag in refused:
+            raise ConfigError(f"{where}: {flag} {refused[flag]}")
         out.notes += _given(server_args, key, value, f"rollout.server_args.{key}", where)
         if key not in server_args:
             server_args[key] = value

@@ -1,49 +1,34 @@
-"""The plan's memory: the typed engines of a plan turned into the memory model's inputs (pure).
+"""The memory model's inputs, built from a plan and its typed engines (pure).
 
-The generic config keys map here: dtype, gradient_checkpointing, mb_spec.max_tokens_per_mb
-and offload (between phases) of each trainer, a server's release between phases. Each
-backend maps its own options (memory fraction, context length, during-compute offloads,
-Megatron's layout options) in its module (`inference_options`, `train_options`). ref and
-teacher only run forwards; the critic has a value head.
+Here because this layer has both: the engines' backends map their own options onto the
+estimator's knobs (`inference_options`, `train_options`: memory fraction, context length,
+offloads during compute, Megatron's layout options), and memory/ below is pure arithmetic
+over what it is handed, which never calls a backend.
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
+from launcher.backends.kinds import serve_backend, train_backend
 from launcher.memory.estimate import EngineInput, MemoryReport
 from launcher.memory.fix import memory_report
 from launcher.memory.infer import InferenceOptions
 from launcher.memory.model_shape import ModelShape
-from launcher.memory.train import Offload, TrainOptions
+from launcher.memory.train import TrainOptions
 from launcher.planning.resolve import Engine
-from launcher.spec import registry
 from launcher.spec.plan import Plan
 
 
 def inference_options(engine: Engine) -> InferenceOptions:
-    """The server's options as the estimator's inputs: its backend maps them (by name through
-    the registry, memory/ being below backends/)."""
-    found: InferenceOptions = registry.backend(engine.backend).inference_options(
-        engine.options, engine.offload
-    )
-    return found
+    """A serving engine as the inference estimator's inputs (its backend maps its options)."""
+    return serve_backend(engine.backend).inference_options(engine)
 
 
 def train_options(engine: Engine) -> TrainOptions:
-    """The trainer's generic knobs, then its backend's options applied by the backend."""
-    assert engine.training is not None and engine.offload_parts is not None
-    parts = engine.offload_parts
-    base = TrainOptions(
-        dtype=engine.training.dtype,
-        max_tokens_per_mb=engine.training.max_tokens_per_mb,
-        gradient_checkpointing=engine.training.gradient_checkpointing,
-        trainable=engine.training.trainable,
-        value_head=engine.training.value_head,
-        offload=Offload(parts.weight, parts.optimizer, parts.grad),
-    )
-    found: TrainOptions = registry.backend(engine.backend).train_options(engine.options, base)
-    return found
+    """A training engine as the training estimator's inputs (its generic knobs, then its
+    backend's options applied by the backend)."""
+    return train_backend(engine.backend).train_options(engine)
 
 
 def engine_inputs(

@@ -5,11 +5,10 @@ are known to both when their environment is written. A node's supervisor reads r
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from launcher.backends.context import LaunchContext
-from launcher.backends.protocol import serve_backend, worker_backend
-from launcher.backends.servers import served_model_name
+from launcher.backends.kinds import serve_backend, worker_backend
 from launcher.backends.torchrun import trainer_processes
 from launcher.spec.plan import (
     CONTRACT_PREFIX,
@@ -21,9 +20,12 @@ from launcher.spec.plan import (
 )
 from launcher.spec.registry import TRAIN
 
+if TYPE_CHECKING:
+    from launcher.planning.build import Planned
+
 
 def build_processes(
-    planned: Any,
+    planned: Planned,
     entry: str,
     entry_args: Sequence[str],
     ctx: LaunchContext,
@@ -31,8 +33,8 @@ def build_processes(
 ) -> Plan:
     """The plan with every process it needs and the backends' warnings added.
 
-    `planned` is a launcher.planning.build.Planned (the plan and its typed engines);
-    `trainer_python`: the interpreter of every training engine's ranks (trainer.python)."""
+    `planned`: the plan and its typed engines and workers; `trainer_python`: the interpreter
+    of every training engine's ranks (trainer.python)."""
     plan: Plan = planned.plan
     servers: list[ProcessSpec] = []
     addrs: list[str] = []
@@ -42,12 +44,13 @@ def build_processes(
     for comp in plan.components.values():
         if comp.is_inference:
             engine = planned.engines[comp.name]
-            made = serve_backend(comp.backend).servers(comp, plan, engine, ctx)
+            backend = serve_backend(comp.backend)
+            made = backend.servers(comp, plan, engine, ctx)
             servers += made.processes
             addrs += made.addrs
             by_server[comp.name] = list(made.addrs)
             warnings += made.warnings
-            served = served_model_name(engine.options)
+            served = backend.served_model(engine)
     workers = [
         p
         for comp in plan.components.values()
