@@ -13,8 +13,8 @@ import os, torch.distributed as dist
 dist.init_process_group("gloo")
 t = __import__("torch").ones(1)
 dist.all_reduce(t)
-print(f"rank {dist.get_rank()} of {dist.get_world_size()} group {os.environ['GROUP_RANK']} sum
-{int(t.item())}", flush=True)
+rank, world, group = dist.get_rank(), dist.get_world_size(), os.environ["GROUP_RANK"]
+print(f"rank {rank} of {world} group {group} sum {int(t.item())}", flush=True)
 dist.destroy_process_group()
 """
 
