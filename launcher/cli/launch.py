@@ -27,6 +27,7 @@ from launcher.spec.builtins import ENGINES
 from launcher.spec.errors import ConfigError, LaunchError, PlacementError, UserError
 from launcher.spec.plan import ENV_SPMD_MODE, Plan
 from launcher.spec.request import ArealFolders, FlagCheck, LaunchRequest
+from launcher.spec.runfolder import ENTRY_CONFIG, PLAN, REQUEST
 from launcher.spec.tracking import Identity, check
 
 if TYPE_CHECKING:
@@ -228,7 +229,7 @@ def build_request(
         trainer_env[ENV_SPMD_MODE] = "1"
     ctx = LaunchContext(
         run_dir=str(run_dir),
-        plan_path=str(run_dir / "plan.json"),
+        plan_path=str(run_dir / PLAN),
         python=prep.runner.python(),
         next_port=next_port,
         cpus=prep.runner.cpus(),
@@ -373,11 +374,11 @@ def start(prep: Prepared, own_folder: bool = False) -> int:
                 break
         prep.run_dir = run_dir
         warn(plan, prep.planned.notes, said)
-        write_private(run_dir / "plan.json", plan.to_json(mask_secrets=False))
+        write_private(run_dir / PLAN, plan.to_json(mask_secrets=False))
         for name, text in hydra_record(prep.spec, run_dir).items():  # .hydra/: may hold secrets
             (run_dir / name).parent.mkdir(exist_ok=True)
             write_private(run_dir / name, text)
-        write_private(run_dir / "request.json", request.to_json())
+        write_private(run_dir / REQUEST, request.to_json())
         write_entry_config(prep, run_dir)
         if prep.runner.runs_here:  # attached here: the console shows where everything runs
             show_plan_summary(plan, run_dir)
@@ -394,7 +395,6 @@ def start(prep: Prepared, own_folder: bool = False) -> int:
 def write_entry_config(prep: Prepared, run_dir: Path) -> None:
     """The entry's config (launcher.config.areal.Handoff) where its --config points (AReaL's
     folders are made by each node, launcher.node.runs.make_areal_folders)."""
-    from launcher.config.areal import ENTRY_CONFIG
     from launcher.node.runs import write_private
 
     if prep.spec.handoff is not None:

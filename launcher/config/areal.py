@@ -27,8 +27,8 @@ from launcher.spec.builtins import ENGINES
 from launcher.spec.errors import ConfigError
 from launcher.spec.limits import MAX_CPUS_PER_GPU, MAX_MEM_GIB_PER_GPU
 from launcher.spec.request import EngineAsk
+from launcher.spec.runfolder import ENTRY_CONFIG  # in the run folder: what --config names
 
-ENTRY_CONFIG = "entry_config.yaml"  # in the run folder: what the entry's --config names
 OURS_ONLY = ("launcher", "trainer", "recipe", "components", "hydra")  # never the entry's
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"  # this project's own entry points
 GROUPS = (*ENGINES, "cluster", "launcher", "recipe", "experiment")  # `group=option` choices

@@ -3,10 +3,10 @@
 
 A run folder is made with mkdir, which fails when the folder exists, so two launches started in
 the same second (the default folder name has one-second resolution) never share one: the
-second gets `<name>-1`, the next `<name>-2`. The folder holds `launch.json` (which runner, the
-run and job ids, the launcher's pid), `plan.json`, `request.json` and `logs/`. Runners that
-print an id (a Slurm job id, a Ray job id, a local run id) also record it in
-`~/.cache/areal-launch/jobs/<id>` -> run folder.
+second gets `<name>-1`, the next `<name>-2`. What the folder holds is named in
+launcher.spec.runfolder; the record (`launch.json`: which runner, the run and job ids, the
+launcher's pid) is this module's. Runners that print an id (a Slurm job id, a Ray job id, a
+local run id) also record it in `<cache root>/jobs/<id>` -> run folder (runfolder.cache_root).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Callable, Optional
 
 from launcher.spec.errors import LaunchError, UserError
 from launcher.spec.request import ArealFolders
+from launcher.spec.runfolder import PREPARED, RECORD, cache_root
 
-RECORD = "launch.json"
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 MAX_SUFFIX = 10000
 # who started a run an id is indexed for when its folder holds no record (None: nobody knows)
@@ -93,9 +93,8 @@ def write_record(record: RunRecord) -> None:
 
 
 def jobs_index_dir() -> Path:
-    """Where runners record id -> run folder ($XDG_CACHE_HOME or ~/.cache)."""
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(cache) / "areal-launch" / "jobs"
+    """Where runners record id -> run folder, in this user's cache."""
+    return cache_root(os.environ) / "jobs"
 
 
 def checked_id(handle: str) -> str:
@@ -173,9 +172,6 @@ def make_areal_folders(folders: Optional[ArealFolders], clear: bool) -> None:
         raise LaunchError(f"cannot make AReaL's folder {exc.filename}: {exc.strerror}") from None
 
 
-AREAL_PREPARED = "areal_prepared"  # in the run folder: one file per start of the job
-
-
 def prepare_areal_folders(
     folders: Optional[ArealFolders],
     run_dir: str,
@@ -194,7 +190,7 @@ def prepare_areal_folders(
 
     if folders is None:
         return
-    said = Path(run_dir, AREAL_PREPARED, attempt)
+    said = Path(run_dir, PREPARED, attempt)
     if first:
         make_areal_folders(folders, clear=True)
         said.parent.mkdir(parents=True, exist_ok=True)

@@ -44,12 +44,12 @@ from launcher.node.silence import Job, SilentHang, SilentWatch
 from launcher.node.watchdog import Watchdog, foreign_stacks, stacks_tail
 from launcher.spec.plan import ENV_PROCESS, ENV_RESTART, ENV_RUN_MARKER
 from launcher.spec.request import LaunchRequest, Materialized, materialize
+from launcher.spec.runfolder import LOGS, status_file
 
 TICK_S = 0.05  # how often exits are checked: bounds the delay from a failure to the stop
 PROBE_EVERY_S = 0.5
 SHOW_EVERY_S = 0.25
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-DONE_DIR = "done"  # run_dir/done/node<k>: that node's trainers all exited 0
 
 
 @dataclass
@@ -346,7 +346,7 @@ class NodeRun:
         self.request, self.procs, self.node, self.out, self.peers = request, procs, node, out, peers
         self.remote = remote
         self.run_dir = Path(request.run_dir)
-        self.logs = self.run_dir / "logs"
+        self.logs = self.run_dir / LOGS
         self.stop = StopRequest()
         self.done = threading.Event()
         self.begun = time.monotonic()
@@ -745,7 +745,7 @@ class NodeStatus:
     """run_dir/status/<node>.json: what `areal-launch status` shows about a node."""
 
     def __init__(self, run_dir: Path, node: Optional[int]):
-        self.path = run_dir / "status" / f"{'all' if node is None else f'node{node}'}.json"
+        self.path = run_dir / status_file(node)
 
     def write(
         self, started: list[Started], state: str, result: Optional[RunResult] = None, epoch: int = 0

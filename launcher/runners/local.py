@@ -32,6 +32,7 @@ from launcher.spec.cluster import NodeOffer
 from launcher.spec.errors import UserError
 from launcher.spec.plan import mask_env
 from launcher.spec.request import LaunchRequest, Materialized, visible_gpus
+from launcher.spec.runfolder import STATUS
 
 if TYPE_CHECKING:  # rich is imported by a run, not by a plan
     from launcher.node.console import RunConsole
@@ -138,7 +139,7 @@ class Runner:
             f"run {record.run_id}: {'RUNNING' if alive else 'ENDED'} ({record.runner}, "
             f"pid {record.pid})"
         ]
-        for path in sorted(Path(record.run_dir, "status").glob("*.json")):
+        for path in sorted(Path(record.run_dir, STATUS).glob("*.json")):
             try:
                 data = json.loads(path.read_text())
             except (OSError, ValueError):

@@ -32,7 +32,6 @@ from launcher.node.ports import DEFAULT_BASE_PORT, counted_ports
 from launcher.node.runs import RunRecord, write_private, write_record
 from launcher.runners import LauncherBase, local
 from launcher.runners.rayjob import (
-    JOB_FILE,
     RayJob,
     RayNode,
     custom_resources,
@@ -44,11 +43,11 @@ from launcher.runners.rayjob import (
     ray_job,
     ray_offer,
 )
-from launcher.runners.sbatch import REQUEST_FILE
 from launcher.spec.cluster import NodeOffer
 from launcher.spec.errors import ConfigError, LaunchError, UserError
 from launcher.spec.limits import seconds_problem
 from launcher.spec.request import LaunchRequest
+from launcher.spec.runfolder import RAY_JOB, REQUEST
 
 PROBE_S = 3.0  # a cluster address that does not answer within this is no cluster
 # the driver's log streaming: every line (no "[repeated 3x]"), no colour codes in the prefix
@@ -200,8 +199,8 @@ class Runner:
         request = for_nodes(request)
         job = self.job(request)
         run_dir = Path(request.run_dir)
-        write_private(run_dir / REQUEST_FILE, request.to_json())  # what the driver reads
-        write_private(run_dir / JOB_FILE, json.dumps(job.to_dict(), indent=1))
+        write_private(run_dir / REQUEST, request.to_json())  # what the driver reads
+        write_private(run_dir / RAY_JOB, json.dumps(job.to_dict(), indent=1))
         if self.config.detach:
             return self.submit(request, job)
         from launcher.runners.raydriver import drive

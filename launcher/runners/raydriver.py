@@ -33,6 +33,7 @@ from launcher.node.runs import make_areal_folders, write_private
 from launcher.spec.errors import LaunchError
 from launcher.spec.plan import ENV_GPUS
 from launcher.spec.request import ArealFolders
+from launcher.spec.runfolder import status_file
 
 if TYPE_CHECKING:  # the driver's; a node actor loads only what it runs (it starts sooner)
     from launcher.node.supervisor import StopRequest
@@ -105,7 +106,7 @@ class NodeActor:
         if self.copier is not None:
             self.copier.join(timeout=2)
         try:
-            status = json.loads((self.run_dir / "status" / f"node{self.node}.json").read_text())
+            status = json.loads((self.run_dir / status_file(self.node)).read_text())
         except (OSError, ValueError):
             status = {}
         return {

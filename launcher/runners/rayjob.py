@@ -21,15 +21,15 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
-from launcher.runners.sbatch import NODE_MODULE, REQUEST_FILE
+from launcher.runners.sbatch import NODE_MODULE
 from launcher.spec.cluster import NodeOffer, OfferedNode
 from launcher.spec.errors import UserError
 from launcher.spec.request import LaunchRequest
+from launcher.spec.runfolder import RAY_JOB, REQUEST
 
 STRATEGY = "STRICT_SPREAD"
 MEMORY = "memory"  # Ray's resource of host memory, in bytes
 GIB = 1 << 30
-JOB_FILE = "ray-job.json"  # the RayJob, beside request.json in the run folder
 
 
 @dataclass(frozen=True)
@@ -180,7 +180,7 @@ def ray_job(
         images.append(ask.images[0] if ask.images else None)
     return RayJob(
         request.run_id,
-        f"{request.run_dir}/{REQUEST_FILE}",
+        f"{request.run_dir}/{REQUEST}",
         python,
         cwd,
         tuple(bundles),
@@ -244,7 +244,7 @@ def placeholder_hosts(job: RayJob) -> list[str]:
 def entrypoint(job: RayJob) -> list[str]:
     """The detached run's Ray job: this runner's driver, on the request and the RayJob shipped
     in the job's working_dir (the run folder)."""
-    return [job.python, "-m", "launcher.runners.ray", REQUEST_FILE, JOB_FILE]
+    return [job.python, "-m", "launcher.runners.ray", REQUEST, RAY_JOB]
 
 
 def dry_run_text(

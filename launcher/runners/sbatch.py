@@ -24,10 +24,10 @@ from launcher.node import restarts
 from launcher.spec.errors import UserError
 from launcher.spec.plan import ENV_GPUS
 from launcher.spec.request import LaunchRequest
+from launcher.spec.runfolder import REQUEST, slurm_output
 from launcher.worker import checkpoints
 
 NODE_MODULE = "launcher.node.agent"
-REQUEST_FILE = "request.json"
 REQUEUE_MARGIN_S = 20  # of the signal's lead, kept for `scontrol requeue` and the stop
 
 
@@ -214,7 +214,8 @@ def _job_lines(opts: Any, request: LaunchRequest) -> list[str]:
     """What holds for the whole job: its output file, requeue, account, qos, time."""
     d = _directive_value
     # sbatch expands %j and friends in the path: a literal % is written %%
-    out = [f"#SBATCH --output={d('run_dir', request.run_dir.replace('%', '%%') + '/slurm-%j.out')}"]
+    output = f"{request.run_dir.replace('%', '%%')}/{slurm_output()}"
+    out = [f"#SBATCH --output={d('run_dir', output)}"]
     if _opt(opts, "requeue"):  # USR1 before the time limit: checkpoint, then requeue (below)
         out += [
             "#SBATCH --requeue",
@@ -252,7 +253,7 @@ def _body(
     q = shell_word
     run_dir = request.run_dir
     het = len(sets) > 1
-    command = [q(python), "-m", NODE_MODULE, q(f"{run_dir}/{REQUEST_FILE}"), "--peers"]
+    command = [q(python), "-m", NODE_MODULE, q(f"{run_dir}/{REQUEST}"), "--peers"]
     setup = [str(s) for s in _opt(opts, "setup") or ()]  # commands by design: run as given
     image = _opt(opts, "container_image")
     if image is not None and package_dirs:

@@ -24,13 +24,13 @@ from launcher.node.ports import DEFAULT_BASE_PORT, counted_ports
 from launcher.node.report import progress_lines
 from launcher.node.runs import RunRecord, write_private, write_record
 from launcher.runners import LauncherBase
-from launcher.runners.sbatch import REQUEST_FILE, cpu_warning, render_sbatch
+from launcher.runners.sbatch import cpu_warning, render_sbatch
 from launcher.spec.cluster import NodeOffer
 from launcher.spec.errors import ConfigError, LaunchError, UserError
 from launcher.spec.limits import MAX_CPUS_PER_GPU
 from launcher.spec.request import LaunchRequest
+from launcher.spec.runfolder import JOB_SCRIPT, LOGS, REQUEST, slurm_output
 
-SCRIPT_NAME = "job.sbatch"
 MIN_REQUEUE_SIGNAL_S, MAX_REQUEUE_SIGNAL_S = 30, 65535  # Slurm's --signal takes up to 65535
 # states in which a job may still write to its logs
 ACTIVE_STATES = frozenset(
@@ -201,14 +201,14 @@ class Runner:
     def dryrun(self, request: LaunchRequest) -> str:
         return (
             self.script(request, mask_secrets=True)
-            + f"\n# {request.run_dir}/{REQUEST_FILE} (secrets masked):\n"
+            + f"\n# {request.run_dir}/{REQUEST} (secrets masked):\n"
             + request.to_json(mask_secrets=True)
             + "\n"
         )
 
     def run(self, request: LaunchRequest) -> int:
         run_dir = Path(request.run_dir)
-        write_private(run_dir / REQUEST_FILE, request.to_json())
+        write_private(run_dir / REQUEST, request.to_json())
         job_id = submit(self.script(request), run_dir)
         write_record(RunRecord("slurm", request.run_id, request.run_dir, job_id=job_id))
         print(job_id)
@@ -227,7 +227,7 @@ class Runner:
             run_dir,
             engine,
             lambda: follow and (job_state(job_id) or "") in ACTIVE_STATES,
-            extra=[("job", run_dir / f"slurm-{job_id}.out")],
+            extra=[("job", run_dir / slurm_output(job_id))],
         )
 
 
@@ -256,8 +256,8 @@ def submit(script_text: str, run_dir: Path) -> str:
     """Write run_dir/job.sbatch (private: it may hold secrets), sbatch it, return the job id."""
     run_dir = Path(run_dir).absolute()
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "logs").mkdir(exist_ok=True)
-    path = write_private(run_dir / SCRIPT_NAME, script_text)
+    (run_dir / LOGS).mkdir(exist_ok=True)
+    path = write_private(run_dir / JOB_SCRIPT, script_text)
     out = _run(["sbatch", "--parsable", str(path)])
     if out.returncode != 0:
         raise LaunchError(f"sbatch refused the job: {_last_line(out.stderr)} (script: {path})")
@@ -322,9 +322,9 @@ def _steps_text(job_id: str, state: str) -> str:
 
 
 def _last_job_word(run_dir: Path, job_id: str) -> Optional[str]:
-    """The script's last `areal-launch:` line (its verdict) from run_dir/slurm-<id>.out."""
+    """The script's last `areal-launch:` line (its verdict) from the job's output file."""
     try:
-        lines = (run_dir / f"slurm-{job_id}.out").read_text(errors="replace").splitlines()
+        lines = (run_dir / slurm_output(job_id)).read_text(errors="replace").splitlines()
     except OSError:
         return None
     said = [ln for ln in lines if ln.startswith("areal-launch:")]
