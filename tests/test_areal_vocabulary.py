@@ -356,7 +356,7 @@ def test_on_ray_each_engines_cpu_mem_and_image_are_its_plan_nodes_asks(folder):
         {"CPU": 1 + 2 * 4, "GPU": 2.0, "memory": 2 * 16 * GIB},
     )
     assert job.image(0) == "img:1" and job.runtime_env(0, {}) == {"image_uri": "img:1"}
-    assert "node actor 0 runs in the image img:1" in dry_run_text(job, request, "auto", None)
+    assert "node actor 0 runs in the image img:1" in dry_run_text(job, "auto", None)
     with pytest.raises(UserError, match="different images \\(img:2, img:1\\)"):
         prep.runner.job(
             processes(

@@ -299,7 +299,7 @@ def test_a_container_runs_each_node_with_its_python_and_the_run_model_and_launch
     request = request_for(RUN, [server(), trainer()])
     request = type(request)(**{**request.__dict__, "paths": ("/models/Qwen",)})
     runner = slurm.Runner(opts)
-    script = runner.script(request)
+    script = runner.job(request).script
     line = srun_line(script)
     mounts = shlex.split(line.split("--container-mounts=")[1].split()[0])[0].split(",")
     assert "--container-image=nvcr.io/x:1" in line and "--mpi=pmix" in line

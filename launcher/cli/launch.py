@@ -27,7 +27,7 @@ from launcher.spec.builtins import ENGINES
 from launcher.spec.errors import ConfigError, LaunchError, PlacementError, UserError
 from launcher.spec.plan import ENV_SPMD_MODE, Plan
 from launcher.spec.request import ArealFolders, FlagCheck, LaunchRequest
-from launcher.spec.runfolder import ENTRY_CONFIG, PLAN, REQUEST
+from launcher.spec.runfolder import ENTRY_CONFIG, PLAN
 from launcher.spec.tracking import Identity, check
 
 if TYPE_CHECKING:
@@ -230,7 +230,7 @@ def build_request(
     ctx = LaunchContext(
         run_dir=str(run_dir),
         plan_path=str(run_dir / PLAN),
-        python=prep.runner.python(),
+        python=prep.runner.python(prep.spec.asks),
         next_port=next_port,
         cpus=prep.runner.cpus(),
         extra_env=extra_env,
@@ -362,7 +362,7 @@ def start(prep: Prepared, own_folder: bool = False) -> int:
         with prep.runner.ports(base, dry=True) as next_port:
             plan, request = build_request(prep, free_run_dir(prep.run_dir), next_port)
             said = prep.runner.check(request)
-        warn(plan, prep.planned.notes, said)
+        warn(plan, [*prep.planned.notes, *prep.runner.notes(request)], said)
         sys.stdout.write(prep.runner.dryrun(request))
         return 0
     with prep.runner.ports(base, dry=False) as next_port:
@@ -373,12 +373,11 @@ def start(prep: Prepared, own_folder: bool = False) -> int:
             if own_folder or claim_run_dir(run_dir):
                 break
         prep.run_dir = run_dir
-        warn(plan, prep.planned.notes, said)
+        warn(plan, [*prep.planned.notes, *prep.runner.notes(request)], said)
         write_private(run_dir / PLAN, plan.to_json(mask_secrets=False))
         for name, text in hydra_record(prep.spec, run_dir).items():  # .hydra/: may hold secrets
             (run_dir / name).parent.mkdir(exist_ok=True)
             write_private(run_dir / name, text)
-        write_private(run_dir / REQUEST, request.to_json())
         write_entry_config(prep, run_dir)
         if prep.runner.runs_here:  # attached here: the console shows where everything runs
             show_plan_summary(plan, run_dir)
@@ -422,7 +421,7 @@ def counted_request(prep: Prepared) -> tuple[Plan, LaunchRequest]:
 def show_plan(overrides: list[str], json_out: bool, svg: Optional[Path]) -> int:
     """`areal-launch plan`: the table and GPU map, or the plan JSON; starts nothing."""
     prep = prepare(overrides, to_run=False)
-    the_plan, _ = counted_request(prep)
+    the_plan, request = counted_request(prep)
     if svg is not None:
         from launcher.cli.render import render_svg
 
@@ -430,7 +429,7 @@ def show_plan(overrides: list[str], json_out: bool, svg: Optional[Path]) -> int:
             svg.write_text(render_svg(the_plan))
         except OSError as exc:
             raise UserError(f"--svg {svg}: cannot write it ({exc.strerror})") from None
-    warn(the_plan, prep.planned.notes)
+    warn(the_plan, [*prep.planned.notes, *prep.runner.notes(request)])
     if json_out:
         sys.stdout.write(the_plan.to_json() + "\n")
         return 0

@@ -1,7 +1,9 @@
 """The local runner: the run's processes on this machine (docs/architecture.md §8).
 
-`run` writes the run record and starts the node's tree (keeper.run_tree): the launcher holds
-the keeper, the keeper the supervisor, the supervisor the processes. On cpu a plan over several
+Its request object is every process as it will be exec'd here (LocalJob); the dry run prints
+each as a shell line, and `run` writes the run record and starts the node's tree over them
+(keeper.run_tree): the launcher holds the keeper, the keeper the supervisor, the supervisor
+the processes. On cpu a plan over several
 "nodes" runs them all here (virtual GPU slots, static rendezvous on loopback); a GPU plan over
 several nodes needs a runner that has them (launcher=slurm or launcher=ray). Ports are reserved
 on this host (ports.PortReserver), so two launches never collide.
@@ -28,7 +30,7 @@ from launcher.node.logs import follow_logs
 from launcher.node.report import progress_lines
 from launcher.node.runs import RunRecord, make_areal_folders, write_record
 from launcher.runners import LauncherBase
-from launcher.spec.cluster import NodeOffer
+from launcher.runners.base import RunnerBase
 from launcher.spec.errors import UserError
 from launcher.spec.plan import mask_env
 from launcher.spec.request import LaunchRequest, Materialized, visible_gpus
@@ -47,21 +49,18 @@ class Config(LauncherBase):
     _target_: str = "launcher.runners.local.Runner"
 
 
-class Runner:
+@dataclass(frozen=True)
+class LocalJob:
+    """The run on this machine: every process as it will be exec'd here (every plan node is
+    this machine)."""
+
+    request: LaunchRequest
+    procs: tuple[Materialized, ...]
+
+
+class Runner(RunnerBase[Config, LocalJob]):
     name = "local"
-    runs_here = True
-
-    def __init__(self, config: Config):
-        self.config = config
-
-    def more_nodes(self, device: str) -> bool:
-        return False
-
-    def offer(self) -> Optional[NodeOffer]:
-        return None  # this machine: count_local_gpus
-
-    def python(self) -> str:
-        return sys.executable
+    runs_here = True  # offer(): None, this machine's GPUs are the run's (count_local_gpus)
 
     def cpus(self) -> tuple[int, ...]:
         return tuple(sorted(os.sched_getaffinity(0)))
@@ -84,25 +83,22 @@ class Runner:
             )
         from launcher.node.preflight import problems
 
-        missing = problems(
-            self.materialized(request),
-            request.paths,  # and a GPU the mask
-            request.flag_check,
-        )  # hides
+        missing = problems(list(self.job(request).procs), request.paths, request.flag_check)
         if missing:
             more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
             raise UserError(f"not ready to run: {missing[0]}{more}")
         return []
 
-    def materialized(self, request: LaunchRequest) -> list[Materialized]:
-        """Every process as it will be exec'd here (every node is this machine)."""
+    def job(self, request: LaunchRequest) -> LocalJob:
         from launcher.node.supervisor import materialize_node
 
         hosts = [HERE] * request.num_nodes
-        return materialize_node(request, None, hosts, visible_gpus(os.environ))
+        return LocalJob(
+            request, tuple(materialize_node(request, None, hosts, visible_gpus(os.environ)))
+        )
 
-    def dryrun(self, request: LaunchRequest) -> str:
-        made = request.areal
+    def render(self, job: LocalJob) -> str:
+        made = job.request.areal
         first = (
             (
                 f"# first: AReaL's folders {made.fileroot} and {made.name_resolve} made, this "
@@ -111,14 +107,14 @@ class Runner:
             if made
             else ""
         )
-        return first + dry_run_text(self.materialized(request)) + "\n"
+        return first + dry_run_text(list(job.procs)) + "\n"
 
-    def run(self, request: LaunchRequest) -> int:
+    def execute(self, job: LocalJob) -> int:
         from launcher.node import keeper
         from launcher.node.keeper import RunCgroup
         from launcher.node.supervisor import supervise
 
-        procs = self.materialized(request)
+        request = job.request
         make_areal_folders(request.areal, clear=True)
         me = os.getpid()
         write_record(
@@ -129,7 +125,7 @@ class Runner:
         def supervisor(cgroup: Optional[RunCgroup]) -> int:
             if cgroup is not None:
                 cgroup.join()
-            return supervise(request, procs, node=None, out=out).exit_code
+            return supervise(request, job.procs, node=None, out=out).exit_code
 
         return keeper.run_tree(supervisor, f"areal-{request.run_id}", request.grace_period_s)
 

@@ -156,11 +156,9 @@ class Verdict:
     lines: list[str] = field(default_factory=list)
 
 
-def drive(
-    request: LaunchRequest, job: RayJob, say: Callable[[str], None], actor_env: dict[str, str]
-) -> int:
-    """Perform `job` for `request` on the connected Ray cluster; the run's exit code.
-    LaunchError when the cluster cannot place it in time (nothing was started)."""
+def drive(job: RayJob, say: Callable[[str], None], actor_env: dict[str, str]) -> int:
+    """Perform `job` on the connected Ray cluster; the run's exit code. LaunchError when the
+    cluster cannot place it in time (nothing was started)."""
     import ray
     from ray.exceptions import RayError
     from ray.util.placement_group import placement_group, remove_placement_group
@@ -169,6 +167,7 @@ def drive(
     from launcher.node.supervisor import StopRequest, stop_signals_recorded
     from launcher.runners.rayjob import STRATEGY, first_line
 
+    request = job.request
     begun = time.monotonic()
     stop = StopRequest()
     pg = placement_group(list(job.bundles), strategy=STRATEGY, name=job.name)

@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from launcher.node import restarts
+from launcher.runners.base import NODE_MODULE
 from launcher.spec.errors import UserError
 from launcher.spec.plan import ENV_GPUS
 from launcher.spec.request import LaunchRequest
-from launcher.spec.runfolder import REQUEST, slurm_output
+from launcher.spec.runfolder import LOGS, REQUEST, slurm_output
 from launcher.worker import checkpoints
 
-NODE_MODULE = "launcher.node.agent"
 REQUEUE_MARGIN_S = 20  # of the signal's lead, kept for `scontrol requeue` and the stop
 
 
@@ -113,12 +113,19 @@ def node_sets(request: LaunchRequest, opts: Any) -> list[NodeSet]:
     return out
 
 
+@dataclass(frozen=True)
+class SbatchJob:
+    """The run on Slurm: the batch script sbatch is handed, and the request its nodes read."""
+
+    request: LaunchRequest
+    script: str
+
+
 def render_sbatch(
     request: LaunchRequest,
     opts: Any,
     python: str,
     package_dirs: Sequence[str] = (),
-    mask_secrets: bool = False,
 ) -> str:
     """The whole sbatch script for one run. `opts` is the Slurm runner's Config.
 
@@ -293,7 +300,7 @@ def _body(
         hosts,
         "export AREAL_HOSTS",
         'echo "areal-launch: job $SLURM_JOB_ID on $AREAL_HOSTS"',
-        'mkdir -p "$RUN_DIR/logs"',
+        f'mkdir -p "$RUN_DIR/{LOGS}"',
         *step,
         'if [ "$rc" = 0 ]; then echo "areal-launch: job finished: ok"; else',
         "  echo \"areal-launch: job failed: a node's supervisor exited with $rc (its root cause "
