@@ -162,7 +162,7 @@ def test_requeue_asks_slurm_for_a_warning_and_a_requeue_and_appends_to_the_job_l
     d = directives(script)
     assert {"--requeue", "--signal=B:USR1@120", "--open-mode=append"} <= set(d)
     assert "--no-requeue" not in d
-    assert "trap requeue_job USR1" in script and 'scontrol requeue "$SLURM_JOB_ID"' in script
+    assert "trap requeue_job USR1" in script and "-m launcher.node.requeue" in script
     path = tmp_path / "job.sbatch"
     path.write_text(script)
     assert subprocess.run(["bash", "-n", str(path)]).returncode == 0

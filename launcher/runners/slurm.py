@@ -176,7 +176,8 @@ class Runner(RunnerBase[Config, SbatchJob]):
         return self.config.container_python if self.config.container_image else sys.executable
 
     def job(self, request: LaunchRequest) -> SbatchJob:
-        script = render_sbatch(request, self.config, self.python(request.asks), package_dirs())
+        python = self.python(request.asks)
+        script = render_sbatch(request, self.config, python, package_dirs(), sys.executable)
         return SbatchJob(request, script)
 
     def check(self, request: LaunchRequest) -> list[str]:
