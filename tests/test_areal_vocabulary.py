@@ -21,7 +21,7 @@ from launcher.config.areal import ENTRY_CONFIG
 from launcher.node.ports import counted_ports
 from launcher.runners.sbatch import render_sbatch
 from launcher.spec.errors import ConfigError, PlacementError, UserError
-from launcher.spec.request import ArealFolders
+from launcher.spec.request import Folders
 from tests.areal_launch import one_error_line, prepared_in, run
 
 # an AReaL-style GRPO experiment: the launcher's keys and the trainer's, in one file
@@ -103,8 +103,9 @@ def test_an_areal_config_plans_as_written_with_its_own_entry(folder):
     assert meta["fileroot"] == "/tmp/areal-vocab/files"
     assert meta["name_resolve"]["nfs_record_root"] == "/tmp/areal-vocab/names"
     _, request = processes(prep)  # the folders each node makes are the file's
-    assert request.areal == ArealFolders(
-        "/tmp/areal-vocab/files", "/tmp/areal-vocab/names", "tiny-grpo/t0"
+    assert request.folders == Folders(
+        make=("/tmp/areal-vocab/files", "/tmp/areal-vocab/names"),
+        clear=("/tmp/areal-vocab/names/{user}/tiny-grpo/t0",),  # this trial's records
     )
 
 
@@ -158,7 +159,10 @@ def test_a_file_without_fileroot_gets_the_run_folders_as_overrides_its_entry_rea
         )
     )
     plan, request = processes(prepared(tmp_path, CUDA, name="bare"))
-    assert request.areal == ArealFolders("/runs/r1", "/runs/r1/name_resolve", "tiny-grpo/t0")
+    assert request.folders == Folders(
+        make=("/runs/r1", "/runs/r1/name_resolve"),
+        clear=("/runs/r1/name_resolve/{user}/tiny-grpo/t0",),
+    )
     trainer = next(p for p in plan.processes if p.component.startswith("actor"))
     assert trainer.argv[-2:] == (
         "++cluster.fileroot=/runs/r1",

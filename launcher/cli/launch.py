@@ -26,7 +26,7 @@ from launcher.spec import registry
 from launcher.spec.builtins import ENGINES
 from launcher.spec.errors import ConfigError, LaunchError, PlacementError, UserError
 from launcher.spec.plan import ENV_SPMD_MODE, Plan
-from launcher.spec.request import ArealFolders, FlagCheck, LaunchRequest
+from launcher.spec.request import USER, FlagCheck, Folders, LaunchRequest
 from launcher.spec.runfolder import ENTRY_CONFIG, PLAN
 from launcher.spec.tracking import Identity, check
 
@@ -215,17 +215,9 @@ def build_request(
     config = prep.spec.config
     run_id = uuid.uuid4().hex
     extra_env = user_env(config.launcher.env)
-    identity = Identity(
-        check(config.launcher.tracking),
-        run_id,
-        str(run_dir),
-        job_name(prep) if prep.sweep else f"{job_name(prep)}-{run_dir.name}",
-        str(config.experiment_name),
-        prep.sweep,
-    )
-    areal = areal_folders(prep, run_dir)
-    trainer_env = identity.env({**os.environ, **extra_env})
-    if areal is not None:  # AReaL's trainer reads it: started by a launcher, under torchrun
+    roots = areal_roots(prep, run_dir)
+    trainer_env = identity(prep, run_id, run_dir).env({**os.environ, **extra_env})
+    if roots is not None:  # AReaL's trainer reads it: started by a launcher, under torchrun
         trainer_env[ENV_SPMD_MODE] = "1"
     ctx = LaunchContext(
         run_dir=str(run_dir),
@@ -237,11 +229,7 @@ def build_request(
         trainer_env=trainer_env,
         engine_env={name: user_env(engine(config, name).env, shell=False) for name in ENGINES},
     )
-    args = [str(a) for a in config.trainer.args]
-    if prep.spec.handoff is not None:  # an entry of another trainer: its config, as AReaL's
-        args += prep.spec.handoff.args(str(run_dir))  # launcher hands it (--config FILE ...)
-        if areal is not None:
-            args += folder_overrides(prep, areal)
+    args = entry_args(prep, run_dir, roots)
     plan = build_processes(
         prep.planned, prep.entry, args, ctx, trainer_python=config.trainer.python
     )
@@ -261,11 +249,35 @@ def build_request(
         console=str(config.launcher.console),
         node_groups=plan.cluster.groups,
         cpu_nodes=plan.cluster.cpu_nodes,
-        areal=areal,
+        folders=entry_folders(prep, roots) if roots is not None else None,
         flag_check=flag_check(prep),
         asks=dict(prep.spec.asks),
     )
     return plan, request
+
+
+def identity(prep: Prepared, run_id: str, run_dir: Path) -> Identity:
+    """Who the run is to the experiment trackers (launcher.spec.tracking)."""
+    config = prep.spec.config
+    return Identity(
+        check(config.launcher.tracking),
+        run_id,
+        str(run_dir),
+        job_name(prep) if prep.sweep else f"{job_name(prep)}-{run_dir.name}",
+        str(config.experiment_name),
+        prep.sweep,
+    )
+
+
+def entry_args(prep: Prepared, run_dir: Path, roots: Optional[tuple[str, str]]) -> list[str]:
+    """The trainer entry's arguments: trainer.args, and for an entry of another trainer its
+    config as AReaL's launcher hands it (--config FILE ...) with the folders chosen for it."""
+    args = [str(a) for a in prep.spec.config.trainer.args]
+    if prep.spec.handoff is not None:
+        args += prep.spec.handoff.args(str(run_dir))
+        if roots is not None:
+            args += folder_overrides(prep, roots)
+    return args
 
 
 def flag_check(prep: Prepared) -> Optional[FlagCheck]:
@@ -287,11 +299,11 @@ def is_recipe(entry: str) -> bool:
     return Path(entry).absolute().is_relative_to(RECIPES)
 
 
-def areal_folders(prep: Prepared, run_dir: Path) -> Optional[ArealFolders]:
-    """AReaL's folders for a run whose trainers run an entry that is not ours (None: ours, or
-    no trainers): AReaL's `cluster.fileroot` and name_resolve's `nfs_record_root` where the
-    config sets them, else the run folder and `<run folder>/name_resolve`, so that no run
-    shares them with another."""
+def areal_roots(prep: Prepared, run_dir: Path) -> Optional[tuple[str, str]]:
+    """AReaL's fileroot and name_resolve record root for a run whose trainers run an entry that
+    is not ours (None: ours, or no trainers): AReaL's `cluster.fileroot` and name_resolve's
+    `nfs_record_root` where the config sets them, else the run folder and
+    `<run folder>/name_resolve`, so that no run shares them with another."""
     if not any(c.kind == registry.TRAIN for c in prep.plan.components.values()) or is_recipe(
         prep.entry
     ):
@@ -302,20 +314,29 @@ def areal_folders(prep: Prepared, run_dir: Path) -> Optional[ArealFolders]:
         if config.cluster.name_resolve.type == "nfs"
         else None
     )
-    return ArealFolders(
-        fileroot=str(config.cluster.fileroot or run_dir),
-        name_resolve=str(records or run_dir / "name_resolve"),
-        trial=f"{config.experiment_name}/{config.trial_name}",
-    )
+    return str(config.cluster.fileroot or run_dir), str(records or run_dir / "name_resolve")
 
 
-def folder_overrides(prep: Prepared, areal: ArealFolders) -> list[str]:
+def entry_folders(prep: Prepared, roots: tuple[str, str]) -> Folders:
+    """What AReaL's launcher prepares for its trainer, as the request's folders: both roots
+    made on every node, and this trial's records under name_resolve's root
+    (`<root>/<user>/<experiment>/<trial>`, AReaL's trial_root) cleared first, as AReaL's
+    launcher clears them, so a trainer never finds an earlier run's server addresses there
+    (AReaL asks name_resolve before AREAL_LLM_SERVER_ADDRS)."""
+    config = prep.spec.config
+    fileroot, records = roots
+    trial = f"{config.experiment_name}/{config.trial_name}"
+    return Folders(make=(fileroot, records), clear=(f"{records}/{USER}/{trial}",))
+
+
+def folder_overrides(prep: Prepared, roots: tuple[str, str]) -> list[str]:
     """The folders the launcher chose for AReaL's keys the user left unset, as overrides
     of the entry's config (AReaL's own defaults are shared folders under /tmp)."""
     cluster = prep.spec.config.cluster
-    out = [] if cluster.fileroot else [f"++cluster.fileroot={areal.fileroot}"]
+    fileroot, records = roots
+    out = [] if cluster.fileroot else [f"++cluster.fileroot={fileroot}"]
     if cluster.name_resolve.type == "nfs" and not cluster.name_resolve.nfs_record_root:
-        out.append(f"++cluster.name_resolve.nfs_record_root={areal.name_resolve}")
+        out.append(f"++cluster.name_resolve.nfs_record_root={records}")
     return out
 
 
@@ -392,8 +413,8 @@ def start(prep: Prepared, own_folder: bool = False) -> int:
 
 
 def write_entry_config(prep: Prepared, run_dir: Path) -> None:
-    """The entry's config (launcher.config.areal.Handoff) where its --config points (AReaL's
-    folders are made by each node, launcher.node.runs.make_areal_folders)."""
+    """The entry's config (launcher.config.areal.Handoff) where its --config points (the
+    folders it uses are made by each node: the request's folders)."""
     from launcher.node.runs import write_private
 
     if prep.spec.handoff is not None:

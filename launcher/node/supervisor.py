@@ -231,7 +231,7 @@ def _healthy(url: str, done: threading.Event, alive: Callable[[], bool]) -> bool
 @dataclass
 class RemoteServers:
     """The health of the run's servers on other nodes, as a node with trainers sees it: a
-    trainer that writes no heartbeats may wait silently for them (AReaL's asks name_resolve),
+    trainer that writes no heartbeats may wait silently for them (looking them up elsewhere),
     so its silence clock waits until they answer, or until their health deadline has passed
     (their own node's supervisor fails them then)."""
 

@@ -11,8 +11,8 @@ and its `Config` (with `_target_`, as Hydra's launcher plugins have), imported o
 the Slurm runner never loads Ray; `module(name)` is typed as RunnerModule, so mypy checks each
 call into a runner. Adding a runner is one module with `Config` and `Runner` (a RunnerBase),
 its YAML under conf/launcher/, and one line in launcher.spec.registry; or, in another package,
-the module and an entry point of our `areal_launch.runners` group (no YAML: its Config is the
-option `launcher=<name>`).
+the module and an entry point of our runners' group (registry.RUNNER_GROUP; no YAML: its
+Config is the option `launcher=<name>`).
 """
 
 from __future__ import annotations

@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 from launcher.node.logs import follow_logs
 from launcher.node.report import progress_lines
-from launcher.node.runs import RunRecord, make_areal_folders, write_record
+from launcher.node.runs import RunRecord, make_folders, write_record
 from launcher.runners import LauncherBase
 from launcher.runners.base import RunnerBase
 from launcher.spec.errors import UserError
 from launcher.spec.plan import mask_env
-from launcher.spec.request import LaunchRequest, Materialized, visible_gpus
+from launcher.spec.request import Folders, LaunchRequest, Materialized, visible_gpus
 from launcher.spec.runfolder import STATUS
 
 if TYPE_CHECKING:  # rich is imported by a run, not by a plan
@@ -98,15 +98,9 @@ class Runner(RunnerBase[Config, LocalJob]):
         )
 
     def render(self, job: LocalJob) -> str:
-        made = job.request.areal
-        first = (
-            (
-                f"# first: AReaL's folders {made.fileroot} and {made.name_resolve} made, this "
-                f"run's name_resolve records ({made.trial}) cleared\n\n"
-            )
-            if made
-            else ""
-        )
+        made = job.request.folders
+        said = [f"{what} {', '.join(paths)}" for what, paths in folder_steps(made) if paths]
+        first = f"# first: {'; '.join(said)}\n\n" if said else ""
         return first + dry_run_text(list(job.procs)) + "\n"
 
     def execute(self, job: LocalJob) -> int:
@@ -115,7 +109,7 @@ class Runner(RunnerBase[Config, LocalJob]):
         from launcher.node.supervisor import supervise
 
         request = job.request
-        make_areal_folders(request.areal, clear=True)
+        make_folders(request.folders, clear=True)
         me = os.getpid()
         write_record(
             RunRecord("local", request.run_id, request.run_dir, pid=me, pid_start=start_time(me))
@@ -165,6 +159,11 @@ class Runner(RunnerBase[Config, LocalJob]):
         return follow_logs(
             Path(record.run_dir), engine, lambda: follow and is_alive(record.pid, record.pid_start)
         )
+
+
+def folder_steps(folders: Optional[Folders]) -> list[tuple[str, tuple[str, ...]]]:
+    """What a run's first node does to the request's folders before anything starts, in order."""
+    return [] if folders is None else [("cleared", folders.clear), ("made", folders.make)]
 
 
 def run_console() -> RunConsole:

@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
-from launcher.node.runs import make_areal_folders, write_private
+from launcher.node.runs import make_folders, write_private
 from launcher.spec.errors import LaunchError
 from launcher.spec.plan import ENV_GPUS
-from launcher.spec.request import ArealFolders
+from launcher.spec.request import Folders
 from launcher.spec.runfolder import status_file
 
 if TYPE_CHECKING:  # the driver's; a node actor loads only what it runs (it starts sooner)
@@ -65,11 +65,11 @@ class NodeActor:
 
         return str(ray.util.get_node_ip_address())
 
-    def prepare(self, areal: dict) -> None:
-        """AReaL's folders made and this run's old name_resolve records cleared, here (the first
-        plan node), before any node starts: the run folder need not be shared on Ray, so the
-        nodes cannot wait for each other there, but the driver can wait for this."""
-        make_areal_folders(ArealFolders.from_dict(areal), clear=True)
+    def prepare(self, folders: dict) -> None:
+        """The request's folders made and the earlier records cleared, here (the first plan
+        node), before any node starts: the run folder need not be shared on Ray, so the nodes
+        cannot wait for each other there, but the driver can wait for this."""
+        make_folders(Folders.from_dict(folders), clear=True)
 
     def start(self, argv: list[str], request_json: str, request_path: str, cwd: str) -> int:
         """Write the request where the supervisor reads it, start the supervisor."""
@@ -198,9 +198,9 @@ def drive(job: RayJob, say: Callable[[str], None], actor_env: dict[str, str]) ->
                 return _stopped(stop)
             say("placed: " + ", ".join(f"plan node {k} on {h}" for k, h in enumerate(hosts)))
             if (
-                request.areal is not None
+                request.folders is not None
                 and request.nodes
-                and _get([actors[request.nodes[0]].prepare.remote(request.areal.to_dict())], stop)
+                and _get([actors[request.nodes[0]].prepare.remote(request.folders.to_dict())], stop)
                 is None
             ):
                 return _stopped(stop)

@@ -274,7 +274,7 @@ def _body(
         ]
     if setup:  # then the supervisor replaces the shell
         script = "set -e\n" + "\n".join(setup) + '\nexec "$@"'
-        command = ["bash", "-c", shlex.quote(script), "areal-node", *command]
+        command = ["bash", "-c", shlex.quote(script), "areal-launch-node", *command]
     step: list[str] = []
     for k, s in enumerate(sets):
         part = _srun_part(request, opts, s, k if het else None, package_dirs)

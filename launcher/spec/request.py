@@ -35,25 +35,30 @@ GRACE_PERIOD_S = 10.0  # after SIGTERM, before SIGKILL, when a run stops
 HEALTH_TIMEOUT_S = 600.0  # a server must answer its health probe within this
 
 
-@dataclass(frozen=True)
-class ArealFolders:
-    """What AReaL's launcher prepares for an entry point that is not ours (AReaL's own): its
-    `cluster.fileroot` and name_resolve's record root, made on each node before anything
-    starts; the run's records under that root (`<root>/<user>/<experiment>/<trial>`, AReaL's
-    trial_root) are cleared first, as AReaL's launcher clears them, so a trainer never finds
-    an earlier run's server addresses there (AReaL asks name_resolve before
-    AREAL_LLM_SERVER_ADDRS)."""
+USER = "{user}"  # in a path of Folders: the user the node runs as (records are per user)
 
-    fileroot: str
-    name_resolve: str
-    trial: str  # "<experiment_name>/<trial_name>"
+
+@dataclass(frozen=True)
+class Folders:
+    """Folders outside the run folder that the run's processes share, prepared on every node
+    before any process starts: `make` made on each node; `clear` (records an earlier run of
+    the same name left) removed by the run's first node before any node starts anything, so
+    that no process finds an earlier run's records there, and no node clears what another
+    node's processes wrote."""
+
+    make: tuple[str, ...] = ()
+    clear: tuple[str, ...] = ()
+
+    def cleared(self, user: str) -> tuple[str, ...]:
+        """The folders to clear on a node that runs as `user`."""
+        return tuple(path.replace(USER, user) for path in self.clear)
 
     def to_dict(self) -> dict:
-        return {"fileroot": self.fileroot, "name_resolve": self.name_resolve, "trial": self.trial}
+        return {"make": list(self.make), "clear": list(self.clear)}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "ArealFolders":
-        return cls(str(d["fileroot"]), str(d["name_resolve"]), str(d["trial"]))
+    def from_dict(cls, d: Mapping[str, Any]) -> "Folders":
+        return cls(tuple(str(p) for p in d["make"]), tuple(str(p) for p in d["clear"]))
 
 
 @dataclass(frozen=True)
@@ -127,7 +132,7 @@ class LaunchRequest:
     # ask for each group's nodes as the runner's options for that group say
     node_groups: tuple[NodeGroup, ...] = ()
     cpu_nodes: int = 0
-    areal: Optional[ArealFolders] = None  # an entry that is not ours: AReaL's folders
+    folders: Optional[Folders] = None  # prepared on every node before anything starts
     flag_check: Optional[FlagCheck] = None  # the user's server flags, checked by the preflight
     asks: Mapping[str, EngineAsk] = field(default_factory=dict)  # engine -> its scheduling_spec's
 
@@ -201,7 +206,7 @@ class LaunchRequest:
                 if self.node_groups or self.cpu_nodes
                 else {}
             ),
-            **({"areal": self.areal.to_dict()} if self.areal else {}),
+            **({"folders": self.folders.to_dict()} if self.folders else {}),
             **({"flag_check": self.flag_check.to_dict()} if self.flag_check else {}),
             **({"asks": {k: a.to_dict() for k, a in self.asks.items()}} if self.asks else {}),
             "processes": procs,
@@ -236,7 +241,7 @@ class LaunchRequest:
             console=str(d.get("console", "auto")),
             node_groups=tuple(NodeGroup.from_dict(g) for g in d.get("node_groups", ())),
             cpu_nodes=int(d.get("cpu_nodes", 0)),
-            areal=ArealFolders.from_dict(d["areal"]) if d.get("areal") else None,
+            folders=Folders.from_dict(d["folders"]) if d.get("folders") else None,
             flag_check=(FlagCheck.from_dict(d["flag_check"]) if d.get("flag_check") else None),
             asks={str(k): EngineAsk.from_dict(a) for k, a in d.get("asks", {}).items()},
         )
