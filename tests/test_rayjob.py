@@ -340,3 +340,17 @@ def test_cluster_device_auto_on_ray_plans_for_the_clusters_gpus_and_their_type()
     assert "the Ray cluster at auto has 2 node(s) with 8 GPU(s) (H100)" in notes[0]
     cpu_only, notes = with_offer(ClusterConfig(device="auto"), ray_offer(nodes[2:], "ray"))
     assert cpu_only.device == "cpu" and "no GPU" in notes[0]
+
+
+def test_ray_says_it_does_not_choose_the_nodes_an_engine_asks_for():
+    """cpu, memory and image are each plan node's bundle's and actor's; nodes are Ray's pick."""
+    from launcher.runners import ray
+
+    ask = EngineAsk(cpu=1, nodelist="gpu01", exclude="gpu07", key="actor.resources")
+    request = dataclasses.replace(
+        request_for(RUN, [proc("actor-0", "trainer", 0)]), asks={"actor": ask}
+    )
+    assert ray.Runner(ray.Config()).notes(request) == [
+        "actor.resources: nodelist, exclude not honoured by the ray runner (Ray picks the nodes "
+        "of the placement group)"
+    ]

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import (
     TYPE_CHECKING,
     Callable,
+    Collection,
     Generic,
     Iterator,
     Mapping,
@@ -138,3 +139,18 @@ class RunnerBase(ABC, Generic[C, J]):
     @abstractmethod
     def logs(self, record: RunRecord, follow: bool, engine: Optional[str]) -> Iterator[str]:
         """The run's log lines, prefixed with each process's name."""
+
+
+def unhonoured(
+    request: LaunchRequest, runner: str, honoured: Collection[str], why: str
+) -> list[str]:
+    """One note per engine that asks for what `runner` does not honour (EngineAsk.asked names
+    them), saying why."""
+    out = []
+    for name, ask in request.asks.items():
+        left = [what for what in ask.asked() if what not in honoured]
+        if left:
+            out.append(
+                f"{ask.key or name}: {', '.join(left)} not honoured by the {runner} runner ({why})"
+            )
+    return out

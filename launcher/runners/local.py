@@ -30,7 +30,7 @@ from launcher.node.logs import follow_logs
 from launcher.node.report import progress_lines
 from launcher.node.runs import RunRecord, make_folders, write_record
 from launcher.runners import LauncherBase
-from launcher.runners.base import RunnerBase
+from launcher.runners.base import RunnerBase, unhonoured
 from launcher.spec.errors import UserError
 from launcher.spec.plan import mask_env
 from launcher.spec.request import Folders, LaunchRequest, Materialized, visible_gpus
@@ -71,6 +71,12 @@ class Runner(RunnerBase[Config, LocalJob]):
 
         with PortReserver(base_port=base_port, lock=not dry) as reserver:
             yield reserver.take
+
+    def notes(self, request: LaunchRequest) -> list[str]:
+        """The engines' asks: their CPUs are their thread counts (set with the config), nothing
+        else of them is this machine's to give."""
+        why = "nothing is reserved on this machine, and nothing runs in a container"
+        return unhonoured(request, self.name, ("cpu",), why)
 
     def check(self, request: LaunchRequest) -> list[str]:
         # CPU-only nodes (a node group's workers) run here beside the one GPU node

@@ -30,7 +30,7 @@ from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence
 from launcher.node.logs import engine_processes
 from launcher.node.runs import RunRecord, write_private, write_record
 from launcher.runners import LauncherBase, local
-from launcher.runners.base import RunnerBase
+from launcher.runners.base import RunnerBase, unhonoured
 from launcher.runners.rayjob import (
     RayJob,
     RayNode,
@@ -123,6 +123,12 @@ class Runner(RunnerBase[Config, RayJob]):
 
     def python(self, asks: Mapping[str, EngineAsk] = {}) -> str:
         return self.config.python or sys.executable
+
+    def notes(self, request: LaunchRequest) -> list[str]:
+        """Each plan node's bundle asks its processes' CPUs and memory, its actor their image;
+        Ray places bundles on nodes it picks."""
+        why = "Ray picks the nodes of the placement group"
+        return unhonoured(request, self.name, ("cpu", "memory", "image"), why)
 
     def job(self, request: LaunchRequest) -> RayJob:
         return ray_job(

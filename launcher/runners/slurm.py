@@ -25,6 +25,7 @@ from launcher.node.runs import RunRecord, write_private, write_record
 from launcher.runners import LauncherBase
 from launcher.runners.base import RunnerBase
 from launcher.runners.sbatch import SbatchJob, cpu_warning, render_sbatch
+from launcher.runners.slurmasks import job_options
 from launcher.spec.cluster import NodeOffer
 from launcher.spec.errors import ConfigError, LaunchError, UserError
 from launcher.spec.limits import MAX_CPUS_PER_GPU
@@ -173,17 +174,24 @@ class Runner(RunnerBase[Config, SbatchJob]):
         )
 
     def python(self, asks: Mapping[str, EngineAsk] = {}) -> str:
-        return self.config.container_python if self.config.container_image else sys.executable
+        """Inside a container (the user's, or one the engines ask for), the container's."""
+        contained = self.config.container_image or any(a.image for a in asks.values())
+        return self.config.container_python if contained else sys.executable
+
+    def notes(self, request: LaunchRequest) -> list[str]:
+        return job_options(request, self.config)[1]
 
     def job(self, request: LaunchRequest) -> SbatchJob:
+        opts, _ = job_options(request, self.config)
         python = self.python(request.asks)
-        script = render_sbatch(request, self.config, python, package_dirs(), sys.executable)
+        script = render_sbatch(request, opts, python, package_dirs(), sys.executable)
         return SbatchJob(request, script)
 
     def check(self, request: LaunchRequest) -> list[str]:
-        check_request(self.config, request)
+        opts, _ = job_options(request, self.config)  # the engines' asks: one error line here
+        check_request(opts, request)
         self.job(request)
-        return cpu_warning(request, self.config)
+        return cpu_warning(request, opts)
 
     def render(self, job: SbatchJob) -> str:
         return (

@@ -86,20 +86,51 @@ class FlagCheck:
 
 @dataclass(frozen=True)
 class EngineAsk:
-    """What an engine's AReaL `scheduling_spec` asks for each GPU of its processes (a process
-    on no GPU counts as one): CPU cores, memory in GiB, a container image. A runner that
-    reserves per node (Ray: each plan node's bundle) asks the sum of its processes' asks."""
+    """What an engine asks of the nodes its processes run on: for each GPU of a process (a
+    process on no GPU counts as one) CPU cores and GiB of memory (0: not asked); a container
+    image; the nodes it must or must not get (Slurm's node lists; None: not asked). Each runner
+    honours what it can (Slurm: job-wide values; Ray: each plan node's bundle asks the sum of
+    its processes' asks; local: nothing but the CPUs, as thread counts) and says in a note what
+    it does not. `key`: where the user wrote them, for those notes."""
 
     cpu: int = 0
     mem_gib: int = 0
     image: Optional[str] = None
+    nodelist: Optional[str] = None
+    exclude: Optional[str] = None
+    key: str = ""
+
+    def asked(self) -> tuple[str, ...]:
+        """What it asks for, each named as the notes name it."""
+        named = (
+            ("cpu", self.cpu),
+            ("memory", self.mem_gib),
+            ("image", self.image),
+            ("nodelist", self.nodelist),
+            ("exclude", self.exclude),
+        )
+        return tuple(name for name, value in named if value)
 
     def to_dict(self) -> dict:
-        return {"cpu": self.cpu, "mem_gib": self.mem_gib, "image": self.image}
+        return {
+            "cpu": self.cpu,
+            "mem_gib": self.mem_gib,
+            "image": self.image,
+            "nodelist": self.nodelist,
+            "exclude": self.exclude,
+            "key": self.key,
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "EngineAsk":
-        return cls(int(d.get("cpu", 0)), int(d.get("mem_gib", 0)), d.get("image"))
+        return cls(
+            int(d.get("cpu", 0)),
+            int(d.get("mem_gib", 0)),
+            d.get("image"),
+            d.get("nodelist"),
+            d.get("exclude"),
+            str(d.get("key", "")),
+        )
 
 
 @dataclass(frozen=True)
