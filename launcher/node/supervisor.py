@@ -713,14 +713,22 @@ def supervise(
                 s.popen.wait()
                 s.poll()
             out.pump(final=True)
+    concluded(run, result, status)
+    return result
+
+
+def concluded(run: NodeRun, result: RunResult, status: NodeStatus) -> None:
+    """A node's run has ended: its peers told (its trainers are done), the summary, the root
+    cause or the verdict on the console, the node's status written."""
     if (
         result.exit_code == 0
-        and peers is not None
-        and node is not None
+        and run.peers is not None
+        and run.node is not None
         and run.started
         and run.trainers
     ):
-        peers.mark_done(node)
+        run.peers.mark_done(run.node)
+    out = run.out
     if run.started:
         out.summary([s.summary() for s in run.started])
     if result.root_cause is not None:
@@ -738,7 +746,6 @@ def supervise(
     status.write(
         run.started, "finished" if result.exit_code == 0 else "failed", result, epoch=run.epoch
     )
-    return result
 
 
 class NodeStatus:
