@@ -414,7 +414,8 @@ def test_engines_asking_for_different_nodes_are_one_error_and_one_list_is_the_jo
     request = asking(request_for(RUN, [server(), trainer()]), actor=one)
     runner = slurm.Runner(slurm.Config(sbatch_extra=["--constraint=h100"]))
     d = directives(runner.job(request).script)
-    assert d[-3:] == ["--constraint=h100", "--nodelist=gpu[01-02]", "--exclude=gpu07"]
+    # after the user's options; quoted as every value is (sbatch reads #SBATCH lines' quotes)
+    assert d[-3:] == ["--constraint=h100", "'--nodelist=gpu[01-02]'", "--exclude=gpu07"]
     other = dataclasses.replace(one, nodelist="gpu03", key="rollout.resources")
     with pytest.raises(
         ConfigError,
