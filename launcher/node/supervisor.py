@@ -664,6 +664,38 @@ class NodeRun:
             )
 
 
+def _to_the_end(run: NodeRun, status: NodeStatus) -> RunResult:
+    """Start the node's processes, watch them and restart what may be restarted until the run
+    ends, then stop them all; how it ended."""
+    out = run.out
+    with stop_signals_recorded(run.stop):
+        result = None
+        try:
+            result = run.start_all()
+            where = "this machine" if run.node is None else f"node {run.node}"
+            out.say(
+                f"started {len(run.started)} process(es) on {where}: "
+                + ", ".join(f"{s.name} (pid {s.popen.pid})" for s in run.started)
+                + f"; logs in {run.logs}",
+                "dim",
+            )
+            status.write(run.started, "running", epoch=run.epoch)
+            while result is None:
+                result = run.watch()
+                if run.recover(result):
+                    status.write(run.started, "running", epoch=run.epoch)
+                    result = None
+        finally:
+            run.done.set()
+            out.end_status()
+            run.stop_group(run.started, everything=True)
+            for s in run.started:
+                s.popen.wait()
+                s.poll()
+            out.pump(final=True)
+    return result
+
+
 def supervise(
     request: LaunchRequest,
     procs: Sequence[Materialized],
@@ -688,47 +720,15 @@ def supervise(
         remote.watch(run.done)
     run.logs.mkdir(parents=True, exist_ok=True)
     status = NodeStatus(run.run_dir, node)
-    with stop_signals_recorded(run.stop):
-        result = None
-        try:
-            result = run.start_all()
-            where = "this machine" if node is None else f"node {node}"
-            out.say(
-                f"started {len(run.started)} process(es) on {where}: "
-                + ", ".join(f"{s.name} (pid {s.popen.pid})" for s in run.started)
-                + f"; logs in {run.logs}",
-                "dim",
-            )
-            status.write(run.started, "running", epoch=run.epoch)
-            while result is None:
-                result = run.watch()
-                if run.recover(result):
-                    status.write(run.started, "running", epoch=run.epoch)
-                    result = None
-        finally:
-            run.done.set()
-            out.end_status()
-            run.stop_group(run.started, everything=True)
-            for s in run.started:
-                s.popen.wait()
-                s.poll()
-            out.pump(final=True)
-    concluded(run, result, status)
-    return result
-
-
-def concluded(run: NodeRun, result: RunResult, status: NodeStatus) -> None:
-    """A node's run has ended: its peers told (its trainers are done), the summary, the root
-    cause or the verdict on the console, the node's status written."""
+    result = _to_the_end(run, status)
     if (
         result.exit_code == 0
-        and run.peers is not None
-        and run.node is not None
+        and peers is not None
+        and node is not None
         and run.started
         and run.trainers
     ):
-        run.peers.mark_done(run.node)
-    out = run.out
+        peers.mark_done(node)
     if run.started:
         out.summary([s.summary() for s in run.started])
     if result.root_cause is not None:
@@ -746,6 +746,7 @@ def concluded(run: NodeRun, result: RunResult, status: NodeStatus) -> None:
     status.write(
         run.started, "finished" if result.exit_code == 0 else "failed", result, epoch=run.epoch
     )
+    return result
 
 
 class NodeStatus:
