@@ -664,38 +664,6 @@ class NodeRun:
             )
 
 
-def _to_the_end(run: NodeRun, status: NodeStatus) -> RunResult:
-    """Start the node's processes, watch them and restart what may be restarted until the run
-    ends, then stop them all; how it ended."""
-    out = run.out
-    with stop_signals_recorded(run.stop):
-        result = None
-        try:
-            result = run.start_all()
-            where = "this machine" if run.node is None else f"node {run.node}"
-            out.say(
-                f"started {len(run.started)} process(es) on {where}: "
-                + ", ".join(f"{s.name} (pid {s.popen.pid})" for s in run.started)
-                + f"; logs in {run.logs}",
-                "dim",
-            )
-            status.write(run.started, "running", epoch=run.epoch)
-            while result is None:
-                result = run.watch()
-                if run.recover(result):
-                    status.write(run.started, "running", epoch=run.epoch)
-                    result = None
-        finally:
-            run.done.set()
-            out.end_status()
-            run.stop_group(run.started, everything=True)
-            for s in run.started:
-                s.popen.wait()
-                s.poll()
-            out.pump(final=True)
-    return result
-
-
 def supervise(
     request: LaunchRequest,
     procs: Sequence[Materialized],
@@ -790,3 +758,35 @@ class NodeStatus:
             os.replace(part, self.path)
         except OSError:
             pass  # status is for people; a full disk must not stop the run
+
+
+def _to_the_end(run: NodeRun, status: NodeStatus) -> RunResult:
+    """Start the node's processes, watch them and restart what may be restarted until the run
+    ends, then stop them all; how it ended."""
+    out = run.out
+    with stop_signals_recorded(run.stop):
+        result = None
+        try:
+            result = run.start_all()
+            where = "this machine" if run.node is None else f"node {run.node}"
+            out.say(
+                f"started {len(run.started)} process(es) on {where}: "
+                + ", ".join(f"{s.name} (pid {s.popen.pid})" for s in run.started)
+                + f"; logs in {run.logs}",
+                "dim",
+            )
+            status.write(run.started, "running", epoch=run.epoch)
+            while result is None:
+                result = run.watch()
+                if run.recover(result):
+                    status.write(run.started, "running", epoch=run.epoch)
+                    result = None
+        finally:
+            run.done.set()
+            out.end_status()
+            run.stop_group(run.started, everything=True)
+            for s in run.started:
+                s.popen.wait()
+                s.poll()
+            out.pump(final=True)
+    return result
