@@ -26,7 +26,8 @@ from launcher.spec import registry
 from launcher.spec.builtins import ENGINES, POLICY, PRIMARY
 from launcher.spec.errors import ConfigError, LaunchError, PlacementError, UserError
 from launcher.spec.plan import ENV_SPMD_MODE, Plan
-from launcher.spec.request import ArealFolders, FlagCheck, LaunchRequest
+from launcher.spec.request import USER, FlagCheck, Folders, LaunchRequest
+from launcher.spec.runfolder import ENTRY_CONFIG, PLAN
 from launcher.spec.tracking import Identity, check
 
 if TYPE_CHECKING:
@@ -214,33 +215,21 @@ def build_request(
     config = prep.spec.config
     run_id = uuid.uuid4().hex
     extra_env = user_env(config.launcher.env)
-    identity = Identity(
-        check(config.launcher.tracking),
-        run_id,
-        str(run_dir),
-        job_name(prep) if prep.sweep else f"{job_name(prep)}-{run_dir.name}",
-        str(config.experiment_name),
-        prep.sweep,
-    )
-    areal = areal_folders(prep, run_dir)
-    trainer_env = identity.env({**os.environ, **extra_env})
-    if areal is not None:  # AReaL's trainer reads it: started by a launcher, under torchrun
+    roots = areal_roots(prep, run_dir)
+    trainer_env = identity(prep, run_id, run_dir).env({**os.environ, **extra_env})
+    if roots is not None:  # AReaL's trainer reads it: started by a launcher, under torchrun
         trainer_env[ENV_SPMD_MODE] = "1"
     ctx = LaunchContext(
         run_dir=str(run_dir),
-        plan_path=str(run_dir / "plan.json"),
-        python=prep.runner.python(),
+        plan_path=str(run_dir / PLAN),
+        python=prep.runner.python(prep.spec.asks),
         next_port=next_port,
         cpus=prep.runner.cpus(),
         extra_env=extra_env,
         trainer_env=trainer_env,
         engine_env={name: user_env(engine(config, name).env, shell=False) for name in ENGINES},
     )
-    args = [str(a) for a in config.trainer.args]
-    if prep.spec.handoff is not None:  # an entry of another trainer: its config, as AReaL's
-        args += prep.spec.handoff.args(str(run_dir))  # launcher hands it (--config FILE ...)
-        if areal is not None:
-            args += folder_overrides(prep, areal)
+    args = entry_args(prep, run_dir, roots)
     plan = build_processes(
         prep.planned, prep.entry, args, ctx, trainer_python=config.trainer.python
     )
@@ -260,11 +249,35 @@ def build_request(
         console=str(config.launcher.console),
         node_groups=plan.cluster.groups,
         cpu_nodes=plan.cluster.cpu_nodes,
-        areal=areal,
+        folders=entry_folders(prep, roots) if roots is not None else None,
         flag_check=flag_check(prep),
         asks=dict(prep.spec.asks),
     )
     return plan, request
+
+
+def identity(prep: Prepared, run_id: str, run_dir: Path) -> Identity:
+    """Who the run is to the experiment trackers (launcher.spec.tracking)."""
+    config = prep.spec.config
+    return Identity(
+        check(config.launcher.tracking),
+        run_id,
+        str(run_dir),
+        job_name(prep) if prep.sweep else f"{job_name(prep)}-{run_dir.name}",
+        str(config.experiment_name),
+        prep.sweep,
+    )
+
+
+def entry_args(prep: Prepared, run_dir: Path, roots: Optional[tuple[str, str]]) -> list[str]:
+    """The trainer entry's arguments: trainer.args, and for an entry of another trainer its
+    config as AReaL's launcher hands it (--config FILE ...) with the folders chosen for it."""
+    args = [str(a) for a in prep.spec.config.trainer.args]
+    if prep.spec.handoff is not None:
+        args += prep.spec.handoff.args(str(run_dir))
+        if roots is not None:
+            args += folder_overrides(prep, roots)
+    return args
 
 
 def flag_check(prep: Prepared) -> Optional[FlagCheck]:
@@ -286,11 +299,11 @@ def is_recipe(entry: str) -> bool:
     return Path(entry).absolute().is_relative_to(RECIPES)
 
 
-def areal_folders(prep: Prepared, run_dir: Path) -> Optional[ArealFolders]:
-    """AReaL's folders for a run whose trainers run an entry that is not ours (None: ours, or
-    no trainers): AReaL's `cluster.fileroot` and name_resolve's `nfs_record_root` where the
-    config sets them, else the run folder and `<run folder>/name_resolve`, so that no run
-    shares them with another."""
+def areal_roots(prep: Prepared, run_dir: Path) -> Optional[tuple[str, str]]:
+    """AReaL's fileroot and name_resolve record root for a run whose trainers run an entry that
+    is not ours (None: ours, or no trainers): AReaL's `cluster.fileroot` and name_resolve's
+    `nfs_record_root` where the config sets them, else the run folder and
+    `<run folder>/name_resolve`, so that no run shares them with another."""
     if not any(c.kind == registry.TRAIN for c in prep.plan.components.values()) or is_recipe(
         prep.entry
     ):
@@ -301,20 +314,29 @@ def areal_folders(prep: Prepared, run_dir: Path) -> Optional[ArealFolders]:
         if config.cluster.name_resolve.type == "nfs"
         else None
     )
-    return ArealFolders(
-        fileroot=str(config.cluster.fileroot or run_dir),
-        name_resolve=str(records or run_dir / "name_resolve"),
-        trial=f"{config.experiment_name}/{config.trial_name}",
-    )
+    return str(config.cluster.fileroot or run_dir), str(records or run_dir / "name_resolve")
 
 
-def folder_overrides(prep: Prepared, areal: ArealFolders) -> list[str]:
+def entry_folders(prep: Prepared, roots: tuple[str, str]) -> Folders:
+    """What AReaL's launcher prepares for its trainer, as the request's folders: both roots
+    made on every node, and this trial's records under name_resolve's root
+    (`<root>/<user>/<experiment>/<trial>`, AReaL's trial_root) cleared first, as AReaL's
+    launcher clears them, so a trainer never finds an earlier run's server addresses there
+    (AReaL asks name_resolve before AREAL_LLM_SERVER_ADDRS)."""
+    config = prep.spec.config
+    fileroot, records = roots
+    trial = f"{config.experiment_name}/{config.trial_name}"
+    return Folders(make=(fileroot, records), clear=(f"{records}/{USER}/{trial}",))
+
+
+def folder_overrides(prep: Prepared, roots: tuple[str, str]) -> list[str]:
     """The folders the launcher chose for AReaL's keys the user left unset, as overrides
     of the entry's config (AReaL's own defaults are shared folders under /tmp)."""
     cluster = prep.spec.config.cluster
-    out = [] if cluster.fileroot else [f"++cluster.fileroot={areal.fileroot}"]
+    fileroot, records = roots
+    out = [] if cluster.fileroot else [f"++cluster.fileroot={fileroot}"]
     if cluster.name_resolve.type == "nfs" and not cluster.name_resolve.nfs_record_root:
-        out.append(f"++cluster.name_resolve.nfs_record_root={areal.name_resolve}")
+        out.append(f"++cluster.name_resolve.nfs_record_root={records}")
     return out
 
 
@@ -361,7 +383,7 @@ def start(prep: Prepared, own_folder: bool = False) -> int:
         with prep.runner.ports(base, dry=True) as next_port:
             plan, request = build_request(prep, free_run_dir(prep.run_dir), next_port)
             said = prep.runner.check(request)
-        warn(plan, prep.planned.notes, said)
+        warn(plan, [*prep.planned.notes, *prep.runner.notes(request)], said)
         sys.stdout.write(prep.runner.dryrun(request))
         return 0
     with prep.runner.ports(base, dry=False) as next_port:
@@ -372,12 +394,11 @@ def start(prep: Prepared, own_folder: bool = False) -> int:
             if own_folder or claim_run_dir(run_dir):
                 break
         prep.run_dir = run_dir
-        warn(plan, prep.planned.notes, said)
-        write_private(run_dir / "plan.json", plan.to_json(mask_secrets=False))
+        warn(plan, [*prep.planned.notes, *prep.runner.notes(request)], said)
+        write_private(run_dir / PLAN, plan.to_json(mask_secrets=False))
         for name, text in hydra_record(prep.spec, run_dir).items():  # .hydra/: may hold secrets
             (run_dir / name).parent.mkdir(exist_ok=True)
             write_private(run_dir / name, text)
-        write_private(run_dir / "request.json", request.to_json())
         write_entry_config(prep, run_dir)
         if prep.runner.runs_here:  # attached here: the console shows where everything runs
             show_plan_summary(plan, run_dir)
@@ -392,9 +413,8 @@ def start(prep: Prepared, own_folder: bool = False) -> int:
 
 
 def write_entry_config(prep: Prepared, run_dir: Path) -> None:
-    """The entry's config (launcher.config.areal.Handoff) where its --config points (AReaL's
-    folders are made by each node, launcher.node.runs.make_areal_folders)."""
-    from launcher.config.areal import ENTRY_CONFIG
+    """The entry's config (launcher.config.areal.Handoff) where its --config points (the
+    folders it uses are made by each node: the request's folders)."""
     from launcher.node.runs import write_private
 
     if prep.spec.handoff is not None:
@@ -422,7 +442,7 @@ def counted_request(prep: Prepared) -> tuple[Plan, LaunchRequest]:
 def show_plan(overrides: list[str], json_out: bool, svg: Optional[Path]) -> int:
     """`areal-launch plan`: the table and GPU map, or the plan JSON; starts nothing."""
     prep = prepare(overrides, to_run=False)
-    the_plan, _ = counted_request(prep)
+    the_plan, request = counted_request(prep)
     if svg is not None:
         from launcher.cli.render import render_svg
 
@@ -430,7 +450,7 @@ def show_plan(overrides: list[str], json_out: bool, svg: Optional[Path]) -> int:
             svg.write_text(render_svg(the_plan))
         except OSError as exc:
             raise UserError(f"--svg {svg}: cannot write it ({exc.strerror})") from None
-    warn(the_plan, prep.planned.notes)
+    warn(the_plan, [*prep.planned.notes, *prep.runner.notes(request)])
     if json_out:
         sys.stdout.write(the_plan.to_json() + "\n")
         return 0

@@ -10,9 +10,9 @@ overrides of its keys (`handoff`). For our recipe an unknown key stays an error.
 
 `scheduling_spec` per engine (`apply_scheduling`): env_vars reach the engine's processes under
 every runner, and cpu their thread counts (OMP_NUM_THREADS, ..., as AReaL's launchers set
-them); on Slurm cpu, mem, nodelist, exclude and image become the job's options; on Ray cpu,
-mem and image are the engine's own asks, reserved per plan node (runners/rayjob.py); what the
-chosen runner cannot honour is one note naming it, never dropped without a word.
+them); cpu, mem, image, nodelist and exclude are the engine's resource asks, which each runner
+honours as it can (Slurm: the job's options; Ray: per plan node) and says in a note what it
+cannot; what no runner honours is one note too, never dropped without a word.
 """
 
 from __future__ import annotations
@@ -20,15 +20,15 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from launcher.config.schema import LaunchConfig, SchedulingSpec, engine, typed
 from launcher.spec.builtins import ENGINES
 from launcher.spec.errors import ConfigError
 from launcher.spec.limits import MAX_CPUS_PER_GPU, MAX_MEM_GIB_PER_GPU
 from launcher.spec.request import EngineAsk
+from launcher.spec.runfolder import ENTRY_CONFIG  # in the run folder: what --config names
 
-ENTRY_CONFIG = "entry_config.yaml"  # in the run folder: what the entry's --config names
 OURS_ONLY = ("launcher", "trainer", "recipe", "components", "hydra")  # never the entry's
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"  # this project's own entry points
 GROUPS = (*ENGINES, "cluster", "launcher", "recipe", "experiment")  # `group=option` choices
@@ -223,16 +223,10 @@ def model_from_actor(cfg: Any, composed: Any, raw: Optional[Mapping]) -> None:
 
 
 # ----------------------------------------------------------------------------- scheduling_spec
-# what each runner does with a scheduling_spec key: a launcher option it becomes (its value
-# converted to that option's type), an ask of the engine's own (Ray: per plan node), or
-# env_vars (every runner)
-SLURM_OPTIONS: dict[str, tuple[str, Callable[[Any], Any]]] = {
-    "cpu": ("cpus_per_gpu", int),
-    "mem": ("mem_per_gpu", lambda v: f"{v}G"),
-    "image": ("container_image", str),
-}
-SLURM_FLAGS = {"nodelist": "--nodelist", "exclude": "--exclude"}
-SLURM_MOST = ("cpus_per_gpu", "mem_per_gpu")  # engines asking different amounts: the most
+# the scheduling_spec keys that are the engine's resource asks (launcher.spec.request.EngineAsk:
+# each runner honours them as it can); env_vars reach the processes on every runner, and cpu
+# their thread counts too
+ASKS = ("cpu", "mem", "image", "nodelist", "exclude")
 THREAD_ENV = (
     "OMP_NUM_THREADS",
     "MKL_NUM_THREADS",
@@ -240,7 +234,6 @@ THREAD_ENV = (
     "VECLIB_MAXIMUM_THREADS",
     "NUMEXPR_NUM_THREADS",
 )  # AReaL's, set from cpu
-RAY_ASKS = ("cpu", "mem", "image")  # each engine's own, summed per plan node (bundle, node actor)
 DECIDED = {
     "gpu": "GPUs: {name}.backend",
     "cmd": "command: {what}",
@@ -258,21 +251,17 @@ def scheduling_specs(spec: LaunchConfig, name: str) -> list[SchedulingSpec]:
 
 
 def apply_scheduling(
-    spec: LaunchConfig, runner: str, names: Sequence[str], environ: Mapping[str, str] = {}
+    spec: LaunchConfig, names: Sequence[str], environ: Mapping[str, str] = {}
 ) -> tuple[list[str], dict[str, EngineAsk]]:
-    """Each engine's scheduling_spec honoured where the runner can: env_vars into the
-    engine's environment (every runner), and cpu as its processes' thread counts
-    (OMP_NUM_THREADS and kin, as AReaL's launchers set them: below env_vars and what
-    `environ`, the launcher's environment, sets already); on Slurm the job's CPUs, memory,
-    nodes and image (one job step per node runs every engine, so engines asking different
-    CPUs or memory per GPU get the most of them, said in a note); on Ray cpu, mem and image
-    are the engine's own asks (returned: the request carries them to each plan node's
-    bundle). A note per engine names what is not honoured. ConfigError where two engines ask Slurm
-    for different
-    images or nodes."""
+    """Each engine's scheduling_spec: env_vars into the engine's environment, and cpu as its
+    processes' thread counts (OMP_NUM_THREADS and kin, as AReaL's launchers set them: below
+    env_vars and what `environ`, the launcher's environment, sets already); cpu, mem, image,
+    nodelist and exclude are the engine's resource asks (returned: the request carries them,
+    and each runner honours them as it can and says what it does not). A note per engine
+    names what no runner honours (the launcher decides it). ConfigError for an ask out of
+    bounds."""
     notes: list[str] = []
     asks: dict[str, EngineAsk] = {}
-    job: dict[str, tuple[str, Any]] = {}  # launcher option -> (engine, value)
     for name in names:
         if not engine(spec, name).scheduling_strategy.fork:
             notes.append(
@@ -285,53 +274,49 @@ def apply_scheduling(
         first, unread = specs[0], len(specs) - 1
         node = engine(spec, name)
         node.env = {**{str(k): str(v) for k, v in first.env_vars.items()}, **node.env}
-        if first.cpu is not None:
-            threads = (
-                _ask(EngineAsk(), name, "cpu", first.cpu).cpu if runner != "slurm" else first.cpu
-            )  # Slurm's own check of cpus_per_gpu says what is wrong
-            if isinstance(threads, int) and 0 < threads <= MAX_CPUS_PER_GPU:
-                node.env = {**{v: str(threads) for v in THREAD_ENV if v not in environ}, **node.env}
-        skipped = []
+        ask, skipped = EngineAsk(key=f"{name}.scheduling_spec"), []
         for f in dataclasses.fields(SchedulingSpec):
             value = getattr(first, f.name)
-            if f.name == "env_vars" or value is None:
-                continue
-            given = SLURM_OPTIONS.get(f.name)
-            if runner == "slurm" and given is not None:
-                notes += _job_value(job, given[0], given[1](value), name, f.name)
-            elif runner == "slurm" and f.name in SLURM_FLAGS:
-                notes += _job_value(job, f.name, f"{SLURM_FLAGS[f.name]}={value}", name, f.name)
-            elif f.name == "cpu" and runner not in ("slurm", "ray"):
-                continue  # the thread counts above: what AReaL's local launcher does with it
-            elif runner == "ray" and f.name in RAY_ASKS:
-                asks[name] = _ask(asks.get(name, EngineAsk()), name, f.name, value)
-            else:
+            if f.name in ASKS and value is not None:
+                ask = _ask(ask, name, f.name, value)
+            elif f.name != "env_vars" and value is not None:
                 skipped.append(f.name)
+        if ask.cpu:
+            threads = {v: str(ask.cpu) for v in THREAD_ENV if v not in environ}
+            node.env = {**threads, **node.env}
+        if ask.asked():
+            asks[name] = ask
         if skipped or unread:
-            what = "its backend's server" if name == "rollout" else "trainer.entry under torchrun"
-            why = "; ".join(
-                DECIDED[k].format(name=name, what=what) for k in skipped if k in DECIDED
-            )
-            more = f"; items after the first ({unread}) are not read" if unread else ""
-            notes.append(
-                f"{name}.scheduling_spec: {', '.join(skipped) or 'nothing'} not "
-                f"honoured by the {runner} runner{f' ({why})' if why else ''}{more}"
-            )
-    for option, (name, value) in job.items():
-        notes += _set_launcher(spec, option, value, name)
+            notes.append(_unhonoured(name, skipped, unread))
     return notes, asks
 
 
+def _unhonoured(name: str, skipped: Sequence[str], unread: int) -> str:
+    """The note on what of an engine's scheduling_spec no runner honours."""
+    what = "its backend's server" if name == "rollout" else "trainer.entry under torchrun"
+    why = "; ".join(DECIDED[k].format(name=name, what=what) for k in skipped if k in DECIDED)
+    more = f"; items after the first ({unread}) are not read" if unread else ""
+    return (
+        f"{name}.scheduling_spec: {', '.join(skipped) or 'nothing'} not honoured"
+        f"{f' ({why})' if why else ''}{more}"
+    )
+
+
 def _ask(ask: EngineAsk, name: str, key: str, value: Any) -> EngineAsk:
-    """`key` of an engine's scheduling_spec as its ask (Ray's, and cpu as thread counts):
-    bounded, as every user number is."""
-    if key == "image":
+    """`key` of an engine's scheduling_spec as its ask: bounded, as every user number is."""
+    if key in ("image", "nodelist", "exclude"):
         if not str(value).strip() or any(c.isspace() for c in str(value)):
+            example = "rayproject/ray:2.40.0-py311" if key == "image" else "gpu[01-04]"
+            what = "a container image name" if key == "image" else "Slurm's node names"
             raise ConfigError(
-                f"{name}.scheduling_spec.image={value!r}: a container image "
-                "name without spaces, e.g. rayproject/ray:2.40.0-py311"
+                f"{name}.scheduling_spec.{key}={value!r}: {what} without spaces, e.g. {example}"
             )
-        return dataclasses.replace(ask, image=str(value))
+        text = str(value)
+        if key == "image":
+            return dataclasses.replace(ask, image=text)
+        if key == "nodelist":
+            return dataclasses.replace(ask, nodelist=text)
+        return dataclasses.replace(ask, exclude=text)
     top = MAX_CPUS_PER_GPU if key == "cpu" else MAX_MEM_GIB_PER_GPU
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
         unit = "CPU cores" if key == "cpu" else "GiB of memory"
@@ -342,47 +327,6 @@ def _ask(ask: EngineAsk, name: str, key: str, value: Any) -> EngineAsk:
     if key == "cpu":
         return dataclasses.replace(ask, cpu=value)
     return dataclasses.replace(ask, mem_gib=value)
-
-
-def _job_value(job: dict, option: str, value: Any, name: str, key: str) -> list[str]:
-    """Record `value` for a job-wide option; the note when engines differ (the most is asked)."""
-    if option not in job or job[option][1] == value:
-        job[option] = (name, value)
-        return []
-    other, was = job[option]
-    if option in SLURM_MOST:
-        most = max((was, value), key=lambda v: int(str(v).rstrip("G")))
-        job[option] = (name if most == value else other, most)
-        return [
-            f"{name}.scheduling_spec.{key} asks {value} per GPU and {other}'s {was}: "
-            f"the job asks {most} for every GPU (one job step per node runs every engine)"
-        ]
-    raise ConfigError(
-        f"{name}.scheduling_spec.{key} asks Slurm for {value} but "
-        f"{other}'s for {was}: the job has one value for every "
-        f"engine (areal-launch runs one job); give both the same"
-    )
-
-
-def _set_launcher(spec: LaunchConfig, option: str, value: Any, name: str) -> list[str]:
-    launcher = spec.launcher
-    if option in SLURM_FLAGS:
-        launcher.sbatch_extra = [*launcher.sbatch_extra, value]
-        return []
-    given = getattr(launcher, option)
-    if given is not None and str(given) != str(value):
-        return [
-            f"{name}.scheduling_spec asks for launcher.{option}={value}; "
-            f"launcher.{option}={given} is used"
-        ]
-    setattr(launcher, option, value)
-    check = getattr(launcher, "__post_init__", None)  # the runner's own checks, as if given
-    if check is not None:
-        try:
-            check()
-        except ConfigError as exc:
-            raise ConfigError(f"{name}.scheduling_spec sets {exc}") from None
-    return []
 
 
 # ----------------------------------------------------------------------------- server sections

@@ -463,9 +463,8 @@ def run_spec(cfg: DictConfig) -> RunSpec:
     assert isinstance(spec, LaunchConfig)
     for key, folder in (("hydra.run.dir", run_dir), ("hydra.sweep.dir", sweep_dir)):
         check_folder_name(key, folder)
-    runner = str(OmegaConf.select(cfg, "hydra.runtime.choices.launcher", default=None) or "local")
     notes, asks = areal.apply_scheduling(
-        spec, runner, [n for n in ENGINES if engine(spec, n).backend is not None], os.environ
+        spec, [n for n in ENGINES if engine(spec, n).backend is not None], os.environ
     )
     return RunSpec(spec, run_dir, sweep_dir, cfg, handoff, tuple(notes), servers, asks)
 
