@@ -23,7 +23,7 @@ from launcher.node.ports import PortReserver
 from launcher.node.runs import make_run_dir
 from launcher.runners import local
 from launcher.spec.plan import ProcessSpec
-from launcher.spec.request import ArealFolders
+from launcher.spec.request import USER, Folders
 
 # the repository, not tests/ (whose requests.py would hide the `requests` package Ray uses)
 sys.path[0] = str(Path(__file__).resolve().parent.parent)
@@ -77,8 +77,9 @@ def main() -> int:
         if args.areal_root:
             request = dataclasses.replace(
                 request,
-                areal=ArealFolders(
-                    f"{args.areal_root}/files", f"{args.areal_root}/names", "exp/trial"
+                folders=Folders(
+                    make=(f"{args.areal_root}/files", f"{args.areal_root}/names"),
+                    clear=(f"{args.areal_root}/names/{USER}/exp/trial",),
                 ),
             )
         write_plan(request)

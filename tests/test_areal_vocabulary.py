@@ -17,11 +17,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from launcher.cli.launch import build_request, prepare
-from launcher.config.handoff import ENTRY_CONFIG
 from launcher.node.ports import counted_ports
-from launcher.runners.sbatch import render_sbatch
 from launcher.spec.errors import ConfigError, PlacementError, UserError
-from launcher.spec.request import ArealFolders
+from launcher.spec.request import Folders
+from launcher.spec.runfolder import ENTRY_CONFIG
 from tests.areal_launch import one_error_line, prepared_in, run
 
 # an AReaL-style GRPO experiment: the launcher's keys and the trainer's, in one file
@@ -102,8 +101,9 @@ def test_an_areal_config_plans_as_written_with_its_own_entry(folder):
     assert meta["model_path"] == "/models/tiny-qwen"  # AReaL's actor.path
     assert "fileroot" not in meta and "name_resolve" not in meta  # AReaL's, not the plan's
     _, request = processes(prep)  # the folders each node makes are the file's
-    assert request.areal == ArealFolders(
-        "/tmp/areal-vocab/files", "/tmp/areal-vocab/names", "tiny-grpo/t0"
+    assert request.folders == Folders(
+        make=("/tmp/areal-vocab/files", "/tmp/areal-vocab/names"),
+        clear=("/tmp/areal-vocab/names/{user}/tiny-grpo/t0",),  # this trial's records
     )
 
 
@@ -157,7 +157,10 @@ def test_a_file_without_fileroot_gets_the_run_folders_as_overrides_its_entry_rea
         )
     )
     plan, request = processes(prepared(tmp_path, CUDA, name="bare"))
-    assert request.areal == ArealFolders("/runs/r1", "/runs/r1/name_resolve", "tiny-grpo/t0")
+    assert request.folders == Folders(
+        make=("/runs/r1", "/runs/r1/name_resolve"),
+        clear=("/runs/r1/name_resolve/{user}/tiny-grpo/t0",),
+    )
     trainer = next(p for p in plan.processes if p.component.startswith("actor"))
     assert trainer.argv[-2:] == (
         "++cluster.fileroot=/runs/r1",
@@ -277,12 +280,16 @@ def test_scheduling_spec_locally_env_vars_and_a_note_for_the_rest(folder, monkey
     for p in plan.processes:  # rollout's spec is actor's (an interpolation), ref shares actor's
         assert p.env["TOKENIZERS_PARALLELISM"] == "false", p.name
         assert p.env["OMP_NUM_THREADS"] == "4" and "MKL_NUM_THREADS" not in p.env, p.name
-    notes = [n for n in prep.planned.notes if "scheduling_spec" in n]
-    assert len(notes) == 2 and all("not honoured by the local runner" in n for n in notes)
+    notes = [n for n in prep.planned.notes if "scheduling_spec" in n]  # no runner honours
+    assert len(notes) == 2 and all("gpu, cmd not honoured" in n for n in notes)
     actor = next(n for n in notes if n.startswith("actor."))
-    for key in ("gpu", "mem", "cmd"):
-        assert key in actor
-    assert "env_vars" not in actor and "cpu" not in actor
+    assert "env_vars" not in actor and "cpu" not in actor and "mem" not in actor
+    _, request = processes(prep)  # the engine's asks: the local runner says what it cannot give
+    assert prep.runner.notes(request) == [
+        f"{name}.scheduling_spec: memory not honoured by the local runner (nothing is reserved "
+        "on this machine, and nothing runs in a container)"
+        for name in ("rollout", "actor")
+    ]
 
 
 def test_scheduling_spec_on_slurm_is_the_jobs_options(folder):
@@ -293,7 +300,7 @@ def test_scheduling_spec_on_slurm_is_the_jobs_options(folder):
     )
     prep = prepared(folder, [*CUDA, "launcher=slurm", *spec])
     _, request = processes(prep)
-    script = render_sbatch(request, prep.run.config.launcher, "python3")
+    script = prep.runner.job(request).script
     for line in (
         "#SBATCH --cpus-per-gpu=4",
         "#SBATCH --mem-per-gpu=16G",
@@ -304,28 +311,38 @@ def test_scheduling_spec_on_slurm_is_the_jobs_options(folder):
     assert "--container-image=img.sqsh" in script
     notes = [n for n in prep.planned.notes if n.startswith("actor.scheduling_spec")]
     assert notes and "cpu" not in notes[0].split(" not ")[0] and "cmd" in notes[0]
+    assert prep.runner.notes(request) == []  # Slurm honours every ask
+    two = prepared(
+        folder, [*CUDA, "launcher=slurm", *spec, "rollout.scheduling_spec=[{image: b.sqsh}]"]
+    )
     with pytest.raises(
         ConfigError,
-        match="actor.scheduling_spec.image asks Slurm for img.sqsh "
-        "but rollout's for b.sqsh: the job has one value",
+        match="rollout.scheduling_spec asks Slurm for the image b.sqsh but "
+        "actor.scheduling_spec for img.sqsh: the job has one image",
     ):
-        prepared(
-            folder, [*CUDA, "launcher=slurm", *spec, "rollout.scheduling_spec=[{image: b.sqsh}]"]
-        )
+        two.runner.check(processes(two)[1])
 
 
 def test_engines_asking_slurm_different_cpus_get_the_most_for_every_gpu(folder):
     """One job step per node runs every engine, so the job asks the largest per-GPU ask."""
     prep = prepared(folder, [*CUDA, "launcher=slurm", "rollout.scheduling_spec=[{cpu: 8, mem: 4}]"])
     _, request = processes(prep)
-    script = render_sbatch(request, prep.run.config.launcher, "python3").splitlines()
+    script = prep.runner.job(request).script.splitlines()
     assert "#SBATCH --cpus-per-gpu=8" in script and "#SBATCH --mem-per-gpu=16G" in script
-    notes = [n for n in prep.planned.notes if "the job asks" in n]
-    assert notes == [
-        "actor.scheduling_spec.cpu asks 4 per GPU and rollout's 8: the job asks 8 "
-        "for every GPU (one job step per node runs every engine)",
-        "actor.scheduling_spec.mem asks 16G per GPU and rollout's 4G: the job asks "
-        "16G for every GPU (one job step per node runs every engine)",
+    assert prep.runner.notes(request) == [
+        "the engines ask for different CPUs per GPU (rollout.scheduling_spec 8, "
+        "actor.scheduling_spec 4): the job asks 8 for every GPU (one job step per node runs "
+        "every engine)",
+        "the engines ask for different memory per GPU (rollout.scheduling_spec 4G, "
+        "actor.scheduling_spec 16G): the job asks 16G for every GPU (one job step per node "
+        "runs every engine)",
+    ]
+    own = prepared(folder, [*CUDA, "launcher=slurm", "launcher.cpus_per_gpu=2"])
+    _, request = processes(own)  # the user's own value wins, said once
+    assert "#SBATCH --cpus-per-gpu=2" in own.runner.job(request).script.splitlines()
+    assert own.runner.notes(request) == [
+        "rollout.scheduling_spec, actor.scheduling_spec ask for launcher.cpus_per_gpu=4; "
+        "launcher.cpus_per_gpu=2 is used"
     ]
 
 
@@ -345,8 +362,8 @@ def test_on_ray_each_engines_cpu_mem_and_image_are_its_plan_nodes_asks(folder):
             "+actor.scheduling_spec.0.image=img:1",
         ],
     )
-    assert not [n for n in prep.planned.notes if "cpu, " in n and "ray runner" in n]
     _, request = processes(prep)
+    assert prep.runner.notes(request) == []  # cpu, mem and image: each bundle's and actor's
     assert request.asks["actor"].cpu == 4 and request.asks["actor"].mem_gib == 16
     assert request.asks["rollout"].cpu == 2 and "ref" not in request.asks  # ref: none of its own
     job = prep.runner.job(request)  # node 0: two servers on a GPU each; node 1: actor+ref on 2
@@ -355,7 +372,7 @@ def test_on_ray_each_engines_cpu_mem_and_image_are_its_plan_nodes_asks(folder):
         {"CPU": 1 + 2 * 4, "GPU": 2.0, "memory": 2 * 16 * GIB},
     )
     assert job.image(0) == "img:1" and job.runtime_env(0, {}) == {"image_uri": "img:1"}
-    assert "node actor 0 runs in the image img:1" in dry_run_text(job, request, "auto", None)
+    assert "node actor 0 runs in the image img:1" in dry_run_text(job, "auto", None)
     with pytest.raises(UserError, match="different images \\(img:2, img:1\\)"):
         prep.runner.job(
             processes(
@@ -388,14 +405,16 @@ def test_bad_ray_asks_are_one_line(folder, item, says):
         prepared(folder, [*CUDA, "launcher=ray", f"rollout.scheduling_spec=[{item}]"])
 
 
-def test_scheduling_spec_values_meet_the_slurm_runners_own_checks(folder):
-    """What scheduling_spec sets on the job is checked as launcher.* given directly is: a
-    negative CPU count or a size sbatch cannot read is one line naming where it came from."""
+def test_scheduling_spec_values_are_checked_alike_for_every_runner(folder):
+    """An engine's asks are checked before any runner reads them: a negative CPU count or a
+    size past the bound is one line naming where it came from, on Slurm as on Ray."""
     for item, said in (
-        ("{cpu: -3}", "launcher.cpus_per_gpu=-3: choose 1 to"),
-        ("{mem: 100000000000000000000}", "launcher.mem_per_gpu=1000"),
+        ("{cpu: -3}", "cpu=-3: CPU cores per GPU"),
+        ("{mem: 100000000000000000000}", "mem=100000000000000000000: GiB of memory per GPU"),
+        ("{nodelist: 'a b'}", "nodelist='a b': Slurm's node names without spaces"),
     ):
-        with pytest.raises(ConfigError, match=f"actor.scheduling_spec sets {said}"):
+        # rollout's scheduling_spec is actor's (an interpolation), and read first
+        with pytest.raises(ConfigError, match=re.escape(f"rollout.scheduling_spec.{said}")):
             prepared(folder, [*CUDA, "launcher=slurm", f"actor.scheduling_spec=[{item}]"])
 
 

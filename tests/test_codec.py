@@ -10,7 +10,7 @@ from typing import ClassVar, Mapping, Optional
 from launcher.spec.cluster import ClusterSpec, NodeGroup
 from launcher.spec.codec import JsonRecord, from_json, json_key, to_json
 from launcher.spec.plan import Plan, ProcessSpec, Runs, SyncPair, WeightSync
-from launcher.spec.request import ArealFolders, EngineAsk, FlagCheck, LaunchRequest
+from launcher.spec.request import EngineAsk, FlagCheck, Folders, LaunchRequest
 from tests.plans import plan_dict
 
 SERVER = ProcessSpec(
@@ -74,7 +74,7 @@ def test_a_full_request_writes_its_optional_parts_and_reads_back_equal():
     full = request(
         node_groups=(NodeGroup("cpu", (2,), gpus=False, env={"X": "1"}),),
         cpu_nodes=1,
-        areal=ArealFolders("/f", "/f/nr", "exp/trial"),
+        folders=Folders(("/f", "/f/nr"), ("/f/nr/{user}/exp/trial",)),
         flag_check=FlagCheck("vllm", "rollout", {"--max-num-seqs": "rollout.vllm.max_num_seqs"}),
         asks={"actor": EngineAsk(cpu=4, mem_gib=16, image="img.sqsh")},
         hang_timeout_s=30.0,
@@ -83,7 +83,7 @@ def test_a_full_request_writes_its_optional_parts_and_reads_back_equal():
     assert list(written)[13:] == [
         "node_groups",
         "cpu_nodes",
-        "areal",
+        "folders",
         "flag_check",
         "asks",
         "processes",
@@ -99,7 +99,17 @@ def test_a_full_request_writes_its_optional_parts_and_reads_back_equal():
         }
     ]
     assert written["flag_check"]["origins"] == {"--max-num-seqs": "rollout.vllm.max_num_seqs"}
-    assert written["asks"] == {"actor": {"cpu": 4, "mem_gib": 16, "image": "img.sqsh"}}
+    assert written["asks"] == {
+        "actor": {
+            "cpu": 4,
+            "mem_gib": 16,
+            "image": "img.sqsh",
+            "nodelist": None,
+            "exclude": None,
+            "key": "",
+        }
+    }
+    assert written["folders"] == {"make": ["/f", "/f/nr"], "clear": ["/f/nr/{user}/exp/trial"]}
     assert LaunchRequest.from_dict(json.loads(full.to_json())) == full
 
 

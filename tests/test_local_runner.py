@@ -636,6 +636,42 @@ def test_dry_run_text_shows_each_process_as_a_shell_line_with_secrets_masked():
     )
 
 
+def test_the_dry_run_says_first_which_folders_are_cleared_and_made_and_a_run_does_it(tmp_path):
+    """A request's folders: the earlier records cleared, then every folder made, before any
+    process starts (`{user}`: the user the run is, here this one)."""
+    import dataclasses
+    import getpass
+
+    from launcher.runners import local
+    from launcher.spec.request import USER, EngineAsk, Folders
+    from tests.hand_requests import request_for
+
+    old = tmp_path / "names" / getpass.getuser() / "exp" / "trial"
+    old.mkdir(parents=True)
+    folders = Folders((str(tmp_path / "files"),), (str(tmp_path / "names" / USER / "exp/trial"),))
+    proc = ProcessSpec("t-0", "actor", "trainer", 0, (sys.executable, "-c", "pass"))
+    request = dataclasses.replace(
+        request_for(tmp_path / "run", [proc], num_nodes=1, device="cpu"),
+        folders=folders,
+        asks={"actor": EngineAsk(cpu=2, mem_gib=4, image="img", key="actor.resources")},
+    )
+    runner = local.Runner(local.Config(grace_period_s=3))
+    shown = runner.dryrun(request)
+    assert shown.startswith(
+        f"# first: cleared {tmp_path}/names/{{user}}/exp/trial; made {tmp_path}/files\n"
+    )
+    assert runner.notes(request) == [
+        "actor.resources: memory, image not honoured by the local runner (nothing is reserved on "
+        "this machine, and nothing runs in a container)"
+    ]  # its cpu is the processes' thread counts (set with the config)
+    assert runner.run(request) == 0
+    assert not old.exists() and (tmp_path / "files").is_dir()
+    assert json.loads((tmp_path / "run" / "request.json").read_text())["folders"] == {
+        "make": [str(tmp_path / "files")],
+        "clear": [f"{tmp_path}/names/{{user}}/exp/trial"],
+    }
+
+
 def test_written_files_keep_secrets_and_are_readable_by_their_owner_only(tmp_path):
     path = write_private(tmp_path / "plan.json", json.dumps({"WANDB_API_KEY": "k-123"}))
     assert stat.S_IMODE(path.stat().st_mode) == 0o600

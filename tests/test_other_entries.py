@@ -18,10 +18,10 @@ import pytest
 
 from launcher.backends.torchrun import entry_in
 from launcher.cli.launch import counted_request, prepare
-from launcher.node.runs import make_areal_folders
+from launcher.node.runs import make_folders
 from launcher.spec.entry import server_flags
 from launcher.spec.errors import ConfigError, UserError
-from launcher.spec.request import ArealFolders, LaunchRequest
+from launcher.spec.request import USER, Folders, LaunchRequest
 from tests.areal_launch import one_error_line, run
 from tests.stand_in_areal import assert_ran_under, seen_by
 
@@ -195,8 +195,10 @@ def test_under_slurm_each_component_keeps_its_interpreter_inside_the_container()
     assert server[1:3] == ("-m", "areal.engine.vllm_ext.areal_vllm_server")
     assert server[-2:] == ("--max-num-seqs", "8")
     assert "python3 -m launcher.node.agent" in text  # the supervisor: the container's python
-    assert request.areal == ArealFolders("/runs/r", "/runs/r/name_resolve", "areal/run")
-    assert '"fileroot": "/runs/r"' in text  # the request the nodes read
+    assert request.folders == Folders(
+        make=("/runs/r", "/runs/r/name_resolve"), clear=("/runs/r/name_resolve/{user}/areal/run",)
+    )
+    assert '"folders": {' in text and '"/runs/r/name_resolve"' in text  # what the nodes read
     env = next(p.env for p in request.processes if p.role == "trainer")
     assert env["AREAL_SPMD_MODE"] == "1" and env["AREAL_LLM_SERVER_ADDRS"]
 
@@ -233,7 +235,7 @@ def test_sglangs_server_module_is_chosen_the_same_way():
 
 def test_our_recipe_gets_no_areal_environment_or_folders():
     request, _ = request_of("cluster.device=cpu", "hydra.run.dir=/runs/r")
-    assert request.areal is None
+    assert request.folders is None
     assert not any("AREAL_SPMD_MODE" in p.env for p in request.processes)
 
 
@@ -297,7 +299,7 @@ def test_areals_folders_are_made_and_this_trials_old_records_cleared(tmp_path):
     other = root / getpass.getuser() / "exp" / "other"
     old.mkdir(parents=True)
     other.mkdir(parents=True)
-    make_areal_folders(ArealFolders(str(tmp_path / "fr"), str(root), "exp/trial"), clear=True)
+    make_folders(Folders((str(tmp_path / "fr"), str(root)), (f"{root}/{USER}/exp/trial",)), True)
     assert (tmp_path / "fr").is_dir() and not old.parent.parent.exists() and other.is_dir()
 
 
@@ -306,30 +308,28 @@ def test_the_first_node_clears_name_resolve_before_any_other_node_starts(tmp_pat
     so what its processes register is never cleared by the first node arriving later."""
     import threading
 
-    from launcher.node.runs import prepare_areal_folders
+    from launcher.node.runs import prepare_folders
     from launcher.spec.errors import LaunchError
 
     root = tmp_path / "names"
-    folders = ArealFolders(str(tmp_path / "fr"), str(root), "exp/trial")
+    folders = Folders((str(tmp_path / "fr"), str(root)), (f"{root}/{USER}/exp/trial",))
     old = root / getpass.getuser() / "exp" / "trial" / "server" / "ENTRY"
     old.parent.mkdir(parents=True)
     old.write_text("an earlier run's address")
     done = threading.Event()
     other = threading.Thread(
         target=lambda: (
-            prepare_areal_folders(
-                folders, str(tmp_path / "run"), False, "slurm-7-0", 30, poll_s=0.01
-            ),
+            prepare_folders(folders, str(tmp_path / "run"), False, "slurm-7-0", 30, poll_s=0.01),
             done.set(),
         )
     )
     other.start()
     assert not done.wait(0.3) and old.exists()  # node 1 waits; nothing cleared yet
-    prepare_areal_folders(folders, str(tmp_path / "run"), True, "slurm-7-0", 30)
+    prepare_folders(folders, str(tmp_path / "run"), True, "slurm-7-0", 30)
     other.join(10)
     assert done.is_set() and not old.exists()
     with pytest.raises(
         LaunchError,
-        match="the run's first node did not prepare AReaL's name_resolve folder .* within 0 s",
+        match=f"did not clear .*/names/{getpass.getuser()}/exp/trial within 0 s",
     ):
-        prepare_areal_folders(folders, str(tmp_path / "run"), False, "slurm-7-1", 0.05)
+        prepare_folders(folders, str(tmp_path / "run"), False, "slurm-7-1", 0.05)

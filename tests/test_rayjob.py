@@ -90,7 +90,7 @@ def test_each_node_runs_its_supervisor_on_the_request_with_every_nodes_address()
         "10.0.0.7,10.0.0.9",
     ]
     assert job.name == f"areal-{job.run_id}"
-    assert RayJob.from_dict(json.loads(json.dumps(job.to_dict()))) == job
+    assert RayJob.from_dict(json.loads(json.dumps(job.to_dict())), job.request) == job
     assert entrypoint(job) == [PY, "-m", "launcher.runners.ray", "request.json", "ray-job.json"]
 
 
@@ -98,7 +98,7 @@ def test_dry_run_text_shows_bundles_node_commands_and_the_request_with_secrets_m
     procs = [proc("rollout-0", "server", 0, (0, 1)), proc("actor-1", "trainer", 1, (0,))]
     request = request_for(RUN, procs)
     job = ray_job(request, PY, 1.0, "/work", 60.0)
-    text = dry_run_text(job, request, "auto", None)
+    text = dry_run_text(job, "auto", None)
     assert (
         'bundle 0: {"CPU": 1.0, "GPU": 2.0}' in text
         and 'bundle 1: {"CPU": 1.0, "GPU": 1.0}' in text
@@ -109,7 +109,7 @@ def test_dry_run_text_shows_bundles_node_commands_and_the_request_with_secrets_m
     shown = json.loads(text.split("(secrets masked):\n", 1)[1])
     assert shown["processes"][0]["env"]["HF_TOKEN"] != "hf_secret"
     assert "hf_secret" not in text
-    detached = dry_run_text(job, request, "auto", entrypoint(job))
+    detached = dry_run_text(job, "auto", entrypoint(job))
     assert f"submission id {job.name}" in detached
     assert f"{PY} -m launcher.runners.ray request.json ray-job.json" in detached
 
@@ -336,3 +336,17 @@ def test_cluster_device_auto_on_ray_plans_for_the_clusters_gpus_and_their_type()
     assert "the Ray cluster at auto has 2 node(s) with 8 GPU(s) (H100)" in notes[0]
     cpu_only, notes = with_offer(ClusterConfig(device="auto"), ray_offer(nodes[2:], "ray"))
     assert cpu_only.device == "cpu" and "no GPU" in notes[0]
+
+
+def test_ray_says_it_does_not_choose_the_nodes_an_engine_asks_for():
+    """cpu, memory and image are each plan node's bundle's and actor's; nodes are Ray's pick."""
+    from launcher.runners import ray
+
+    ask = EngineAsk(cpu=1, nodelist="gpu01", exclude="gpu07", key="actor.resources")
+    request = dataclasses.replace(
+        request_for(RUN, [proc("actor-0", "trainer", 0)]), asks={"actor": ask}
+    )
+    assert ray.Runner(ray.Config()).notes(request) == [
+        "actor.resources: nodelist, exclude not honoured by the ray runner (Ray picks the nodes "
+        "of the placement group)"
+    ]

@@ -6,6 +6,7 @@ a real cluster is tests/test_slurm.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shlex
@@ -19,6 +20,7 @@ from launcher.runners import slurm
 from launcher.runners.sbatch import render_sbatch, shell_word
 from launcher.spec.errors import ConfigError, LaunchError
 from launcher.spec.plan import ProcessSpec
+from launcher.spec.request import EngineAsk
 from tests.hand_requests import request_for
 
 RUN = "/runs/exp/trial"
@@ -162,7 +164,7 @@ def test_requeue_asks_slurm_for_a_warning_and_a_requeue_and_appends_to_the_job_l
     d = directives(script)
     assert {"--requeue", "--signal=B:USR1@120", "--open-mode=append"} <= set(d)
     assert "--no-requeue" not in d
-    assert "trap requeue_job USR1" in script and 'scontrol requeue "$SLURM_JOB_ID"' in script
+    assert "trap requeue_job USR1" in script and "-m launcher.node.requeue" in script
     path = tmp_path / "job.sbatch"
     path.write_text(script)
     assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
@@ -299,7 +301,7 @@ def test_a_container_runs_each_node_with_its_python_and_the_run_model_and_launch
     request = request_for(RUN, [server(), trainer()])
     request = type(request)(**{**request.__dict__, "paths": ("/models/Qwen",)})
     runner = slurm.Runner(opts)
-    script = runner.script(request)
+    script = runner.job(request).script
     line = srun_line(script)
     mounts = shlex.split(line.split("--container-mounts=")[1].split()[0])[0].split(",")
     assert "--container-image=nvcr.io/x:1" in line and "--mpi=pmix" in line
@@ -385,3 +387,55 @@ def test_every_value_reaches_bash_as_written(value):
         ["bash", "-c", f'printf "%s\\0" {shell_word(value)}'], capture_output=True, timeout=10
     )
     assert out.stdout.decode().split("\0")[:-1] == [value]
+
+
+# ----------------------------------------------------------------------------- engines' asks
+def asking(request, **asks):
+    return dataclasses.replace(request, asks=asks)
+
+
+def test_per_gpu_asks_of_a_job_without_gpus_are_a_note_not_a_refused_job():
+    """sbatch refuses per-GPU options on a job that asks for no GPU: the asks are said, not
+    written (the user's own launcher.cpus_per_gpu there stays an error: test_bad_input.py)."""
+    ask = EngineAsk(cpu=4, mem_gib=8, key="actor.resources")
+    request = asking(request_for(RUN, [trainer(node=0, gpus=())], device="cpu"), actor=ask)
+    runner = slurm.Runner(slurm.Config())
+    assert runner.check(request) == []
+    assert not any("per-gpu" in d for d in directives(runner.job(request).script))
+    assert runner.notes(request) == [
+        f"actor.resources: the {what} per GPU asked are not honoured: the plan asks Slurm for "
+        "no GPU (cluster.device=cpu)"
+        for what in ("CPUs", "memory")
+    ]
+
+
+def test_engines_asking_for_different_nodes_are_one_error_and_one_list_is_the_jobs():
+    one = EngineAsk(nodelist="gpu[01-02]", exclude="gpu07", key="actor.resources")
+    request = asking(request_for(RUN, [server(), trainer()]), actor=one)
+    runner = slurm.Runner(slurm.Config(sbatch_extra=["--constraint=h100"]))
+    d = directives(runner.job(request).script)
+    # after the user's options; quoted as every value is (sbatch reads #SBATCH lines' quotes)
+    assert d[-3:] == ["--constraint=h100", "'--nodelist=gpu[01-02]'", "--exclude=gpu07"]
+    other = dataclasses.replace(one, nodelist="gpu03", key="rollout.resources")
+    with pytest.raises(
+        ConfigError,
+        match=re.escape(
+            "actor.resources asks Slurm for the nodelist gpu[01-02] but rollout.resources for "
+            "gpu03: the job has one nodelist for every engine"
+        ),
+    ):
+        runner.check(asking(request, actor=one, rollout=other))
+
+
+def test_an_image_an_engine_asks_for_runs_the_nodes_in_that_container():
+    ask = EngineAsk(image="img.sqsh", key="actor.resources")
+    request = asking(request_for(RUN, [trainer(node=0)], num_nodes=1), actor=ask)
+    runner = slurm.Runner(slurm.Config())
+    assert runner.python(request.asks) == "python3"  # the container's interpreter
+    assert "--container-image=img.sqsh" in srun_line(runner.job(request).script)
+    own = slurm.Runner(slurm.Config(container_image="mine.sqsh"))
+    assert "--container-image=mine.sqsh" in srun_line(own.job(request).script)
+    assert own.notes(request) == [
+        "actor.resources asks for launcher.container_image=img.sqsh; "
+        "launcher.container_image=mine.sqsh is used"
+    ]

@@ -23,6 +23,7 @@ from launcher.node.runs import find_run, read_record
 from launcher.runners import slurm
 from launcher.spec.errors import LaunchError
 from launcher.spec.plan import ProcessSpec, host_placeholder
+from launcher.spec.runfolder import JOB_SCRIPT
 from tests.hand_requests import request_for, write_plan
 from tests.node_groups import group_overrides, node_reports
 from tests.stand_in_areal import assert_ran_under, seen_by
@@ -156,7 +157,7 @@ def test_processes_run_on_their_nodes_on_their_gpus_of_the_task_and_the_job_comp
     ]
     job = submit(tmp_path, procs)
     assert wait_state(job) == "COMPLETED"
-    script = (tmp_path / slurm.SCRIPT_NAME).read_text()
+    script = (tmp_path / JOB_SCRIPT).read_text()
     assert "#SBATCH --gpus-per-node=5" in script and "--exclusive" not in script
     logs_dir = tmp_path / "logs"
     r0, r1, actor = (env_line(logs_dir / f"{n}.log") for n in ("rollout-0", "rollout-1", "actor-0"))
@@ -323,7 +324,7 @@ def test_injected_values_are_data_not_commands(tmp_path):
 def test_a_newline_in_an_sbatch_value_is_refused_before_submitting(tmp_path):
     with pytest.raises(LaunchError, match="line breaks"):
         submit(tmp_path, [step("actor-0", "trainer", 0, (0,), "true")], job_name="a\ntouch /tmp/x")
-    assert not (tmp_path / slurm.SCRIPT_NAME).exists()
+    assert not (tmp_path / JOB_SCRIPT).exists()
 
 
 def test_a_plan_the_cluster_cannot_fit_is_refused_before_submitting(tmp_path):
@@ -515,5 +516,5 @@ def test_areal_launch_runs_vllm_and_fsdp_on_different_nodes_and_rewards_on_a_cpu
         assert r["slurm_node"] == "node3" and not r["cuda_visible_devices"]
         assert r["group_env"] == {"GROUP_ROLE": "reward"} and r["python"] == str(python)
     assert_ran_under(stand_in, seen_by(run_dir), server_module="vllm.entrypoints.openai.api_server")
-    script = (run_dir / slurm.SCRIPT_NAME).read_text()
+    script = (run_dir / JOB_SCRIPT).read_text()
     assert "#SBATCH hetjob" in script and "#SBATCH --partition=cpu" in script

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 from omegaconf import DictConfig
 
 from launcher.config.compose import Composer
-from launcher.config.handoff import Folders
 from launcher.config.run import ComposedRun
 from launcher.config.schema import engine
 from launcher.planning.build import Planned
@@ -28,7 +27,8 @@ from launcher.spec import registry
 from launcher.spec.builtins import ENGINES, POLICY, PRIMARY
 from launcher.spec.errors import ConfigError, LaunchError, PlacementError, UserError
 from launcher.spec.plan import Plan
-from launcher.spec.request import ArealFolders, FlagCheck, LaunchRequest
+from launcher.spec.request import FlagCheck, Folders, LaunchRequest
+from launcher.spec.runfolder import ENTRY_CONFIG, PLAN
 from launcher.spec.tracking import Identity, check
 
 if TYPE_CHECKING:
@@ -253,33 +253,21 @@ def build_request(
     config = prep.run.config
     run_id = uuid.uuid4().hex
     extra_env = user_env(config.launcher.env)
-    identity = Identity(
-        check(config.launcher.tracking),
-        run_id,
-        str(run_dir),
-        job_name(prep) if prep.sweep else f"{job_name(prep)}-{run_dir.name}",
-        str(config.experiment_name),
-        prep.sweep,
-    )
     trains = any(c.kind == registry.TRAIN for c in prep.plan.components.values())
-    folders = prep.run.translation.folders.at(str(run_dir)) if trains else Folders()
-    trainer_env = identity.env({**os.environ, **extra_env})
+    trainer_env = identity(prep, run_id, run_dir).env({**os.environ, **extra_env})
     if trains:  # a peer's contract for its own trainer (an entry not ours)
         trainer_env.update(prep.run.translation.trainer_env)
     ctx = LaunchContext(
         run_dir=str(run_dir),
-        plan_path=str(run_dir / "plan.json"),
-        python=prep.runner.python(),
+        plan_path=str(run_dir / PLAN),
+        python=prep.runner.python(prep.run.asks),
         next_port=next_port,
         cpus=prep.runner.cpus(),
         extra_env=extra_env,
         trainer_env=trainer_env,
         engine_env={name: user_env(engine(config, name).env, shell=False) for name in ENGINES},
     )
-    args = [str(a) for a in config.trainer.args]
-    if prep.run.handoff is not None:  # an entry of another trainer: its config, as AReaL's
-        args += prep.run.handoff.args(str(run_dir))  # launcher hands it (--config FILE ...)
-        args += folders.overrides
+    args = entry_args(prep, run_dir)
     plan = build_processes(
         prep.planned, prep.entry, args, ctx, trainer_python=config.trainer.python
     )
@@ -299,11 +287,34 @@ def build_request(
         console=str(config.launcher.console),
         node_groups=plan.cluster.groups,
         cpu_nodes=plan.cluster.cpu_nodes,
-        areal=request_folders(folders),
+        folders=shared_folders(prep, run_dir) if trains else None,
         flag_check=flag_check(prep),
         asks=dict(prep.run.asks),
     )
     return plan, request
+
+
+def identity(prep: Prepared, run_id: str, run_dir: Path) -> Identity:
+    """Who the run is to the experiment trackers (launcher.spec.tracking)."""
+    config = prep.run.config
+    return Identity(
+        check(config.launcher.tracking),
+        run_id,
+        str(run_dir),
+        job_name(prep) if prep.sweep else f"{job_name(prep)}-{run_dir.name}",
+        str(config.experiment_name),
+        prep.sweep,
+    )
+
+
+def entry_args(prep: Prepared, run_dir: Path) -> list[str]:
+    """The trainer entry's arguments: trainer.args, and for an entry of another trainer its
+    config as AReaL's launcher hands it (--config FILE ...) with the folders chosen for it."""
+    args = [str(a) for a in prep.run.config.trainer.args]
+    if prep.run.handoff is not None:
+        args += prep.run.handoff.args(str(run_dir))
+        args += [at_run(o, run_dir) for o in prep.run.translation.entry_overrides]
+    return args
 
 
 def flag_check(prep: Prepared) -> Optional[FlagCheck]:
@@ -317,14 +328,21 @@ def flag_check(prep: Prepared) -> Optional[FlagCheck]:
     return FlagCheck(found.alloc.backend, "rollout", dict(origins))
 
 
-def request_folders(folders: Folders) -> Optional[ArealFolders]:
-    """The shared folders in the request's terms (a root made on every node, a records root
-    whose run's records the first node clears)."""
-    if not folders.make:
+def shared_folders(prep: Prepared, run_dir: Path) -> Optional[Folders]:
+    """The folders an entry not ours shares (a peer's adapter says which), in this run's
+    folder where they name it; None: none."""
+    found = prep.run.translation.folders
+    if not found.make and not found.clear:
         return None
-    root, records = folders.make[0], folders.make[-1]
-    trial = folders.clear[0].removeprefix(f"{records}/{{user}}/") if folders.clear else ""
-    return ArealFolders(fileroot=root, name_resolve=records, trial=trial)
+    return Folders(
+        tuple(at_run(p, run_dir) for p in found.make),
+        tuple(at_run(p, run_dir) for p in found.clear),
+    )
+
+
+def at_run(text: str, run_dir: Path) -> str:
+    """`text` with `{run_dir}` (a peer's adapter names the run folder so) filled in."""
+    return text.replace("{run_dir}", str(run_dir))
 
 
 def read_paths(plan: Plan, entry: str) -> tuple[str, ...]:
@@ -349,6 +367,12 @@ def user_env(env: dict, shell: bool = True) -> dict[str, str]:
     return {**exported, **{str(k): str(v) for k, v in (env or {}).items()}}
 
 
+def notes_of(prep: Prepared, request: LaunchRequest) -> list[str]:
+    """What the user should know of the run: the plan's notes and the runner's, in the
+    spelling the config used."""
+    return [*prep.planned.notes, *map(prep.run.translation.as_written, prep.runner.notes(request))]
+
+
 def warn(plan: Plan, notes: Sequence[str] = (), more: Sequence[str] = ()) -> None:
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
@@ -370,7 +394,7 @@ def start(prep: Prepared, own_folder: bool = False) -> int:
         with prep.runner.ports(base, dry=True) as next_port:
             plan, request = build_request(prep, free_run_dir(prep.run_dir), next_port)
             said = prep.runner.check(request)
-        warn(plan, prep.planned.notes, said)
+        warn(plan, notes_of(prep, request), said)
         sys.stdout.write(prep.runner.dryrun(request))
         return 0
     with prep.runner.ports(base, dry=False) as next_port:
@@ -381,12 +405,11 @@ def start(prep: Prepared, own_folder: bool = False) -> int:
             if own_folder or claim_run_dir(run_dir):
                 break
         prep.run_dir = run_dir
-        warn(plan, prep.planned.notes, said)
-        write_private(run_dir / "plan.json", plan.to_json(mask_secrets=False))
+        warn(plan, notes_of(prep, request), said)
+        write_private(run_dir / PLAN, plan.to_json(mask_secrets=False))
         for name, text in hydra_record(prep.run, run_dir).items():  # .hydra/: may hold secrets
             (run_dir / name).parent.mkdir(exist_ok=True)
             write_private(run_dir / name, text)
-        write_private(run_dir / "request.json", request.to_json())
         write_entry_config(prep, run_dir)
         if prep.runner.runs_here:  # attached here: the console shows where everything runs
             show_plan_summary(plan, run_dir)
@@ -401,8 +424,8 @@ def start(prep: Prepared, own_folder: bool = False) -> int:
 
 
 def write_entry_config(prep: Prepared, run_dir: Path) -> None:
-    """The entry's config (launcher.config.handoff.Handoff) where its --config points."""
-    from launcher.config.handoff import ENTRY_CONFIG
+    """The entry's config (launcher.config.handoff.Handoff) where its --config points (the
+    folders it uses are made by each node: the request's folders)."""
     from launcher.node.runs import write_private
 
     if prep.run.handoff is not None:
@@ -432,7 +455,7 @@ def show_plan(
 ) -> int:
     """`areal-launch plan`: the table and GPU map, or the plan JSON; starts nothing."""
     prep = prepare(overrides, to_run=False, composer=composer)
-    the_plan, _ = counted_request(prep)
+    the_plan, request = counted_request(prep)
     if svg is not None:
         from launcher.cli.render import render_svg
 
@@ -440,7 +463,7 @@ def show_plan(
             svg.write_text(render_svg(the_plan))
         except OSError as exc:
             raise UserError(f"--svg {svg}: cannot write it ({exc.strerror})") from None
-    warn(the_plan, prep.planned.notes)
+    warn(the_plan, notes_of(prep, request))
     if json_out:
         sys.stdout.write(the_plan.to_json() + "\n")
         return 0

@@ -19,8 +19,8 @@ from typing import Any, Mapping, Optional, Sequence
 from launcher.spec import registry
 from launcher.spec.builtins import ENGINES
 from launcher.spec.errors import ConfigError
+from launcher.spec.runfolder import ENTRY_CONFIG  # in the run folder: what --config names
 
-ENTRY_CONFIG = "entry_config.yaml"  # in the run folder: what the entry's --config names
 OURS_ONLY = ("launcher", "trainer", "recipe", "components", "hydra")  # never the entry's
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"  # this project's own entry points
 GROUPS = (*ENGINES, "cluster", "launcher", "recipe", "experiment")  # `group=option` choices
@@ -136,24 +136,6 @@ def _inside(key: str, mask: Mask) -> bool:
             return False
         node = node[part]
     return True
-
-
-@dataclass(frozen=True)
-class Folders:
-    """Folders an entry's processes share, prepared before anything starts: `make` on every
-    node, `clear` (this run's earlier records) on the first node before any node starts, and
-    the overrides that tell the entry where they are. `{run_dir}` in any of them is the run
-    folder, known only when the run claims it."""
-
-    make: tuple[str, ...] = ()
-    clear: tuple[str, ...] = ()
-    overrides: tuple[str, ...] = ()
-
-    def at(self, run_dir: str) -> "Folders":
-        def fill(items: tuple[str, ...]) -> tuple[str, ...]:
-            return tuple(s.replace("{run_dir}", run_dir) for s in items)
-
-        return Folders(fill(self.make), fill(self.clear), fill(self.overrides))
 
 
 @dataclass(frozen=True)

@@ -176,13 +176,27 @@ def resource_asks(config: LaunchConfig) -> dict[str, EngineAsk]:
                     f"{name}.resources.{key}={value!r}: {unit} per GPU, a whole number from 0 "
                     f"to {top}"
                 )
-        if r.image is not None and (not r.image.strip() or any(c.isspace() for c in r.image)):
-            raise ConfigError(
-                f"{name}.resources.image={r.image!r}: a container image name without spaces, "
-                "e.g. rayproject/ray:2.40.0-py311"
-            )
-        if (r.cpus_per_gpu, r.mem_gib_per_gpu, r.image) != (None, None, None):
-            out[name] = EngineAsk(r.cpus_per_gpu or 0, r.mem_gib_per_gpu or 0, r.image)
+        for key, value, what, example in (
+            ("image", r.image, "a container image name", "rayproject/ray:2.40.0-py311"),
+            ("nodelist", r.nodelist, "Slurm's node names", "gpu[01-04]"),
+            ("exclude", r.exclude, "Slurm's node names", "gpu[01-04]"),
+        ):
+            if value is not None and (
+                not str(value).strip() or any(c.isspace() for c in str(value))
+            ):
+                raise ConfigError(
+                    f"{name}.resources.{key}={value!r}: {what} without spaces, e.g. {example}"
+                )
+        ask = EngineAsk(
+            r.cpus_per_gpu or 0,
+            r.mem_gib_per_gpu or 0,
+            r.image,
+            r.nodelist,
+            r.exclude,
+            key=f"{name}.resources",
+        )
+        if ask.asked():
+            out[name] = ask
     return out
 
 

@@ -25,11 +25,12 @@ from typing import Optional, Sequence
 from launcher.node import keeper
 from launcher.node.console import RunConsole, plain_console
 from launcher.node.preflight import problems
-from launcher.node.runs import make_areal_folders, prepare_areal_folders
-from launcher.node.supervisor import DONE_DIR, Peers, materialize_node, supervise
+from launcher.node.runs import make_folders, prepare_folders
+from launcher.node.supervisor import Peers, materialize_node, supervise
 from launcher.spec.errors import LaunchError
 from launcher.spec.plan import ENV_HOSTS, fill_hosts
 from launcher.spec.request import LaunchRequest, visible_gpus
+from launcher.spec.runfolder import DONE
 
 
 def attempt() -> str:
@@ -57,13 +58,13 @@ def run_node(
         raise LaunchError(f"node {node} is not ready to run: " + "; ".join(missing))
     first = node == min(request.nodes, default=node)
     if peers:  # the run folder is shared (Slurm): the others wait for the first node's clearing
-        prepare_areal_folders(
-            request.areal, request.run_dir, first, attempt(), request.health_timeout_s
+        prepare_folders(
+            request.folders, request.run_dir, first, attempt(), request.health_timeout_s
         )
     else:  # Ray: the driver had the first node clear them before any node started
-        make_areal_folders(request.areal, clear=False)  # (runners/raydriver.py, prepare)
+        make_folders(request.folders, clear=False)  # (runners/raydriver.py, prepare)
     trainer_nodes = tuple(k for k in request.nodes if request.has_trainers(k))
-    watch = Peers(Path(request.run_dir) / DONE_DIR, trainer_nodes) if peers else None
+    watch = Peers(Path(request.run_dir) / DONE, trainer_nodes) if peers else None
     console = out or plain_console()
 
     def supervisor(cgroup: Optional[keeper.RunCgroup]) -> int:

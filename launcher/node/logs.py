@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
 from launcher.spec.errors import UserError
+from launcher.spec.runfolder import LOGS, PLAN, log_file
 
 
 def log_files(
@@ -25,12 +26,11 @@ def log_files(
 
     None matching `engine` is an error unless `must_match` is false (a pending job has no logs).
     """
-    logs_dir = run_dir / "logs"
-    names = sorted(set(_components(run_dir)) | {p.stem for p in logs_dir.glob("*.log")})
+    names = sorted(set(_components(run_dir)) | {p.stem for p in (run_dir / LOGS).glob("*.log")})
     if engine is None:
-        return list(extra) + [(n, logs_dir / f"{n}.log") for n in names]
+        return list(extra) + [(n, run_dir / log_file(n)) for n in names]
     chosen = engine_processes(run_dir, engine, names, must_match)
-    return [(n, logs_dir / f"{n}.log") for n in chosen]
+    return [(n, run_dir / log_file(n)) for n in chosen]
 
 
 def engine_processes(
@@ -80,7 +80,7 @@ def follow_logs(
 def _components(run_dir: Path) -> dict[str, tuple[str, ...]]:
     """Process name -> the engines it serves, from the plan.json the launcher wrote."""
     try:
-        data = json.loads((run_dir / "plan.json").read_text())
+        data = json.loads((run_dir / PLAN).read_text())
     except (OSError, ValueError):
         return {}
     return {

@@ -9,8 +9,8 @@ the trackers of `launcher.tracking` (a trainer's rank 0 imports them), and the f
 reads (the model) must exist. Each problem is one line that says what to
 install. Nothing here imports torch, vllm or sglang: it only asks whether they could be found.
 
-Someone else's entry (a script or module outside this project: AReaL's examples, a server
-wrapper) is read too: its interpreter must exist and run, and each module its top-level
+Someone else's entry (a script or module outside this project: another project's trainer,
+a server wrapper) is read too: its interpreter must exist and run, and each module its top-level
 imports name must be there for that interpreter (launcher.node.entry_imports, run by it).
 """
 

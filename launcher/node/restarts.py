@@ -53,7 +53,7 @@ class RestartRecord:
     time: float
     epoch: int = 0  # for TRAINERS: the trainers' restart count after this one
     tail: list[str] = field(default_factory=list)
-    requeue: int = 0  # for REQUEUE: the Slurm restart count it led to (the batch script's)
+    requeue: int = 0  # for REQUEUE: the Slurm restart count it led to (node/requeue.py)
 
     @property
     def counted(self) -> bool:
@@ -114,8 +114,11 @@ def _create(path: Path, data: dict) -> bool:
     return True
 
 
-def record(run_dir: str | Path, failure: Failure, kind: Optional[str] = None) -> RestartRecord:
-    """Add restart n+1 for `failure` (kind: REQUEUE to record a requeue)."""
+def record(
+    run_dir: str | Path, failure: Failure, kind: Optional[str] = None, requeue: int = 0
+) -> RestartRecord:
+    """Add restart n+1 for `failure` (kind: REQUEUE to record a requeue, `requeue` the Slurm
+    restart count it led to)."""
     base = folder(run_dir)
     base.mkdir(parents=True, exist_ok=True)
     kind = kind or failure.kind
@@ -132,9 +135,20 @@ def record(run_dir: str | Path, failure: Failure, kind: Optional[str] = None) ->
             time.time(),
             epoch,
             failure.tail[-20:],
+            requeue,
         )
         if _create(base / f"{n}.json", asdict(made)):
             return made
+
+
+def record_requeue(
+    run_dir: str | Path, count: int, name: str, reason: str, uptime_s: float
+) -> Optional[RestartRecord]:
+    """The requeue that led to Slurm's restart `count` of the job, recorded once (None: it is
+    already, by the warning before the time limit that asked for it, or by an earlier start)."""
+    if any(r.kind == REQUEUE and r.requeue == count for r in read_all(run_dir)):
+        return None
+    return record(run_dir, Failure(name, REQUEUE, reason, uptime_s), REQUEUE, requeue=count)
 
 
 def claim_trainer_restart(

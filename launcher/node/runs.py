@@ -3,10 +3,10 @@
 
 A run folder is made with mkdir, which fails when the folder exists, so two launches started in
 the same second (the default folder name has one-second resolution) never share one: the
-second gets `<name>-1`, the next `<name>-2`. The folder holds `launch.json` (which runner, the
-run and job ids, the launcher's pid), `plan.json`, `request.json` and `logs/`. Runners that
-print an id (a Slurm job id, a Ray job id, a local run id) also record it in
-`~/.cache/areal-launch/jobs/<id>` -> run folder.
+second gets `<name>-1`, the next `<name>-2`. What the folder holds is named in
+launcher.spec.runfolder; the record (`launch.json`: which runner, the run and job ids, the
+launcher's pid) is this module's. Runners that print an id (a Slurm job id, a Ray job id, a
+local run id) also record it in `<cache root>/jobs/<id>` -> run folder (runfolder.cache_root).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from launcher.spec.errors import LaunchError, UserError
-from launcher.spec.request import ArealFolders
+from launcher.spec.request import Folders
+from launcher.spec.runfolder import PREPARED, RECORD, cache_root
 
-RECORD = "launch.json"
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 MAX_SUFFIX = 10000
 # who started a run an id is indexed for when its folder holds no record (None: nobody knows)
@@ -93,9 +93,8 @@ def write_record(record: RunRecord) -> None:
 
 
 def jobs_index_dir() -> Path:
-    """Where runners record id -> run folder ($XDG_CACHE_HOME or ~/.cache)."""
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(cache) / "areal-launch" / "jobs"
+    """Where runners record id -> run folder, in this user's cache."""
+    return cache_root(os.environ) / "jobs"
 
 
 def checked_id(handle: str) -> str:
@@ -118,7 +117,7 @@ def find_run(handle: str, unrecorded: Optional[Unrecorded] = None) -> RunRecord:
     if not text:
         raise UserError(
             "no run given: pass the job id areal-launch printed, or the run "
-            "folder (e.g. outputs/areal/run/2026-12-01_10-00-00)"
+            "folder (e.g. outputs/my-experiment/run/2026-12-01_10-00-00)"
         )
     folder = Path(text)
     if "/" in text or folder.is_dir():
@@ -152,62 +151,58 @@ def read_record(run_dir: Path) -> RunRecord:
         raise LaunchError(f"{run_dir}/{RECORD}: unreadable ({exc})") from None
 
 
-def make_areal_folders(folders: Optional[ArealFolders], clear: bool) -> None:
-    """AReaL's fileroot and name_resolve root for a run of someone else's entry (the
-    request's `areal`), before anything starts; `clear` (one node of the run): this run's
-    earlier records there removed first, as AReaL's launcher does. LaunchError when they
-    cannot be made."""
+def make_folders(folders: Optional[Folders], clear: bool) -> None:
+    """The request's folders, on this node, before anything starts; `clear` (the run's first
+    node): the folders of earlier records removed first. LaunchError when one cannot be made."""
     if folders is None:
         return
     import getpass
     import shutil
 
     try:
-        if clear:
-            shutil.rmtree(
-                Path(folders.name_resolve, getpass.getuser(), folders.trial), ignore_errors=True
-            )
-        for folder in (folders.fileroot, folders.name_resolve):
+        for path in folders.cleared(getpass.getuser()) if clear else ():
+            shutil.rmtree(path, ignore_errors=True)
+        for folder in folders.make:
             Path(folder).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise LaunchError(f"cannot make AReaL's folder {exc.filename}: {exc.strerror}") from None
+        raise LaunchError(
+            f"cannot make the folder {exc.filename} the run's processes share: {exc.strerror}"
+        ) from None
 
 
-AREAL_PREPARED = "areal_prepared"  # in the run folder: one file per start of the job
-
-
-def prepare_areal_folders(
-    folders: Optional[ArealFolders],
+def prepare_folders(
+    folders: Optional[Folders],
     run_dir: str,
     first: bool,
     attempt: str,
     timeout_s: float,
     poll_s: float = 0.2,
 ) -> None:
-    """AReaL's folders on one node of several, before that node starts anything: the first
-    node clears this run's old records and then says so in the run folder (shared by the
+    """The request's folders on one node of several, before that node starts anything: the
+    first node clears the earlier records and then says so in the run folder (shared by the
     nodes); every other node makes the folders and waits for that word, so no node clears
-    what another node's processes already registered there. `attempt` names this start of
-    the job (a Slurm requeue clears again). LaunchError when the first node has not said so
-    within timeout_s."""
+    what another node's processes already wrote there. `attempt` names this start of the job
+    (a Slurm requeue clears again). LaunchError when the first node has not said so within
+    timeout_s."""
+    import getpass
     import time
 
     if folders is None:
         return
-    said = Path(run_dir, AREAL_PREPARED, attempt)
+    said = Path(run_dir, PREPARED, attempt)
     if first:
-        make_areal_folders(folders, clear=True)
+        make_folders(folders, clear=True)
         said.parent.mkdir(parents=True, exist_ok=True)
         said.write_text("ok\n")
         return
-    make_areal_folders(folders, clear=False)
+    make_folders(folders, clear=False)
     deadline = time.monotonic() + timeout_s
     while not said.exists():
         if time.monotonic() > deadline:
             raise LaunchError(
-                f"the run's first node did not prepare AReaL's name_resolve "
-                f"folder {folders.name_resolve} within {timeout_s:.0f} s "
-                f"({said} is missing): is it running, and is the run folder "
+                f"the run's first node did not clear "
+                f"{', '.join(folders.cleared(getpass.getuser()))} within "
+                f"{timeout_s:.0f} s ({said} is missing): is it running, and is the run folder "
                 "shared between the nodes?"
             )
         time.sleep(poll_s)

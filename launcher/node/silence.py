@@ -1,8 +1,8 @@
 """The hang watchdog for trainer jobs that write no heartbeats (docs/architecture.md §11).
 
-An entry point that is not ours (AReaL's trainer) writes no progress records, so watchdog.py
-never arms for it. This one reads what any process shows from outside, once a second, per
-trainer job (the job's torchrun on each node this supervisor runs):
+An entry point that is not ours (another project's trainer) writes no progress records, so
+watchdog.py never arms for it. This one reads what any process shows from outside, once a
+second, per trainer job (the job's torchrun on each node this supervisor runs):
 
 - its ranks: the topmost processes below its torchrun(s) whose environment holds torchrun's
   RANK and LOCAL_RANK; a rank's CPU time is that of its whole tree (/proc/<pid>/stat, the
@@ -11,7 +11,7 @@ trainer job (the job's torchrun on each node this supervisor runs):
 
 A job is hung when (a) neither its output grew nor any rank worked (used more than IDLE_SHARE
 of one core since the job's last progress: a rank blocked in a collective still spends a little
-on its background threads, AReaL's ~0.5 %) for hang_timeout_s, or
+on its background threads, about 0.5 % in the trainers measured) for hang_timeout_s, or
 (b) a rank ended and others still run hang_timeout_s later. torchrun itself stops the other
 ranks when one exits non-zero, and the supervisor sees a node's torchrun exit, so what (b)
 catches is a rank that returned 0 (its error logged and swallowed) while its peers wait for it;

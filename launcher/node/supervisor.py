@@ -45,12 +45,12 @@ from launcher.node.tracebacks import FirstErrors, Printed
 from launcher.node.watchdog import Watchdog, foreign_stacks, stacks_tail
 from launcher.spec.plan import ENV_PROCESS, ENV_RESTART, ENV_RUN_MARKER
 from launcher.spec.request import LaunchRequest, Materialized, materialize
+from launcher.spec.runfolder import LOGS, status_file
 
 TICK_S = 0.05  # how often exits are checked: bounds the delay from a failure to the stop
 PROBE_EVERY_S = 0.5
 SHOW_EVERY_S = 0.25
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-DONE_DIR = "done"  # run_dir/done/node<k>: that node's trainers all exited 0
 
 
 @dataclass
@@ -236,7 +236,7 @@ def _healthy(url: str, done: threading.Event, alive: Callable[[], bool]) -> bool
 @dataclass
 class RemoteServers:
     """The health of the run's servers on other nodes, as a node with trainers sees it: a
-    trainer that writes no heartbeats may wait silently for them (AReaL's asks name_resolve),
+    trainer that writes no heartbeats may wait silently for them (looking them up elsewhere),
     so its silence clock waits until they answer, or until their health deadline has passed
     (their own node's supervisor fails them then)."""
 
@@ -351,7 +351,7 @@ class NodeRun:
         self.request, self.procs, self.node, self.out, self.peers = request, procs, node, out, peers
         self.remote = remote
         self.run_dir = Path(request.run_dir)
-        self.logs = self.run_dir / "logs"
+        self.logs = self.run_dir / LOGS
         self.stop = StopRequest()
         self.done = threading.Event()
         self.begun = time.monotonic()
@@ -740,31 +740,7 @@ def supervise(
         remote.watch(run.done)
     run.logs.mkdir(parents=True, exist_ok=True)
     status = NodeStatus(run.run_dir, node)
-    with stop_signals_recorded(run.stop):
-        result = None
-        try:
-            result = run.start_all()
-            where = "this machine" if node is None else f"node {node}"
-            out.say(
-                f"started {len(run.started)} process(es) on {where}: "
-                + ", ".join(f"{s.name} (pid {s.popen.pid})" for s in run.started)
-                + f"; logs in {run.logs}",
-                "dim",
-            )
-            status.write(run.started, "running", epoch=run.epoch)
-            while result is None:
-                result = run.watch()
-                if run.recover(result):
-                    status.write(run.started, "running", epoch=run.epoch)
-                    result = None
-        finally:
-            run.done.set()
-            out.end_status()
-            run.stop_group(run.started, everything=True)
-            for s in run.started:
-                s.popen.wait()
-                s.poll()
-            out.pump(final=True)
+    result = _to_the_end(run, status)
     if (
         result.exit_code == 0
         and peers is not None
@@ -794,7 +770,7 @@ class NodeStatus:
     """run_dir/status/<node>.json: what `areal-launch status` shows about a node."""
 
     def __init__(self, run_dir: Path, node: Optional[int]):
-        self.path = run_dir / "status" / f"{'all' if node is None else f'node{node}'}.json"
+        self.path = run_dir / status_file(node)
 
     def write(
         self, started: list[Started], state: str, result: Optional[RunResult] = None, epoch: int = 0
@@ -833,3 +809,35 @@ class NodeStatus:
             os.replace(part, self.path)
         except OSError:
             pass  # status is for people; a full disk must not stop the run
+
+
+def _to_the_end(run: NodeRun, status: NodeStatus) -> RunResult:
+    """Start the node's processes, watch them and restart what may be restarted until the run
+    ends, then stop them all; how it ended."""
+    out = run.out
+    with stop_signals_recorded(run.stop):
+        result = None
+        try:
+            result = run.start_all()
+            where = "this machine" if run.node is None else f"node {run.node}"
+            out.say(
+                f"started {len(run.started)} process(es) on {where}: "
+                + ", ".join(f"{s.name} (pid {s.popen.pid})" for s in run.started)
+                + f"; logs in {run.logs}",
+                "dim",
+            )
+            status.write(run.started, "running", epoch=run.epoch)
+            while result is None:
+                result = run.watch()
+                if run.recover(result):
+                    status.write(run.started, "running", epoch=run.epoch)
+                    result = None
+        finally:
+            run.done.set()
+            out.end_status()
+            run.stop_group(run.started, everything=True)
+            for s in run.started:
+                s.popen.wait()
+                s.poll()
+            out.pump(final=True)
+    return result

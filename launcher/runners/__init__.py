@@ -3,13 +3,16 @@
 A runner executes a launch request (launcher.spec.request): `dryrun` returns exactly what it would
 execute, with no side effect; `run` performs it (this machine: supervise it to the end; a
 scheduler: submit it and print the job id); `status`, `cancel` and `logs` find a run by its run
-folder or id (launcher.node.runs). Runners are found by name, like TorchX's schedulers: `launcher=
-<name>` picks the module below and its `Config` (with `_target_`, as Hydra's launcher plugins
-have), imported on first use, so the Slurm runner never loads Ray; `module(name)` is typed as
-RunnerModule, so mypy checks each call into a runner. Adding a runner is one module
-with `Config` and `Runner`, its YAML under conf/launcher/, and one line in
-launcher.spec.registry; or, in another package, the module and an `areal_launch.runners`
-entry point (no YAML: its Config is the option `launcher=<name>`).
+folder or id (launcher.node.runs). The built-in runners share runners.base.RunnerBase, which
+makes `run` execute the very object `dryrun` renders.
+
+Runners are found by name, like TorchX's schedulers: `launcher=<name>` picks the module below
+and its `Config` (with `_target_`, as Hydra's launcher plugins have), imported on first use, so
+the Slurm runner never loads Ray; `module(name)` is typed as RunnerModule, so mypy checks each
+call into a runner. Adding a runner is one module with `Config` and `Runner` (a RunnerBase),
+its YAML under conf/launcher/, and one line in launcher.spec.registry; or, in another package,
+the module and an entry point of our runners' group (registry.RUNNER_GROUP; no YAML: its
+Config is the option `launcher=<name>`).
 """
 
 from __future__ import annotations
@@ -17,7 +20,18 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Protocol, cast
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Protocol,
+    cast,
+)
 
 from launcher.spec import registry, tracking
 from launcher.spec.errors import ConfigError, UserError
@@ -27,7 +41,7 @@ from launcher.spec.request import GRACE_PERIOD_S
 if TYPE_CHECKING:  # for annotations only: a node's runner code (a Ray actor) loads faster
     from launcher.node.runs import RunRecord
     from launcher.spec.cluster import NodeOffer
-    from launcher.spec.request import LaunchRequest
+    from launcher.spec.request import EngineAsk, LaunchRequest
 
 CHECK_MEMORY = ("error", "warn", "off")
 CONSOLE = ("auto", "all")
@@ -110,8 +124,9 @@ class Runner(Protocol):
         partition), for cluster.device=auto; None: this machine's GPUs are the run's (local),
         or the scheduler is not asked (Ray). May raise UserError (the scheduler cannot say)."""
 
-    def python(self) -> str:
-        """The interpreter the run's processes use where they run."""
+    def python(self, asks: Mapping[str, EngineAsk] = {}) -> str:
+        """The interpreter the run's processes use where they run (`asks`: the engines'
+        resource asks, which may put them in a container)."""
 
     def cpus(self) -> tuple[int, ...]:
         """The CPU ids a node lets the run use (vLLM's CPU build binds to them); () unknown."""
@@ -120,6 +135,10 @@ class Runner(Protocol):
         self, base_port: Optional[int], dry: bool
     ) -> AbstractContextManager[Callable[[], int]]:
         """Where the request's ports come from while it is built (and, if not dry, held)."""
+
+    def notes(self, request: LaunchRequest) -> list[str]:
+        """What this runner does with the request otherwise than it was asked (the engines'
+        resource asks it cannot honour, a value of the user's it keeps): one line each."""
 
     def check(self, request: LaunchRequest) -> list[str]:
         """Refuse (UserError) what this runner cannot run, dry runs the same; return what

@@ -1,7 +1,9 @@
 """The local runner: the run's processes on this machine (docs/architecture.md §8).
 
-`run` writes the run record and starts the node's tree (keeper.run_tree): the launcher holds
-the keeper, the keeper the supervisor, the supervisor the processes. On cpu a plan over several
+Its request object is every process as it will be exec'd here (LocalJob); the dry run prints
+each as a shell line, and `run` writes the run record and starts the node's tree over them
+(keeper.run_tree): the launcher holds the keeper, the keeper the supervisor, the supervisor
+the processes. On cpu a plan over several
 "nodes" runs them all here (virtual GPU slots, static rendezvous on loopback); a GPU plan over
 several nodes needs a runner that has them (launcher=slurm or launcher=ray). Ports are reserved
 on this host (ports.PortReserver), so two launches never collide.
@@ -26,12 +28,13 @@ from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 from launcher.node.logs import follow_logs
 from launcher.node.report import progress_lines
-from launcher.node.runs import RunRecord, make_areal_folders, write_record
+from launcher.node.runs import RunRecord, make_folders, write_record
 from launcher.runners import LauncherBase
-from launcher.spec.cluster import NodeOffer
+from launcher.runners.base import RunnerBase, unhonoured
 from launcher.spec.errors import UserError
 from launcher.spec.plan import mask_env
-from launcher.spec.request import LaunchRequest, Materialized, visible_gpus
+from launcher.spec.request import Folders, LaunchRequest, Materialized, visible_gpus
+from launcher.spec.runfolder import STATUS
 
 if TYPE_CHECKING:  # rich is imported by a run, not by a plan
     from launcher.node.console import RunConsole
@@ -46,21 +49,18 @@ class Config(LauncherBase):
     _target_: str = "launcher.runners.local.Runner"
 
 
-class Runner:
+@dataclass(frozen=True)
+class LocalJob:
+    """The run on this machine: every process as it will be exec'd here (every plan node is
+    this machine)."""
+
+    request: LaunchRequest
+    procs: tuple[Materialized, ...]
+
+
+class Runner(RunnerBase[Config, LocalJob]):
     name = "local"
-    runs_here = True
-
-    def __init__(self, config: Config):
-        self.config = config
-
-    def more_nodes(self, device: str) -> bool:
-        return False
-
-    def offer(self) -> Optional[NodeOffer]:
-        return None  # this machine: count_local_gpus
-
-    def python(self) -> str:
-        return sys.executable
+    runs_here = True  # offer(): None, this machine's GPUs are the run's (count_local_gpus)
 
     def cpus(self) -> tuple[int, ...]:
         return tuple(sorted(os.sched_getaffinity(0)))
@@ -71,6 +71,12 @@ class Runner:
 
         with PortReserver(base_port=base_port, lock=not dry) as reserver:
             yield reserver.take
+
+    def notes(self, request: LaunchRequest) -> list[str]:
+        """The engines' asks: their CPUs are their thread counts (set with the config), nothing
+        else of them is this machine's to give."""
+        why = "nothing is reserved on this machine, and nothing runs in a container"
+        return unhonoured(request, self.name, ("cpu",), why)
 
     def check(self, request: LaunchRequest) -> list[str]:
         # CPU-only nodes (a node group's workers) run here beside the one GPU node
@@ -83,42 +89,33 @@ class Runner:
             )
         from launcher.node.preflight import problems
 
-        missing = problems(
-            self.materialized(request),
-            request.paths,  # and a GPU the mask
-            request.flag_check,
-        )  # hides
+        missing = problems(list(self.job(request).procs), request.paths, request.flag_check)
         if missing:
             more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
             raise UserError(f"not ready to run: {missing[0]}{more}")
         return []
 
-    def materialized(self, request: LaunchRequest) -> list[Materialized]:
-        """Every process as it will be exec'd here (every node is this machine)."""
+    def job(self, request: LaunchRequest) -> LocalJob:
         from launcher.node.supervisor import materialize_node
 
         hosts = [HERE] * request.num_nodes
-        return materialize_node(request, None, hosts, visible_gpus(os.environ))
-
-    def dryrun(self, request: LaunchRequest) -> str:
-        made = request.areal
-        first = (
-            (
-                f"# first: AReaL's folders {made.fileroot} and {made.name_resolve} made, this "
-                f"run's name_resolve records ({made.trial}) cleared\n\n"
-            )
-            if made
-            else ""
+        return LocalJob(
+            request, tuple(materialize_node(request, None, hosts, visible_gpus(os.environ)))
         )
-        return first + dry_run_text(self.materialized(request)) + "\n"
 
-    def run(self, request: LaunchRequest) -> int:
+    def render(self, job: LocalJob) -> str:
+        made = job.request.folders
+        said = [f"{what} {', '.join(paths)}" for what, paths in folder_steps(made) if paths]
+        first = f"# first: {'; '.join(said)}\n\n" if said else ""
+        return first + dry_run_text(list(job.procs)) + "\n"
+
+    def execute(self, job: LocalJob) -> int:
         from launcher.node import keeper
         from launcher.node.keeper import RunCgroup
         from launcher.node.supervisor import supervise
 
-        procs = self.materialized(request)
-        make_areal_folders(request.areal, clear=True)
+        request = job.request
+        make_folders(request.folders, clear=True)
         me = os.getpid()
         write_record(
             RunRecord("local", request.run_id, request.run_dir, pid=me, pid_start=start_time(me))
@@ -128,7 +125,7 @@ class Runner:
         def supervisor(cgroup: Optional[RunCgroup]) -> int:
             if cgroup is not None:
                 cgroup.join()
-            return supervise(request, procs, node=None, out=out).exit_code
+            return supervise(request, job.procs, node=None, out=out).exit_code
 
         return keeper.run_tree(supervisor, f"areal-{request.run_id}", request.grace_period_s)
 
@@ -138,7 +135,7 @@ class Runner:
             f"run {record.run_id}: {'RUNNING' if alive else 'ENDED'} ({record.runner}, "
             f"pid {record.pid})"
         ]
-        for path in sorted(Path(record.run_dir, "status").glob("*.json")):
+        for path in sorted(Path(record.run_dir, STATUS).glob("*.json")):
             try:
                 data = json.loads(path.read_text())
             except (OSError, ValueError):
@@ -168,6 +165,11 @@ class Runner:
         return follow_logs(
             Path(record.run_dir), engine, lambda: follow and is_alive(record.pid, record.pid_start)
         )
+
+
+def folder_steps(folders: Optional[Folders]) -> list[tuple[str, tuple[str, ...]]]:
+    """What a run's first node does to the request's folders before anything starts, in order."""
+    return [] if folders is None else [("cleared", folders.clear), ("made", folders.make)]
 
 
 def run_console() -> RunConsole:

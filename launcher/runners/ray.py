@@ -2,11 +2,12 @@
 §8).
 
 `check` asks the cluster for its alive nodes and refuses a plan that cannot fit (before anything
-starts); a dry run that reaches no cluster says so and prints anyway. `run` writes the RayJob
-(rayjob.py: the bundles and each node's command) beside request.json and performs it
-(raydriver.py): attached, this command is the driver and streams every node's output, prefixed
-`(node<k> pid=..., ip=...)`; detached (`launcher.detach=true`), the same driver runs as a Ray job
-with submission id `areal-<run id>`, so the terminal may go away.
+starts); a dry run that reaches no cluster says so and prints anyway. Its request object is the
+RayJob (rayjob.py: the bundles and each node's command, for the request the nodes get); `run`
+writes it beside request.json and performs it (raydriver.py): attached, this command is the
+driver and streams every node's output, prefixed `(node<k> pid=..., ip=...)`; detached
+(`launcher.detach=true`), the same driver runs as a Ray job with submission id
+`areal-<run id>`, so the terminal may go away.
 
 `status`, `cancel` and `logs` of a detached run ask Ray's Job API (the address is recorded);
 of an attached run they work like the local runner's, from the run folder and the driver's pid.
@@ -22,17 +23,15 @@ import shlex
 import socket
 import sys
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence
 
 from launcher.node.logs import engine_processes
-from launcher.node.ports import DEFAULT_BASE_PORT, counted_ports
 from launcher.node.runs import RunRecord, write_private, write_record
 from launcher.runners import LauncherBase, local
+from launcher.runners.base import RunnerBase, unhonoured
 from launcher.runners.rayjob import (
-    JOB_FILE,
     RayJob,
     RayNode,
     custom_resources,
@@ -44,11 +43,11 @@ from launcher.runners.rayjob import (
     ray_job,
     ray_offer,
 )
-from launcher.runners.sbatch import REQUEST_FILE
 from launcher.spec.cluster import NodeOffer
 from launcher.spec.errors import ConfigError, LaunchError, UserError
 from launcher.spec.limits import seconds_problem
-from launcher.spec.request import LaunchRequest
+from launcher.spec.request import EngineAsk, LaunchRequest
+from launcher.spec.runfolder import RAY_JOB
 
 PROBE_S = 3.0  # a cluster address that does not answer within this is no cluster
 # the driver's log streaming: every line (no "[repeated 3x]"), no colour codes in the prefix
@@ -94,15 +93,8 @@ def for_nodes(request: LaunchRequest) -> LaunchRequest:
 RAY_CURRENT = "ray_current_cluster"  # where `ray start` writes the address `auto` finds
 
 
-class Runner:
+class Runner(RunnerBase[Config, RayJob]):
     name = "ray"
-    runs_here = False
-
-    def __init__(self, config: Config):
-        self.config = config
-
-    def more_nodes(self, device: str) -> bool:
-        return True
 
     def offer(self) -> Optional[NodeOffer]:
         """The cluster's alive nodes (GPUs, Ray's accelerator_type), so that cluster.device=auto
@@ -129,20 +121,18 @@ class Runner:
             return NodeOffer(where, (), unread=f"{where} did not say its nodes ({exc})")
         return ray_offer(nodes, where)
 
-    def python(self) -> str:
+    def python(self, asks: Mapping[str, EngineAsk] = {}) -> str:
         return self.config.python or sys.executable
 
-    def cpus(self) -> tuple[int, ...]:
-        return ()
-
-    @contextmanager
-    def ports(self, base_port: Optional[int], dry: bool) -> Iterator[Callable[[], int]]:
-        """Counted up from base_port: nodes are not this machine, nothing to reserve here."""
-        yield counted_ports(base_port or DEFAULT_BASE_PORT)
+    def notes(self, request: LaunchRequest) -> list[str]:
+        """Each plan node's bundle asks its processes' CPUs and memory, its actor their image;
+        Ray places bundles on nodes it picks."""
+        why = "Ray picks the nodes of the placement group"
+        return unhonoured(request, self.name, ("cpu", "memory", "image"), why)
 
     def job(self, request: LaunchRequest) -> RayJob:
         return ray_job(
-            request,
+            for_nodes(request),
             self.python(),
             self.config.cpus_per_node,
             os.getcwd(),
@@ -189,21 +179,17 @@ class Runner:
             if n["Alive"]
         ]
 
-    def dryrun(self, request: LaunchRequest) -> str:
-        request = for_nodes(request)
-        job = self.job(request)
+    def render(self, job: RayJob) -> str:
         return dry_run_text(
-            job, request, self.config.address, entrypoint(job) if self.config.detach else None
+            job, self.config.address, entrypoint(job) if self.config.detach else None
         )
 
-    def run(self, request: LaunchRequest) -> int:
-        request = for_nodes(request)
-        job = self.job(request)
-        run_dir = Path(request.run_dir)
-        write_private(run_dir / REQUEST_FILE, request.to_json())  # what the driver reads
-        write_private(run_dir / JOB_FILE, json.dumps(job.to_dict(), indent=1))
+    def execute(self, job: RayJob) -> int:
+        """The job's request is beside it in the run folder: what a detached driver reads."""
+        request = job.request
+        write_private(Path(request.run_dir) / RAY_JOB, json.dumps(job.to_dict(), indent=1))
         if self.config.detach:
-            return self.submit(request, job)
+            return self.submit(job)
         from launcher.runners.raydriver import drive
 
         me = os.getpid()
@@ -217,11 +203,12 @@ class Runner:
             f"{self.config.address}; areal-launch status|cancel|logs {request.run_id}"
         )
         connect(self.config.address)
-        return drive(request, job, say, actor_env())
+        return drive(job, say, actor_env())
 
-    def submit(self, request: LaunchRequest, job: RayJob) -> int:
+    def submit(self, job: RayJob) -> int:
         """The driver as a Ray job: the run folder (request.json, ray-job.json) travels as
         its working_dir; Ray keeps its output (`areal-launch logs`)."""
+        request = job.request
         client = job_client(self.config.address)
         env = {
             **actor_env(),
@@ -487,10 +474,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     try:
         request = LaunchRequest.from_dict(json.loads(Path(args[0]).read_text()))
-        job = RayJob.from_dict(json.loads(Path(args[1]).read_text()))
+        job = RayJob.from_dict(json.loads(Path(args[1]).read_text()), request)
         say(f"run {request.run_id}: the driver of Ray job {job.name}; run folder {request.run_dir}")
         connect("auto")  # RAY_ADDRESS: Ray sets it for a job's entrypoint
-        return drive(request, job, say, {})  # the actors inherit the job's runtime_env
+        return drive(job, say, {})  # the actors inherit the job's runtime_env
     except (LaunchError, OSError, ValueError, KeyError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2

@@ -29,10 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
-from launcher.node.runs import make_areal_folders, write_private
+from launcher.node.runs import make_folders, write_private
 from launcher.spec.errors import LaunchError
 from launcher.spec.plan import ENV_GPUS
-from launcher.spec.request import ArealFolders
+from launcher.spec.request import Folders
+from launcher.spec.runfolder import status_file
 
 if TYPE_CHECKING:  # the driver's; a node actor loads only what it runs (it starts sooner)
     from launcher.node.supervisor import StopRequest
@@ -64,11 +65,11 @@ class NodeActor:
 
         return str(ray.util.get_node_ip_address())
 
-    def prepare(self, areal: dict) -> None:
-        """AReaL's folders made and this run's old name_resolve records cleared, here (the first
-        plan node), before any node starts: the run folder need not be shared on Ray, so the
-        nodes cannot wait for each other there, but the driver can wait for this."""
-        make_areal_folders(ArealFolders.from_dict(areal), clear=True)
+    def prepare(self, folders: dict) -> None:
+        """The request's folders made and the earlier records cleared, here (the first plan
+        node), before any node starts: the run folder need not be shared on Ray, so the nodes
+        cannot wait for each other there, but the driver can wait for this."""
+        make_folders(Folders.from_dict(folders), clear=True)
 
     def start(self, argv: list[str], request_json: str, request_path: str, cwd: str) -> int:
         """Write the request where the supervisor reads it, start the supervisor."""
@@ -105,7 +106,7 @@ class NodeActor:
         if self.copier is not None:
             self.copier.join(timeout=2)
         try:
-            status = json.loads((self.run_dir / "status" / f"node{self.node}.json").read_text())
+            status = json.loads((self.run_dir / status_file(self.node)).read_text())
         except (OSError, ValueError):
             status = {}
         return {
@@ -155,15 +156,11 @@ class Verdict:
     lines: list[str] = field(default_factory=list)
 
 
-def drive(
-    request: LaunchRequest, job: RayJob, say: Callable[[str], None], actor_env: dict[str, str]
-) -> int:
-    """Perform `job` for `request` on the connected Ray cluster; the run's exit code.
-    LaunchError when the cluster cannot place it in time (nothing was started)."""
-    import ray
+def drive(job: RayJob, say: Callable[[str], None], actor_env: dict[str, str]) -> int:
+    """Perform `job` on the connected Ray cluster; the run's exit code. LaunchError when the
+    cluster cannot place it in time (nothing was started)."""
     from ray.exceptions import RayError
     from ray.util.placement_group import placement_group, remove_placement_group
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     from launcher.node.supervisor import StopRequest, stop_signals_recorded
     from launcher.runners.rayjob import STRATEGY, first_line
@@ -175,59 +172,74 @@ def drive(
     verdict = Verdict(1)
     try:
         with stop_signals_recorded(stop):
-            remote = ray.remote(NodeActor)  # the actors start as soon as their bundles are placed
-            actors = [
-                remote.options(  # wait() blocks in one thread while stop() runs
-                    max_concurrency=4,
-                    num_cpus=job.cpus(k),
-                    num_gpus=job.gpus(k),
-                    memory=job.memory(k),
-                    runtime_env=job.runtime_env(k, actor_env),
-                    scheduling_strategy=PlacementGroupSchedulingStrategy(
-                        pg, placement_group_bundle_index=k
-                    ),
-                ).remote(k)
-                for k in range(len(job.bundles))
-            ]
-            if not _wait_for([pg.ready()], stop, job.placement_timeout_s):
-                if stop.signum is None:
-                    raise LaunchError(_pending(job, ray.available_resources()))
-                return _stopped(stop)
-            hosts = _get([a.where.remote() for a in actors], stop)
+            actors = _node_actors(job, pg, actor_env)
+            hosts = _placed(job, pg, actors, stop)
             if hosts is None:
                 return _stopped(stop)
             say("placed: " + ", ".join(f"plan node {k} on {h}" for k, h in enumerate(hosts)))
-            if (
-                request.areal is not None
-                and request.nodes
-                and _get([actors[request.nodes[0]].prepare.remote(request.areal.to_dict())], stop)
-                is None
-            ):
+            if not _started(job, actors, hosts, stop):
                 return _stopped(stop)
-            text = request.to_json()
-            if (
-                _get(
-                    [
-                        a.start.remote(job.node_argv(k, hosts), text, job.request_path, job.cwd)
-                        for k, a in enumerate(actors)
-                    ],
-                    stop,
-                )
-                is None
-            ):
-                return _stopped(stop)
-            verdict = _watch(request, actors, hosts, stop, say, begun)
+            verdict = _watch(job.request, actors, hosts, stop, say, begun)
     except RayError as exc:  # an actor died before its node started
         verdict = Verdict(
             1, [f"run failed: a node actor could not start its node: {first_line(exc)}"]
         )
     finally:
-        _stop_nodes(actors, request.grace_period_s, stop)
+        _stop_nodes(actors, job.request.grace_period_s, stop)
         remove_placement_group(pg)
     time.sleep(LOG_DRAIN_S)  # the nodes' last lines reach us before the verdict
     for line in verdict.lines:
         say(line)
     return verdict.code
+
+
+def _node_actors(job: RayJob, pg: Any, actor_env: dict[str, str]) -> list[Any]:
+    """Node actor k on bundle k; each starts as soon as its bundle is placed."""
+    import ray
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    remote = ray.remote(NodeActor)
+    return [
+        remote.options(  # wait() blocks in one thread while stop() runs
+            max_concurrency=4,
+            num_cpus=job.cpus(k),
+            num_gpus=job.gpus(k),
+            memory=job.memory(k),
+            runtime_env=job.runtime_env(k, actor_env),
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                pg, placement_group_bundle_index=k
+            ),
+        ).remote(k)
+        for k in range(len(job.bundles))
+    ]
+
+
+def _placed(job: RayJob, pg: Any, actors: list[Any], stop: StopRequest) -> Optional[list[str]]:
+    """Where each node actor landed, once the placement group is ready (None: a stop signal
+    came first). LaunchError when it is not placed within the job's timeout."""
+    import ray
+
+    if not _wait_for([pg.ready()], stop, job.placement_timeout_s):
+        if stop.signum is None:
+            raise LaunchError(_pending(job, ray.available_resources()))
+        return None
+    return _get([a.where.remote() for a in actors], stop)
+
+
+def _started(job: RayJob, actors: list[Any], hosts: list[str], stop: StopRequest) -> bool:
+    """The request's folders prepared by the first plan node's actor, then every node's
+    supervisor started (False: a stop signal came first)."""
+    request = job.request
+    if request.folders is not None and request.nodes:
+        first = actors[request.nodes[0]]
+        if _get([first.prepare.remote(request.folders.to_dict())], stop) is None:
+            return False
+    text = request.to_json()
+    starts = [
+        a.start.remote(job.node_argv(k, hosts), text, job.request_path, job.cwd)
+        for k, a in enumerate(actors)
+    ]
+    return _get(starts, stop) is not None
 
 
 def _stopped(stop: StopRequest) -> int:

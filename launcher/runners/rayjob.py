@@ -21,15 +21,15 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
-from launcher.runners.sbatch import NODE_MODULE, REQUEST_FILE
+from launcher.runners.base import NODE_MODULE
 from launcher.spec.cluster import NodeOffer, OfferedNode
 from launcher.spec.errors import UserError
 from launcher.spec.request import LaunchRequest
+from launcher.spec.runfolder import RAY_JOB, REQUEST
 
 STRATEGY = "STRICT_SPREAD"
 MEMORY = "memory"  # Ray's resource of host memory, in bytes
 GIB = 1 << 30
-JOB_FILE = "ray-job.json"  # the RayJob, beside request.json in the run folder
 
 
 @dataclass(frozen=True)
@@ -71,15 +71,23 @@ def ray_offer(nodes: Sequence[RayNode], where: str) -> NodeOffer:
 
 @dataclass(frozen=True)
 class RayJob:
-    """The run on Ray: bundle k (and node actor k) runs plan node k."""
+    """The run on Ray: bundle k (and node actor k) runs plan node k of `request`."""
 
-    run_id: str
-    request_path: str  # where each node's supervisor reads the request (written by its actor)
+    request: LaunchRequest  # what the nodes run (in the run folder as request.json, not here)
     python: str  # the interpreter on the Ray nodes
     cwd: str  # where node supervisors (so the processes) start, if it exists there
     bundles: tuple[dict[str, float], ...]
     placement_timeout_s: float  # how long the placement group may stay pending
     images: tuple[Optional[str], ...] = ()  # node actor k's container (runtime_env image_uri)
+
+    @property
+    def run_id(self) -> str:
+        return self.request.run_id
+
+    @property
+    def request_path(self) -> str:
+        """Where each node's supervisor reads the request (its node actor writes it there)."""
+        return f"{self.request.run_dir}/{REQUEST}"
 
     def to_dict(self) -> dict:
         return {
@@ -93,10 +101,14 @@ class RayJob:
         }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "RayJob":
+    def from_dict(cls, d: dict, request: LaunchRequest) -> "RayJob":
+        """The job as to_dict wrote it, for `request` (read from its own file)."""
+        if str(d["run_id"]) != request.run_id:
+            raise UserError(
+                f"the Ray job is of run {d['run_id']} but the request of run {request.run_id}"
+            )
         return cls(
-            str(d["run_id"]),
-            str(d["request_path"]),
+            request,
             str(d["python"]),
             str(d["cwd"]),
             tuple({str(k): float(v) for k, v in b.items()} for b in d["bundles"]),
@@ -179,8 +191,7 @@ def ray_job(
             )
         images.append(ask.images[0] if ask.images else None)
     return RayJob(
-        request.run_id,
-        f"{request.run_dir}/{REQUEST_FILE}",
+        request,
         python,
         cwd,
         tuple(bundles),
@@ -244,12 +255,10 @@ def placeholder_hosts(job: RayJob) -> list[str]:
 def entrypoint(job: RayJob) -> list[str]:
     """The detached run's Ray job: this runner's driver, on the request and the RayJob shipped
     in the job's working_dir (the run folder)."""
-    return [job.python, "-m", "launcher.runners.ray", REQUEST_FILE, JOB_FILE]
+    return [job.python, "-m", "launcher.runners.ray", REQUEST, RAY_JOB]
 
 
-def dry_run_text(
-    job: RayJob, request: LaunchRequest, address: str, job_entry: Optional[list[str]]
-) -> str:
+def dry_run_text(job: RayJob, address: str, job_entry: Optional[list[str]]) -> str:
     """Exactly what the runner executes, secrets masked."""
     lines = [
         f"# Ray cluster: launcher.address={address}; driver: "
@@ -277,7 +286,7 @@ def dry_run_text(
     hosts = placeholder_hosts(job)
     lines += [f"node {k}: {shlex.join(job.node_argv(k, hosts))}" for k in range(len(job.bundles))]
     lines.append(f"# {job.request_path} (secrets masked):")
-    return "\n".join(lines) + "\n" + request.to_json(mask_secrets=True) + "\n"
+    return "\n".join(lines) + "\n" + job.request.to_json(mask_secrets=True) + "\n"
 
 
 # ----------------------------------------------------------------------------- fit

@@ -17,17 +17,17 @@ are the exception: they are commands by design, run as given before each node's 
 from __future__ import annotations
 
 import shlex
+import sys
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-from launcher.node import restarts
+from launcher.runners.base import NODE_MODULE
 from launcher.spec.errors import UserError
 from launcher.spec.plan import ENV_GPUS
 from launcher.spec.request import LaunchRequest
-from launcher.worker import checkpoints
+from launcher.spec.runfolder import LOGS, REQUEST, slurm_output
 
-NODE_MODULE = "launcher.node.agent"
-REQUEST_FILE = "request.json"
+REQUEUE_MODULE = "launcher.node.requeue"  # what the batch shell runs for launcher.requeue
 REQUEUE_MARGIN_S = 20  # of the signal's lead, kept for `scontrol requeue` and the stop
 
 
@@ -113,18 +113,27 @@ def node_sets(request: LaunchRequest, opts: Any) -> list[NodeSet]:
     return out
 
 
+@dataclass(frozen=True)
+class SbatchJob:
+    """The run on Slurm: the batch script sbatch is handed, and the request its nodes read."""
+
+    request: LaunchRequest
+    script: str
+
+
 def render_sbatch(
     request: LaunchRequest,
     opts: Any,
     python: str,
     package_dirs: Sequence[str] = (),
-    mask_secrets: bool = False,
+    host_python: str = sys.executable,
 ) -> str:
     """The whole sbatch script for one run. `opts` is the Slurm runner's Config.
 
     python: the interpreter on the nodes (inside the container, with one). A job that takes
     every GPU of its nodes (request.gpus_per_node) takes whole nodes. package_dirs: the launcher's
-    package folders, mounted into a container at the same path.
+    package folders, mounted into a container at the same path. host_python: the launcher's own
+    interpreter, which the batch shell runs outside any container (launcher.requeue's helper).
     Node groups with CPU-only nodes or options of their own make a heterogeneous job, one
     component per node set (node_sets), run by one srun step with a part per component.
     Raises UserError for what cannot be run: no processes, more nodes than the plan's cluster,
@@ -151,7 +160,7 @@ def render_sbatch(
         "task per node runs that node's supervisor",
         *_sbatch_lines(opts, request, sets),
     ]
-    lines += _body(request, opts, python, sets, package_dirs)
+    lines += _body(request, opts, (python, host_python), sets, package_dirs)
     return "\n".join(lines) + "\n"
 
 
@@ -214,7 +223,8 @@ def _job_lines(opts: Any, request: LaunchRequest) -> list[str]:
     """What holds for the whole job: its output file, requeue, account, qos, time."""
     d = _directive_value
     # sbatch expands %j and friends in the path: a literal % is written %%
-    out = [f"#SBATCH --output={d('run_dir', request.run_dir.replace('%', '%%') + '/slurm-%j.out')}"]
+    output = f"{request.run_dir.replace('%', '%%')}/{slurm_output()}"
+    out = [f"#SBATCH --output={d('run_dir', output)}"]
     if _opt(opts, "requeue"):  # USR1 before the time limit: checkpoint, then requeue (below)
         out += [
             "#SBATCH --requeue",
@@ -245,14 +255,16 @@ def shell_word(value: str) -> str:
 def _body(
     request: LaunchRequest,
     opts: Any,
-    python: str,
+    pythons: tuple[str, str],
     sets: Sequence[NodeSet],
     package_dirs: Sequence[str],
 ) -> list[str]:
+    """The batch shell's commands; pythons: the nodes' interpreter and the launcher's own."""
     q = shell_word
+    python, host_python = pythons
     run_dir = request.run_dir
     het = len(sets) > 1
-    command = [q(python), "-m", NODE_MODULE, q(f"{run_dir}/{REQUEST_FILE}"), "--peers"]
+    command = [q(python), "-m", NODE_MODULE, q(f"{run_dir}/{REQUEST}"), "--peers"]
     setup = [str(s) for s in _opt(opts, "setup") or ()]  # commands by design: run as given
     image = _opt(opts, "container_image")
     if image is not None and package_dirs:
@@ -262,7 +274,7 @@ def _body(
         ]
     if setup:  # then the supervisor replaces the shell
         script = "set -e\n" + "\n".join(setup) + '\nexec "$@"'
-        command = ["bash", "-c", shlex.quote(script), "areal-node", *command]
+        command = ["bash", "-c", shlex.quote(script), "areal-launch-node", *command]
     step: list[str] = []
     for k, s in enumerate(sets):
         part = _srun_part(request, opts, s, k if het else None, package_dirs)
@@ -273,7 +285,7 @@ def _body(
             "  " + " ".join(cmd) + (" : \\" if k < len(sets) - 1 else ""),
         ]
     if _opt(opts, "requeue"):
-        step = _requeue_lines(opts, step)
+        step = _requeue_lines(opts, step, host_python)
     else:
         step.append("rc=$?")
     if het:  # each component's nodes, in plan node order
@@ -292,7 +304,7 @@ def _body(
         hosts,
         "export AREAL_HOSTS",
         'echo "areal-launch: job $SLURM_JOB_ID on $AREAL_HOSTS"',
-        'mkdir -p "$RUN_DIR/logs"',
+        f'mkdir -p "$RUN_DIR/{LOGS}"',
         *step,
         'if [ "$rc" = 0 ]; then echo "areal-launch: job finished: ok"; else',
         "  echo \"areal-launch: job failed: a node's supervisor exited with $rc (its root cause "
@@ -334,55 +346,19 @@ def _srun_part(
     return part + [q(str(a)) for a in _opt(opts, "srun_extra") or ()]
 
 
-def _requeue_lines(opts: Any, step: list[str]) -> list[str]:
-    """launcher.requeue: Slurm signals the batch shell (USR1) requeue_signal_s before the time
-    limit; it asks the trainers for a checkpoint through the run folder (checkpoints.py's
-    control files), waits for it (at most the signal's lead less a margin for the requeue),
-    records the requeue (restarts.py's record format) and requeues the job. The job starts
-    again in the same run folder and the trainers resume from their newest checkpoint (they
-    hold after it, at most the signal's lead, for the stop: nothing is done twice). A run
-    that ends meanwhile, or whose trainers say that checkpoint was their last step, is not
-    requeued: it finishes. A start after any requeue (preemption, node failure, by hand) is
-    recorded too."""
-    wait_s = max(5, int(opts.requeue_signal_s) - REQUEUE_MARGIN_S)
-    control = f'"$RUN_DIR/{checkpoints.CONTROL}"'
-    records = f'"$RUN_DIR/{restarts.FOLDER}"'
+def _requeue_lines(opts: Any, step: list[str], host_python: str) -> list[str]:
+    """launcher.requeue: the step in the background, so that the batch shell takes Slurm's USR1
+    (requeue_signal_s before the time limit) while it waits, and launcher.node.requeue called
+    as the job starts (a start after a requeue is recorded) and on the signal (a checkpoint,
+    then the requeue, unless the run ends first or that checkpoint was its last step)."""
+    lead = int(opts.requeue_signal_s)
+    wait_s = max(5, lead - REQUEUE_MARGIN_S)
+    helper = f'{shell_word(host_python)} -m {REQUEUE_MODULE} --run-dir "$RUN_DIR"'
     return [
-        "record_requeue() {  # COUNT REASON: restart record n (once per Slurm restart count)",
-        f'  grep -qs "\\"requeue\\": $1}}" {records}/*.json && return 0',
-        f"  mkdir -p {records}",
-        f"  local n=$(( $(find {records} -maxdepth 1 -name '[0-9]*.json' | wc -l) + 1 ))",
-        f'  until ( set -C; printf \'{{"n": %d, "kind": "{restarts.REQUEUE}", '
-        '"name": "job %s", "reason": "%s", "uptime_s": %d, "time": %d, '
-        f'"requeue": %d}}\\n\' "$n" "$SLURM_JOB_ID" "$2" "$SECONDS" '
-        f'"$(date +%s)" "$1" > {records}/$n.json ) 2>/dev/null; do n=$((n + 1)); done',
-        "}",
-        'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then',
-        '  record_requeue "$SLURM_RESTART_COUNT" "Slurm started the job again (a requeue: '
-        'preemption, node failure or by hand)"; fi',
-        "requeue_job() {",
+        f'{helper} started --uptime "$SECONDS"',
+        "requeue_job() {  # Slurm's USR1: the time limit is near",
         "  trap - USR1; trapped=1",
-        '  local id="slurm-$SLURM_JOB_ID-${SLURM_RESTART_COUNT:-0}"',
-        '  echo "areal-launch: the time limit is near: asking the trainers for a checkpoint, '
-        'then requeueing job $SLURM_JOB_ID"',
-        f"  mkdir -p {control}",
-        f'  printf "%s {int(opts.requeue_signal_s)}\\n" "$id" '  # the stop comes within that
-        f"> {control}/.{checkpoints.REQUEST}.part && "
-        f"mv {control}/.{checkpoints.REQUEST}.part {control}/{checkpoints.REQUEST}",
-        f"  local got last; for _ in $(seq {wait_s}); do",
-        f"    got=; last=; {{ read -r got last < {control}/{checkpoints.DONE}; }} 2>/dev/null",
-        f'    if [ "$got" = "$id" ] && [ "$last" = {checkpoints.FINAL} ]; then',
-        '      echo "areal-launch: the trainers saved their checkpoint at their last step: the '
-        'job ends, no requeue"; return; fi',
-        '    if [ "$got" = "$id" ]; then',
-        '      echo "areal-launch: the trainers saved their checkpoint"; break; fi',
-        '    if ! kill -0 "$step" 2>/dev/null; then',
-        '      echo "areal-launch: the run ended before the time limit: no requeue"; return; fi',
-        "    sleep 1",
-        "  done",
-        '  record_requeue "$(( ${SLURM_RESTART_COUNT:-0} + 1 ))" "the time limit was near: '
-        'checkpointed and requeued"',
-        '  scontrol requeue "$SLURM_JOB_ID"',
+        f'  {helper} warned --uptime "$SECONDS" --lead {lead} --wait {wait_s} --step "$step"',
         "}",
         "trap requeue_job USR1",
         "# the step runs in the background so that the shell takes USR1 while it waits",

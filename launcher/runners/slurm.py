@@ -1,8 +1,9 @@
 """Slurm runner: the thin edge between a rendered script and Slurm's own commands.
 
-`run` writes the request into the run folder, renders the script (runners/sbatch.py, pure),
-hands it to `sbatch --parsable` and records the run (launcher.node.runs), so `status`, `cancel` and
-`logs` need only the job id, even after Slurm has forgotten the job. `status` asks squeue (the
+Its request object is the sbatch job (runners/sbatch.py, pure: the script and the request);
+the dry run prints both, and `run` hands that script to `sbatch --parsable` and records the run
+(launcher.node.runs), so `status`, `cancel` and `logs` need only the job id, even after Slurm
+has forgotten the job. `status` asks squeue (the
 controller's memory, including jobs that ended in the last MinJobAge seconds), then sacct
 (accounting), then the job's own last words in its output file; a Slurm that does not answer
 is said to be unreachable, not to have forgotten the job.
@@ -14,23 +15,23 @@ import os
 import re
 import subprocess
 import sys
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional
+from typing import Dict, Iterator, List, Mapping, Optional
 
 from launcher.node.logs import follow_logs
-from launcher.node.ports import DEFAULT_BASE_PORT, counted_ports
 from launcher.node.report import progress_lines
 from launcher.node.runs import RunRecord, write_private, write_record
 from launcher.runners import LauncherBase
-from launcher.runners.sbatch import REQUEST_FILE, cpu_warning, render_sbatch
+from launcher.runners.base import RunnerBase
+from launcher.runners.sbatch import SbatchJob, cpu_warning, render_sbatch
+from launcher.runners.slurmasks import job_options
 from launcher.spec.cluster import NodeOffer
 from launcher.spec.errors import ConfigError, LaunchError, UserError
 from launcher.spec.limits import MAX_CPUS_PER_GPU
-from launcher.spec.request import LaunchRequest
+from launcher.spec.request import EngineAsk, LaunchRequest
+from launcher.spec.runfolder import JOB_SCRIPT, LOGS, REQUEST, slurm_output
 
-SCRIPT_NAME = "job.sbatch"
 MIN_REQUEUE_SIGNAL_S, MAX_REQUEUE_SIGNAL_S = 30, 65535  # Slurm's --signal takes up to 65535
 # states in which a job may still write to its logs
 ACTIVE_STATES = frozenset(
@@ -161,15 +162,8 @@ def time_limit_s(text: str) -> Optional[int]:
     return a * 60  # M
 
 
-class Runner:
+class Runner(RunnerBase[Config, SbatchJob]):
     name = "slurm"
-    runs_here = False
-
-    def __init__(self, config: Config):
-        self.config = config
-
-    def more_nodes(self, device: str) -> bool:
-        return True
 
     def offer(self) -> Optional[NodeOffer]:
         """The job's partition's nodes, from sinfo (runners/slurmnodes.py)."""
@@ -179,37 +173,37 @@ class Runner:
             job_partition(self.config.partition, self.config.sbatch_extra, os.environ)
         )
 
-    def python(self) -> str:
-        return self.config.container_python if self.config.container_image else sys.executable
+    def python(self, asks: Mapping[str, EngineAsk] = {}) -> str:
+        """Inside a container (the user's, or one the engines ask for), the container's."""
+        contained = self.config.container_image or any(a.image for a in asks.values())
+        return self.config.container_python if contained else sys.executable
 
-    def cpus(self) -> tuple[int, ...]:
-        return ()
+    def notes(self, request: LaunchRequest) -> list[str]:
+        return job_options(request, self.config)[1]
 
-    @contextmanager
-    def ports(self, base_port: Optional[int], dry: bool) -> Iterator[Callable[[], int]]:
-        """Counted up from base_port: nodes are not this machine, nothing to reserve here."""
-        yield counted_ports(base_port or DEFAULT_BASE_PORT)
-
-    def script(self, request: LaunchRequest, mask_secrets: bool = False) -> str:
-        return render_sbatch(request, self.config, self.python(), package_dirs(), mask_secrets)
+    def job(self, request: LaunchRequest) -> SbatchJob:
+        opts, _ = job_options(request, self.config)
+        python = self.python(request.asks)
+        script = render_sbatch(request, opts, python, package_dirs(), sys.executable)
+        return SbatchJob(request, script)
 
     def check(self, request: LaunchRequest) -> list[str]:
-        check_request(self.config, request)
-        self.script(request)
-        return cpu_warning(request, self.config)
+        opts, _ = job_options(request, self.config)  # the engines' asks: one error line here
+        check_request(opts, request)
+        self.job(request)
+        return cpu_warning(request, opts)
 
-    def dryrun(self, request: LaunchRequest) -> str:
+    def render(self, job: SbatchJob) -> str:
         return (
-            self.script(request, mask_secrets=True)
-            + f"\n# {request.run_dir}/{REQUEST_FILE} (secrets masked):\n"
-            + request.to_json(mask_secrets=True)
+            job.script
+            + f"\n# {job.request.run_dir}/{REQUEST} (secrets masked):\n"
+            + job.request.to_json(mask_secrets=True)
             + "\n"
         )
 
-    def run(self, request: LaunchRequest) -> int:
-        run_dir = Path(request.run_dir)
-        write_private(run_dir / REQUEST_FILE, request.to_json())
-        job_id = submit(self.script(request), run_dir)
+    def execute(self, job: SbatchJob) -> int:
+        request = job.request
+        job_id = submit(job.script, Path(request.run_dir))
         write_record(RunRecord("slurm", request.run_id, request.run_dir, job_id=job_id))
         print(job_id)
         return 0
@@ -227,7 +221,7 @@ class Runner:
             run_dir,
             engine,
             lambda: follow and (job_state(job_id) or "") in ACTIVE_STATES,
-            extra=[("job", run_dir / f"slurm-{job_id}.out")],
+            extra=[("job", run_dir / slurm_output(job_id))],
         )
 
 
@@ -256,8 +250,8 @@ def submit(script_text: str, run_dir: Path) -> str:
     """Write run_dir/job.sbatch (private: it may hold secrets), sbatch it, return the job id."""
     run_dir = Path(run_dir).absolute()
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "logs").mkdir(exist_ok=True)
-    path = write_private(run_dir / SCRIPT_NAME, script_text)
+    (run_dir / LOGS).mkdir(exist_ok=True)
+    path = write_private(run_dir / JOB_SCRIPT, script_text)
     out = _run(["sbatch", "--parsable", str(path)])
     if out.returncode != 0:
         raise LaunchError(f"sbatch refused the job: {_last_line(out.stderr)} (script: {path})")
@@ -322,9 +316,9 @@ def _steps_text(job_id: str, state: str) -> str:
 
 
 def _last_job_word(run_dir: Path, job_id: str) -> Optional[str]:
-    """The script's last `areal-launch:` line (its verdict) from run_dir/slurm-<id>.out."""
+    """The script's last `areal-launch:` line (its verdict) from the job's output file."""
     try:
-        lines = (run_dir / f"slurm-{job_id}.out").read_text(errors="replace").splitlines()
+        lines = (run_dir / slurm_output(job_id)).read_text(errors="replace").splitlines()
     except OSError:
         return None
     said = [ln for ln in lines if ln.startswith("areal-launch:")]

@@ -36,25 +36,23 @@ GRACE_PERIOD_S = 10.0  # after SIGTERM, before SIGKILL, when a run stops
 HEALTH_TIMEOUT_S = 600.0  # a server must answer its health probe within this
 
 
+USER = "{user}"  # in a path of Folders: the user the node runs as (records are per user)
+
+
 @dataclass(frozen=True)
-class ArealFolders:
-    """What AReaL's launcher prepares for an entry point that is not ours (AReaL's own): its
-    `cluster.fileroot` and name_resolve's record root, made on each node before anything
-    starts; the run's records under that root (`<root>/<user>/<experiment>/<trial>`, AReaL's
-    trial_root) are cleared first, as AReaL's launcher clears them, so a trainer never finds
-    an earlier run's server addresses there (AReaL asks name_resolve before
-    AREAL_LLM_SERVER_ADDRS)."""
+class Folders(JsonRecord):
+    """Folders outside the run folder that the run's processes share, prepared on every node
+    before any process starts: `make` made on each node; `clear` (records an earlier run of
+    the same name left) removed by the run's first node before any node starts anything, so
+    that no process finds an earlier run's records there, and no node clears what another
+    node's processes wrote."""
 
-    fileroot: str
-    name_resolve: str
-    trial: str  # "<experiment_name>/<trial_name>"
+    make: tuple[str, ...] = ()
+    clear: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict:
-        return {"fileroot": self.fileroot, "name_resolve": self.name_resolve, "trial": self.trial}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "ArealFolders":
-        return cls(str(d["fileroot"]), str(d["name_resolve"]), str(d["trial"]))
+    def cleared(self, user: str) -> tuple[str, ...]:
+        """The folders to clear on a node that runs as `user`."""
+        return tuple(path.replace(USER, user) for path in self.clear)
 
 
 @dataclass(frozen=True)
@@ -71,13 +69,30 @@ class FlagCheck(JsonRecord):
 
 @dataclass(frozen=True)
 class EngineAsk(JsonRecord):
-    """What an engine's AReaL `scheduling_spec` asks for each GPU of its processes (a process
-    on no GPU counts as one): CPU cores, memory in GiB, a container image. A runner that
-    reserves per node (Ray: each plan node's bundle) asks the sum of its processes' asks."""
+    """What an engine asks of the nodes its processes run on: for each GPU of a process (a
+    process on no GPU counts as one) CPU cores and GiB of memory (0: not asked); a container
+    image; the nodes it must or must not get (Slurm's node lists; None: not asked). Each runner
+    honours what it can (Slurm: job-wide values; Ray: each plan node's bundle asks the sum of
+    its processes' asks; local: nothing but the CPUs, as thread counts) and says in a note what
+    it does not. `key`: where the user wrote them, for those notes."""
 
     cpu: int = 0
     mem_gib: int = 0
     image: Optional[str] = None
+    nodelist: Optional[str] = None
+    exclude: Optional[str] = None
+    key: str = ""
+
+    def asked(self) -> tuple[str, ...]:
+        """What it asks for, each named as the notes name it."""
+        named = (
+            ("cpu", self.cpu),
+            ("memory", self.mem_gib),
+            ("image", self.image),
+            ("nodelist", self.nodelist),
+            ("exclude", self.exclude),
+        )
+        return tuple(name for name, value in named if value)
 
 
 @dataclass(frozen=True)
@@ -109,12 +124,17 @@ class LaunchRequest(JsonRecord):
     # ask for each group's nodes as the runner's options for that group say
     node_groups: tuple[NodeGroup, ...] = ()
     cpu_nodes: int = 0
-    areal: Optional[ArealFolders] = None  # an entry that is not ours: AReaL's folders
+    folders: Optional[Folders] = None  # prepared on every node before anything starts
     flag_check: Optional[FlagCheck] = None  # the user's server flags, checked by the preflight
     asks: Mapping[str, EngineAsk] = field(default_factory=dict)  # engine -> its scheduling_spec's
     processes: tuple[ProcessSpec, ...] = ()  # last in the JSON: the long part
     # written only when set (the plan's node groups with its CPU-only nodes; each other one)
-    JSON_OPTIONAL: ClassVar = (("node_groups", "cpu_nodes"), ("areal",), ("flag_check",), ("asks",))
+    JSON_OPTIONAL: ClassVar = (
+        ("node_groups", "cpu_nodes"),
+        ("folders",),
+        ("flag_check",),
+        ("asks",),
+    )
 
     def cpu_only(self, node: int) -> bool:
         return node >= self.num_nodes - self.cpu_nodes

@@ -194,6 +194,12 @@ def checkpoint_done(run_dir: PathLike, request_id: str) -> bool:
     return _done_id(run_dir) == request_id
 
 
+def checkpoint_final(run_dir: PathLike, request_id: str) -> bool:
+    """True once the trainers saved request `request_id`'s checkpoint at their last step."""
+    words = (_read(done_path(run_dir)) or "").split()
+    return words[:1] == [request_id] and words[1:2] == [FINAL]
+
+
 def pending_request(run_dir: PathLike) -> Optional[str]:
     """The id of a request not honoured yet, or None (read by one trainer rank, which shares
     the answer with the others so that they all save at the same step)."""

@@ -17,8 +17,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from launcher.config.handoff import Folders
 from launcher.spec.errors import ConfigError, UserError
+from launcher.spec.request import Folders
 
 
 @dataclass(frozen=True)
@@ -40,13 +40,15 @@ class Translation:
     """What the adapters did: notes (read, not honoured word for word) and warnings (kept in
     the plan), our keys as the config wrote them (messages name the key the user has), the
     flags a peer's section gave the servers (key -> where), and what an entry not ours gets
-    beside its config (shared folders, trainer environment)."""
+    beside its config (shared folders and the overrides that name them, `{run_dir}` standing for
+    the run folder; trainer environment)."""
 
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     spellings: dict[str, str] = field(default_factory=dict)
     flag_origins: dict[str, str] = field(default_factory=dict)
     folders: Folders = Folders()
+    entry_overrides: tuple[str, ...] = ()
     trainer_env: dict[str, str] = field(default_factory=dict)
 
     def restated(self, exc: UserError) -> UserError:

@@ -32,6 +32,7 @@ from launcher.config.peers.edit import drop_empty, get, put, take
 from launcher.config.schema import typed
 from launcher.spec.builtins import ENGINES
 from launcher.spec.errors import ConfigError
+from launcher.spec.request import USER, Folders
 
 # AReaL's trainer reads it: "started by a launcher, under torchrun" (areal/utils/launcher.py)
 ENV_SPMD_MODE = "AREAL_SPMD_MODE"
@@ -246,6 +247,7 @@ def _scheduling_spec(job: Any, name: str, context: Context, out: Translation) ->
             f"{name}.scheduling_spec",
         )
     skipped = []
+    out.spellings[f"{name}.resources"] = f"{name}.scheduling_spec"
     for f in dataclasses.fields(SchedulingSpec):
         value = getattr(first, f.name)
         if f.name == "env_vars" or value is None:
@@ -301,12 +303,11 @@ def _folders(job: Any, context: Context, out: Translation) -> None:
         overrides.append("++cluster.name_resolve.nfs_record_root={run_dir}/name_resolve")
     root = str(records or "{run_dir}/name_resolve")
     trial = f"{get(job, 'experiment_name')}/{get(job, 'trial_name')}"
-    out.folders = dataclasses.replace(
-        out.folders,
+    out.folders = Folders(
         make=(*out.folders.make, str(fileroot or "{run_dir}"), root),
-        clear=(*out.folders.clear, f"{root}/{{user}}/{trial}"),
-        overrides=(*out.folders.overrides, *overrides),
+        clear=(*out.folders.clear, f"{root}/{USER}/{trial}"),
     )
+    out.entry_overrides = (*out.entry_overrides, *overrides)
     out.trainer_env[ENV_SPMD_MODE] = "1"
 
 
