@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -117,7 +117,8 @@ def _typed(
     sweep_dir = resolved(lambda: str(OmegaConf.select(cfg, "hydra.sweep.dir") or "multirun"))
     for key, folder in (("hydra.run.dir", run_dir), ("hydra.sweep.dir", sweep_dir)):
         check_folder_name(key, folder)
-    return ComposedRun(spec, run_dir, sweep_dir, cfg, handoff, translation, resource_asks(spec))
+    asks = resource_asks(spec, translation.as_written)
+    return ComposedRun(spec, run_dir, sweep_dir, cfg, handoff, translation, asks)
 
 
 def _unknown(
@@ -158,9 +159,12 @@ def written_overrides(cfg: DictConfig, added: Mapping[str, str] = {}) -> list[st
     return [added.get(str(o), str(o)) for o in written] if isinstance(written, list) else []
 
 
-def resource_asks(config: LaunchConfig) -> dict[str, EngineAsk]:
+def resource_asks(
+    config: LaunchConfig, written: Callable[[str], str] = str
+) -> dict[str, EngineAsk]:
     """Each running engine's resources per GPU (`<engine>.resources`), bounded, as the asks a
-    runner reserves beside its GPUs; engines that ask nothing are left out."""
+    runner reserves beside its GPUs, each with where the user wrote it (`written`: a key as
+    the config spelled it); engines that ask nothing are left out."""
     out = {}
     for name in ENGINES:
         node = engine(config, name)
@@ -193,7 +197,7 @@ def resource_asks(config: LaunchConfig) -> dict[str, EngineAsk]:
             r.image,
             r.nodelist,
             r.exclude,
-            key=f"{name}.resources",
+            key=written(f"{name}.resources"),
         )
         if ask.asked():
             out[name] = ask
