@@ -506,21 +506,7 @@ def show_suggestions(overrides: list[str], composer: Optional[Composer] = None) 
     from launcher.memory.model_shape import read_model_shape
     from launcher.memory.suggest import SuggestOptions, suggest_within
 
-    composer = composer or Composer()
-    try:
-        prep = prepare([*overrides, "launcher.check_memory=off"], to_run=False, composer=composer)
-    except PlacementError as exc:  # the search picks its own layouts: plan the cluster alone
-        shared = sharing_everything(overrides, composer)
-        if shared is None:
-            raise
-        print(
-            f"note: --suggest: the layout given does not fit ({exc}); searching the "
-            "cluster's layouts",
-            file=sys.stderr,
-        )
-        prep = prepare(
-            [*overrides, *shared, "launcher.check_memory=off"], to_run=False, composer=composer
-        )
+    prep = _to_search(overrides, composer or Composer())
     plan = prep.plan
     shape = read_model_shape(plan.meta["model_path"])
     if shape is None:
@@ -535,7 +521,6 @@ def show_suggestions(overrides: list[str], composer: Optional[Composer] = None) 
         infer=inference_options(engines[PRIMARY]) if PRIMARY in engines else SuggestOptions().infer,
     )
     search = suggest_within(shape, plan.cluster, capacity.gib, options)
-    found, cluster = search.found, plan.cluster
     if search.cut:
         print(
             f"note: --suggest searched for its {search.budget_s:.0f} s budget and stopped: "
@@ -543,11 +528,37 @@ def show_suggestions(overrides: list[str], composer: Optional[Composer] = None) 
             "or fixing actor.backend or rollout.backend, searches less)",
             file=sys.stderr,
         )
+    cluster = plan.cluster
     print(
-        f"# {len(found)} layout(s) that fit {cluster.num_nodes} node(s) x "
+        f"# {len(search.found)} layout(s) that fit {cluster.num_nodes} node(s) x "
         f"{cluster.gpus_per_node} GPUs of {capacity.gib:.1f} GiB ({capacity.source}), best "
         "first (score: sqrt(generation x training tokens), see plan --help)"
     )
+    _print_found(search.found, overrides)
+    return 0
+
+
+def _to_search(overrides: list[str], composer: Composer) -> Prepared:
+    """The run --suggest searches layouts for: as given, or (when the layout given does not
+    fit) the cluster alone, with rollout and actor sharing one GPU."""
+    try:
+        return prepare([*overrides, "launcher.check_memory=off"], to_run=False, composer=composer)
+    except PlacementError as exc:  # the search picks its own layouts: plan the cluster alone
+        shared = sharing_everything(overrides, composer)
+        if shared is None:
+            raise
+        print(
+            f"note: --suggest: the layout given does not fit ({exc}); searching the "
+            "cluster's layouts",
+            file=sys.stderr,
+        )
+        return prepare(
+            [*overrides, *shared, "launcher.check_memory=off"], to_run=False, composer=composer
+        )
+
+
+def _print_found(found: Sequence[Any], overrides: list[str]) -> None:
+    """Each layout found, and the command that runs it (the user's overrides it keeps)."""
     import shlex
 
     for s in found:
@@ -560,4 +571,3 @@ def show_suggestions(overrides: list[str], composer: Optional[Composer] = None) 
         print(s.command(" ".join(["areal-launch", *map(shlex.quote, kept)])))
     if not found:
         print("# none fits: more GPUs, a smaller model, or a smaller context")
-    return 0

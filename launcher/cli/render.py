@@ -358,7 +358,6 @@ def render_gpu_map(plan: Plan) -> Group:
     per engine with instance or rank numbers and [brackets] around instances and tp groups."""
     cells = gpu_cells(plan)
     rows, detail = map_rows(plan, cells)
-    empty = empty_mark()
     tokens = [2 * len(cs) for cs in cells.values()]  # "A+R": two characters per engine
     if detail:
         tokens += [len(c.label) + 2 for cs in cells.values() for c in cs]  # "[A12]"
@@ -380,35 +379,8 @@ def render_gpu_map(plan: Plan) -> Group:
             style="dim",
         )
     )
-    totals = _gpu_totals(plan)
-    cap = (plan.meta.get("memory") or {}).get("gpu_capacity_gib")
-    cuda = plan.cluster.device == "cuda"
     for row in rows:
-        line = Text(row.title.ljust(title_width), style="bold" if row.gpus else "dim italic")
-        for gpu in row.gpus:
-            here = cells.get(gpu, [])
-            token = Text(no_wrap=True)
-            for i, cell in enumerate(here):
-                if i:
-                    token.append("+")
-                token.append(cell.letter, style=f"bold {cell.color}")
-            if not here:
-                token.append(empty, style="dim")
-            token.append(" " * (width - len(token)))
-            line.append_text(token)
-        lines.append(line)
-        if detail and row.gpus:
-            lines.extend(_lanes(plan, row, cells, title_width, width))
-        if totals and row.gpus:
-            gib = Text("  GiB".ljust(title_width), style="dim")
-            for gpu in row.gpus:
-                value = totals.get(gpu)
-                over = cuda and cap is not None and value is not None and value > cap
-                gib.append(
-                    (f"{value:.1f}" if value is not None else empty).ljust(width),
-                    style="bold red" if over else "dim",
-                )
-            lines.append(gib)
+        lines.extend(_row_lines(plan, row, cells, detail, title_width, width))
     lines.extend(Text(line, style="dim italic") for line in cpu_node_lines(plan))
     lines.append(Text(""))
     lines.extend(Text(w, style="bold") for w in memory_words(plan))
@@ -423,6 +395,41 @@ def render_gpu_map(plan: Plan) -> Group:
         )
     )
     return Group(*lines)
+
+
+def _row_lines(
+    plan: Plan, row: Row, cells: dict[int, list[Cell]], detail: bool, title_width: int, width: int
+) -> list[Text]:
+    """One node's lines of the map: its GPUs' letters, its lanes, its GiB per GPU."""
+    empty = empty_mark()
+    line = Text(row.title.ljust(title_width), style="bold" if row.gpus else "dim italic")
+    for gpu in row.gpus:
+        here = cells.get(gpu, [])
+        token = Text(no_wrap=True)
+        for i, cell in enumerate(here):
+            if i:
+                token.append("+")
+            token.append(cell.letter, style=f"bold {cell.color}")
+        if not here:
+            token.append(empty, style="dim")
+        token.append(" " * (width - len(token)))
+        line.append_text(token)
+    lines = [line]
+    if detail and row.gpus:
+        lines.extend(_lanes(plan, row, cells, title_width, width))
+    totals = _gpu_totals(plan)
+    if totals and row.gpus:
+        cap = (plan.meta.get("memory") or {}).get("gpu_capacity_gib")
+        gib = Text("  GiB".ljust(title_width), style="dim")
+        for gpu in row.gpus:
+            value = totals.get(gpu)
+            over = plan.cluster.device == "cuda" and cap is not None and (value or 0) > cap
+            gib.append(
+                (f"{value:.1f}" if value is not None else empty).ljust(width),
+                style="bold red" if over else "dim",
+            )
+        lines.append(gib)
+    return lines
 
 
 def _lanes(
@@ -455,7 +462,6 @@ def render_svg(plan: Plan) -> str:
     with engines as coloured cells and instances / tp groups outlined."""
     cells = gpu_cells(plan)
     rows, detail = map_rows(plan, cells)
-    lanes = list(plan.components)
     colors = {name: color for name, (_, color) in marks(plan).items()}
     ncols = max((len(r.gpus) for r in rows), default=1)
     note = (
@@ -464,9 +470,6 @@ def render_svg(plan: Plan) -> str:
     )
     syncs = sync_summary(plan) + memory_words(plan)
     words = [w for _, w in legend(plan)] + syncs + [note]
-    totals = _gpu_totals(plan)
-    cap = (plan.meta.get("memory") or {}).get("gpu_capacity_gib")
-    mem_h = 16 if totals else 0
     label_w = max([LABEL_W] + [int(len(r.title) * 12 * CHAR_W) + 16 for r in rows if r.gpus])
     left = MARGIN + label_w
     grid = label_w + ncols * (CELL_W + CELL_GAP)
@@ -479,67 +482,10 @@ def render_svg(plan: Plan) -> str:
         )
     )
     y += 30
+    frame = SvgFrame(plan, cells, detail, left, grid, 16 if _gpu_totals(plan) else 0)
     for row in rows:
-        if not row.gpus:
-            body.append(_text(MARGIN, y + 14, row.title, size=12, fill="#666", italic=True))
-            y += 26
-            continue
-        height = HEAD_H + (len(lanes) * (LANE_H + 4) if detail else LANE_H + 4) + 6 + mem_h
-        body.append(
-            f'<rect x="{MARGIN - 6}" y="{y - 4}" width="{grid + 2}" '
-            f'height="{height}" rx="6" fill="#f7f8fa" stroke="#d5d9df"/>'
-        )
-        body.append(_text(MARGIN, y + 13, row.title, size=12, weight="bold"))
-        for col, gpu in enumerate(row.gpus):
-            x = left + col * (CELL_W + CELL_GAP)
-            here = cells.get(gpu, [])
-            body.append(
-                _text(x + 2, y + 12, f"gpu{plan.cluster.local_of(gpu)}", size=10, fill="#666")
-            )
-            if len(here) > 1:
-                body.append(
-                    _text(
-                        x + CELL_W - 2,
-                        y + 12,
-                        _letters_svg(here),
-                        size=10,
-                        weight="bold",
-                        anchor="end",
-                        fill="#222",
-                        raw=True,
-                    )
-                )
-        top = y + HEAD_H
-        if detail:
-            for i, name in enumerate(lanes):
-                ly = top + i * (LANE_H + 4)
-                body.append(_text(MARGIN + 8, ly + 15, name, size=11, fill=colors[name]))
-                lane = [
-                    next((c for c in cells.get(g, []) if c.engine == name), None) for g in row.gpus
-                ]
-                body.extend(_lane_svg(lane, left, ly))
-        else:
-            body.extend(_overview_svg(row, cells, left, top))
-        for col, gpu in enumerate(row.gpus if totals else ()):
-            value = totals.get(gpu)
-            over = (
-                plan.cluster.device == "cuda"
-                and cap is not None
-                and value is not None
-                and value > cap
-            )
-            x = left + col * (CELL_W + CELL_GAP)
-            body.append(
-                _text(
-                    x + 2,
-                    y + height - 8,
-                    "·" if value is None else f"{value:.1f} GiB",
-                    size=10,
-                    fill="#c0392b" if over else "#555",
-                    weight="bold" if over else "normal",
-                )
-            )
-        y += height + 10
+        drawn, y = _row_svg(frame, row, y)
+        body.extend(drawn)
     y += 4
     for name, said in legend(plan):
         body.append(
@@ -558,6 +504,87 @@ def render_svg(plan: Plan) -> str:
         + "\n".join(body)
         + "\n</svg>\n"
     )
+
+
+@dataclass(frozen=True)
+class SvgFrame:
+    """What every node's box of the SVG map shares: the plan, its cells, whether lanes are
+    drawn, where the grid starts and how wide it is, the height of the GiB line."""
+
+    plan: Plan
+    cells: dict[int, list[Cell]]
+    detail: bool
+    left: int
+    grid: int
+    mem_h: int
+
+
+def _row_svg(f: SvgFrame, row: Row, y: int) -> tuple[list[str], int]:
+    """One node's box of the SVG map, and where the next one starts."""
+    if not row.gpus:
+        return [_text(MARGIN, y + 14, row.title, size=12, fill="#666", italic=True)], y + 26
+    lanes = list(f.plan.components)
+    height = HEAD_H + (len(lanes) * (LANE_H + 4) if f.detail else LANE_H + 4) + 6 + f.mem_h
+    body = [
+        f'<rect x="{MARGIN - 6}" y="{y - 4}" width="{f.grid + 2}" '
+        f'height="{height}" rx="6" fill="#f7f8fa" stroke="#d5d9df"/>',
+        _text(MARGIN, y + 13, row.title, size=12, weight="bold"),
+    ]
+    for col, gpu in enumerate(row.gpus):
+        x = f.left + col * (CELL_W + CELL_GAP)
+        here = f.cells.get(gpu, [])
+        body.append(
+            _text(x + 2, y + 12, f"gpu{f.plan.cluster.local_of(gpu)}", size=10, fill="#666")
+        )
+        if len(here) > 1:
+            body.append(
+                _text(
+                    x + CELL_W - 2,
+                    y + 12,
+                    _letters_svg(here),
+                    size=10,
+                    weight="bold",
+                    anchor="end",
+                    fill="#222",
+                    raw=True,
+                )
+            )
+    top = y + HEAD_H
+    if f.detail:
+        colors = {name: color for name, (_, color) in marks(f.plan).items()}
+        for i, name in enumerate(lanes):
+            ly = top + i * (LANE_H + 4)
+            body.append(_text(MARGIN + 8, ly + 15, name, size=11, fill=colors[name]))
+            lane = [
+                next((c for c in f.cells.get(g, []) if c.engine == name), None) for g in row.gpus
+            ]
+            body.extend(_lane_svg(lane, f.left, ly))
+    else:
+        body.extend(_overview_svg(row, f.cells, f.left, top))
+    body.extend(_gib_svg(f, row, y + height - 8))
+    return body, y + height + 10
+
+
+def _gib_svg(f: SvgFrame, row: Row, y: int) -> list[str]:
+    """The GiB each GPU of a node needs, red where it is more than the card holds."""
+    totals = _gpu_totals(f.plan)
+    cap = (f.plan.meta.get("memory") or {}).get("gpu_capacity_gib")
+    out = []
+    for col, gpu in enumerate(row.gpus if totals else ()):
+        value = totals.get(gpu)
+        over = f.plan.cluster.device == "cuda" and cap is not None and (value or 0) > cap
+        x = f.left + col * (CELL_W + CELL_GAP)
+        out.append(
+            _text(
+                x + 2,
+                y,
+                "·" if value is None else f"{value:.1f} GiB",
+                size=10,
+                fill="#c0392b" if over else "#555",
+                weight="bold" if over else "normal",
+            )
+        )
+    return out
 
 
 def _lane_svg(lane: list[Cell | None], left: int, y: int) -> list[str]:

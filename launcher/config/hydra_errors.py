@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 
@@ -16,81 +17,138 @@ def explain_hydra_error(
     exc: BaseException, overrides: Sequence[str], free_form: tuple[str, ...] = ()
 ) -> str:
     """One line for a Hydra/OmegaConf failure, with the quoted form to type where that is the
-    fix."""
-    text = flatten(exc)
-    kind = type(exc).__name__
-    interpolation = unresolved(exc, overrides)
-    if interpolation is not None:
-        return interpolation
-    if (
-        kind == "OverrideParseException"
-        or text.startswith("Error parsing override")
-        or "Could not override ''" in text
+    fix: the first of the explainers below that recognises it, else Hydra's own words."""
+    failure = Failure(exc, flatten(exc), tuple(overrides), free_form)
+    for explain in EXPLAINERS:
+        said = explain(failure)
+        if said is not None:
+            return said
+    return f"invalid configuration: {failure.text}"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What went wrong: the exception, its chain as one line, the overrides, and the dicts
+    whose keys are the user's own (a new key there takes `+`)."""
+
+    exc: BaseException
+    text: str
+    overrides: tuple[str, ...]
+    free_form: tuple[str, ...]
+
+
+def _interpolation(f: Failure) -> Optional[str]:
+    return unresolved(f.exc, f.overrides)
+
+
+def _unparsable(f: Failure) -> Optional[str]:
+    from hydra.errors import OverrideParseException
+
+    if not (
+        isinstance(f.exc, OverrideParseException)
+        or f.text.startswith("Error parsing override")
+        or "Could not override ''" in f.text
     ):
-        failed = _failed_override(exc)  # Hydra names it: blame it, not an earlier one
-        first = [failed] if failed is not None and failed in overrides else []
-        return _parse_error(text, [*first, *overrides])
-    if "Exceeds the limit" in text and "digits" in text:  # Python's int() refused a huge number
-        huge = max(overrides, key=lambda o: max((len(d) for d in re.findall(r"\d+", o)), default=0))
-        return (
-            f"{huge.partition('=')[0]}: a number far too large ({len(huge)} characters); "
-            "sizes are GPU counts"
-        )
-    if "Ambiguous value" in text:
-        bad = _first(overrides, lambda o: "," in o.partition("=")[2])
-        if bad is not None:
-            key, _, value = bad.partition("=")
-            quoted = f"\"{key}='{value}'\"" if bad.isprintable() else "it in quotes"
-            return (
-                f"{shown(bad)}: a comma list is a sweep to Hydra: quote it, {quoted} "
-                f"(or run a sweep with -m)"
-            )
-    match = re.search(r"does not support sweep type : (\w+)", text)
-    if match:
-        sweep = match.group(1).lower().replace("_sweep", "")
-        bad = _first(overrides, lambda o: f"{sweep}(" in o) or sweep
-        return (
-            f"{shown(bad)}: Hydra's basic sweeper runs lists and ranges, not {sweep}(): "
-            "list the values (key=a,b,c), use range(start,stop,step), or choose a sweeper "
-            "that samples (hydra/sweeper=optuna)"
-        )
-    match = re.search(r"Could not append to config\. An item is already at '([^']+)'", text)
-    if match:
-        return f"{match.group(1)!r} exists already: set it without the leading +"
-    match = re.search(r"Could not override '([^']+)'", text) or re.search(
-        r"Key '([^']+)' not in", text
+        return None
+    failed = _failed_override(f.exc)  # Hydra names it: blame it, not an earlier one
+    first = [failed] if failed is not None and failed in f.overrides else []
+    return _parse_error(f.text, [*first, *f.overrides])
+
+
+def _huge_number(f: Failure) -> Optional[str]:
+    if not ("Exceeds the limit" in f.text and "digits" in f.text):  # Python's int() refused it
+        return None
+    huge = max(f.overrides, key=lambda o: max((len(d) for d in re.findall(r"\d+", o)), default=0))
+    return (
+        f"{huge.partition('=')[0]}: a number far too large ({len(huge)} characters); "
+        "sizes are GPU counts"
     )
-    if match:
-        key = match.group(1)
-        if key.startswith(free_form):  # dicts whose keys are the user's own: Hydra wants `+`
-            given = _first(overrides, lambda o: o.startswith(key)) or key
-            return f"{key!r} adds a key to {key.rsplit('.', 1)[0]}: write it as +{shown(given)}"
-        in_file = re.match(r"In '([^']+)': ", text)  # a config file's key, not an override's
-        where = f" in config {in_file.group(1)!r}" if in_file else ""
-        return f"unknown config key {key!r}{where} (`areal-launch --cfg job` prints every key)"
-    match = re.search(r"Error merging override (\S+)", text)
-    if match:
-        detail = text.split("full_key:")[0].split(match.group(1), 1)[-1].strip(" .:")
-        key, _, value = match.group(1).partition("=")
-        if "is not a ListConfig" in detail and not value.startswith(("{", "[")):
-            return (
-                f"invalid value in {match.group(1)!r}: {key} is a list of strings: write "
-                f"{key}=[{value},...] ({LIST_HOW})"
-            )
-        return f"invalid value in {match.group(1)!r}: {detail}"
-    match = re.search(
-        r"Could not find '([^']+)'.*?Available options in '[^']+': ([^\n]*?) Config search", text
+
+
+def _comma_list(f: Failure) -> Optional[str]:
+    bad = _first(f.overrides, lambda o: "," in o.partition("=")[2])
+    if "Ambiguous value" not in f.text or bad is None:
+        return None
+    key, _, value = bad.partition("=")
+    quoted = f"\"{key}='{value}'\"" if bad.isprintable() else "it in quotes"
+    return (
+        f"{shown(bad)}: a comma list is a sweep to Hydra: quote it, {quoted} (or run a sweep "
+        "with -m)"
     )
-    if match:
-        wanted, options = match.group(1), match.group(2).split()
-        close = difflib.get_close_matches(wanted.rpartition("/")[2], options, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        return f"no config {wanted!r}: choose one of {' '.join(options)}{hint}"
-    match = re.search(r"Cannot find primary config '([^']+)'", text)
-    if match:
-        where = ", ".join(re.findall(r"path=(\S+)", text)) or "the config search path"
-        return f"no primary config {match.group(1)!r} (--config-name): looked up in {where}"
-    return f"invalid configuration: {text}"
+
+
+def _sweep_type(f: Failure) -> Optional[str]:
+    match = re.search(r"does not support sweep type : (\w+)", f.text)
+    if not match:
+        return None
+    sweep = match.group(1).lower().replace("_sweep", "")
+    bad = _first(f.overrides, lambda o: f"{sweep}(" in o) or sweep
+    return (
+        f"{shown(bad)}: Hydra's basic sweeper runs lists and ranges, not {sweep}(): list the "
+        "values (key=a,b,c), use range(start,stop,step), or choose a sweeper that samples "
+        "(hydra/sweeper=optuna)"
+    )
+
+
+def _exists_already(f: Failure) -> Optional[str]:
+    match = re.search(r"Could not append to config\. An item is already at '([^']+)'", f.text)
+    return f"{match.group(1)!r} exists already: set it without the leading +" if match else None
+
+
+def _unknown_key(f: Failure) -> Optional[str]:
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+    cause = f.exc.__cause__ if f.exc.__cause__ is not None else f.exc
+    if not isinstance(cause, (ConfigAttributeError, ConfigKeyError)) or not cause.full_key:
+        return None
+    key = str(cause.full_key)
+    if key.startswith(f.free_form):  # dicts whose keys are the user's own: Hydra wants `+`
+        given = _first(f.overrides, lambda o: o.startswith(key)) or key
+        return f"{key!r} adds a key to {key.rsplit('.', 1)[0]}: write it as +{shown(given)}"
+    in_file = re.match(r"In '([^']+)': ", f.text)  # a config file's key, not an override's
+    where = f" in config {in_file.group(1)!r}" if in_file else ""
+    return f"unknown config key {key!r}{where} (`areal-launch --cfg job` prints every key)"
+
+
+def _bad_value(f: Failure) -> Optional[str]:
+    match = re.search(r"Error merging override (\S+)", f.text)
+    if not match:
+        return None
+    detail = f.text.split("full_key:")[0].split(match.group(1), 1)[-1].strip(" .:")
+    key, _, value = match.group(1).partition("=")
+    if "is not a ListConfig" in detail and not value.startswith(("{", "[")):
+        return (
+            f"invalid value in {match.group(1)!r}: {key} is a list of strings: write "
+            f"{key}=[{value},...] ({LIST_HOW})"
+        )
+    return f"invalid value in {match.group(1)!r}: {detail}"
+
+
+def _no_such_config(f: Failure) -> Optional[str]:
+    from hydra.errors import MissingConfigException
+
+    if not isinstance(f.exc, MissingConfigException):
+        return None
+    wanted, options = str(f.exc.missing_cfg_file), list(f.exc.options or [])
+    if not options:
+        where = ", ".join(re.findall(r"path=(\S+)", f.text)) or "the config search path"
+        return f"no primary config {wanted!r} (--config-name): looked up in {where}"
+    close = difflib.get_close_matches(wanted.rpartition("/")[2], options, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"no config {wanted!r}: choose one of {' '.join(options)}{hint}"
+
+
+EXPLAINERS: tuple[Callable[[Failure], Optional[str]], ...] = (
+    _interpolation,
+    _unparsable,
+    _huge_number,
+    _comma_list,
+    _sweep_type,
+    _exists_already,
+    _unknown_key,
+    _bad_value,
+    _no_such_config,
+)
 
 
 def unresolved(exc: BaseException, overrides: Sequence[str] = ()) -> Optional[str]:

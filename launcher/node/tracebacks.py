@@ -1,7 +1,7 @@
 """The first exception a run's processes printed, read from their logs as they grow
 (docs/architecture.md §11).
 
-A hang or an exit is often the consequence of an earlier error: AReaL's trainer catches an
+A hang or an exit is often the consequence of an earlier error: a trainer catches an
 exception on rank 0 (`RuntimeError: Failed after 3 retries ...`), logs it and goes on into a
 collective, where both ranks then wait for ever; a server's traceback comes before the
 trainer's exit it led to. So the supervisor reads each process's log as it grows (from the
@@ -12,7 +12,7 @@ the failure, ahead of the failure itself.
 A traceback is Python's: `Traceback (most recent call last):`, indented frames, then the
 exception's line (its "last line"). Its rank: torch's `[rank<N>]:` prefix (torch.distributed
 prefixes the lines of an uncaught exception so), else the rank that the line introducing it
-names (a log record's header: AReaL's loggers carry the rank in their name, "[FSDPEngine Rank
+names (a log record's header: loggers that carry the rank in their name, "[FSDPEngine Rank
 0] ERROR: ..."), else the process's only rank; otherwise the line says which ranks it may be.
 Tracebacks that follow another failure (failures.COLLATERAL: a peer gone), torchrun's reports
 of its workers and signals (REPORTS) count only when no other was printed.

@@ -1,4 +1,4 @@
-"""RLinf's placement forms, read into GPU sets and process maps (docs/architecture.md §15).
+"""Placement forms, read into GPU sets and process maps (docs/architecture.md §15).
 
 A value of `cluster.component_placement.<key>` is one of:
 - a GPU set: `all`, `a-b`, `a`, `0-2,5,7` (launcher.spec.gpuset), global over the GPU nodes;
@@ -8,7 +8,7 @@ A value of `cluster.component_placement.<key>` is one of:
 - the dict form `{node_group: LABEL, placement: ...}`, where the placement counts the group's
   own GPUs (or nodes), or a list of those for one component over several groups, each list
   item's processes numbered on from the last.
-`node` is RLinf's reserved label: any node by its rank, CPU processes only.
+`node` is a reserved label: any node by its rank, CPU processes only.
 Pure: the cluster comes in as a ClusterSpec.
 """
 
@@ -264,7 +264,7 @@ def _spread(
 def engine_sets(
     raw: Mapping[str, Any], cluster: ClusterSpec
 ) -> tuple[dict[str, Any], dict[str, int]]:
-    """The engines' placement (key -> value, comma keys kept) with RLinf's forms turned into
+    """The engines' placement (key -> value, comma keys kept) with those forms turned into
     global GPU sets that launcher.planning.placement reads, and for each engine written as a
     process map the GPUs each process holds. A training engine runs one rank per GPU and
     nothing of an engine runs CPU-only."""

@@ -193,7 +193,7 @@ def weight_sync(actor: ComponentPlan, rollout: ComponentPlan, cluster: ClusterSp
        by at most one beyond step 1), preferring a rank on the shard's node at each level.
     Hybrid plans get step 1 where GPUs overlap and step 2 for the rest.
     A pair says who sends to whom; a rank holding only part of the weights (fsdp shards,
-    tp/pp slices) gathers the full tensors over its own groups first, as verl and AReaL do.
+    tp/pp slices) gathers the full tensors over its own groups first.
     """
     rank_on_gpu = {r.gpu: r.rank for r in actor.ranks}
     shards = [(inst.index, k, gpu) for inst in rollout.instances for k, gpu in enumerate(inst.gpus)]

@@ -227,6 +227,21 @@ def apply_allocation_mode(
     extra = [c for c in mode.components if c.name not in ENGINES]
     more = _policies(extra)
     out.update({c.name: str(c.alloc) for c in extra})
+    shared = _shared(mode, out, placement)
+    if mode.evaluation:
+        warnings.append(
+            f"{key}'s '+eval' is an evaluation client without GPUs: "
+            "the run starts the servers; point your evaluation at them"
+        )
+    warnings.append(f"{key} is deprecated: write " + " ".join(_in_our_keys(out, more, shared)))
+    return out, {**placement, **shared}, more
+
+
+def _shared(
+    mode: AllocationMode, out: dict[str, Optional[str]], placement: dict[str, Any]
+) -> dict[str, Any]:
+    """The placement of each '|' group holding rollout and a trainer: the first GPUs (a group
+    of trainers only is where the default placement puts it already)."""
     shared: dict[str, Any] = {}
     groups: dict[int, list[str]] = {}
     for c in mode.components:
@@ -237,6 +252,15 @@ def apply_allocation_mode(
         if "rollout" in free and len(free) > 1:
             size = parse_backend_world(out["rollout"])
             shared[",".join(free)] = f"0-{size - 1}"
+    return shared
+
+
+def _in_our_keys(
+    out: dict[str, Optional[str]],
+    more: dict[str, tuple[str, Optional[str]]],
+    shared: dict[str, Any],
+) -> list[str]:
+    """The overrides of our keys that say what the string says."""
     words = [
         f"{n}.backend={out[n]}" if out[n] is not None else f"{n}=none"
         for n in ENGINES
@@ -248,13 +272,7 @@ def apply_allocation_mode(
     words += [
         f"cluster.component_placement.{n}={v}" for k, v in shared.items() for n in k.split(",")
     ]
-    if mode.evaluation:
-        warnings.append(
-            f"{key}'s '+eval' is an evaluation client without GPUs: "
-            "the run starts the servers; point your evaluation at them"
-        )
-    warnings.append(f"{key} is deprecated: write " + " ".join(words))
-    return out, {**placement, **shared}, more
+    return words
 
 
 def _policies(parts: list[LegacyComponent]) -> dict[str, tuple[str, Optional[str]]]:
