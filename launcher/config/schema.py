@@ -265,25 +265,21 @@ class LaunchConfig:
     recipe: Any = MISSING
 
 
-def engine(spec: LaunchConfig, name: str, kind: Optional[str] = None) -> Any:
+def engine(config: LaunchConfig, name: str, kind: Optional[str] = None) -> Any:
     """The config node of engine `name`: a built-in's (rollout, actor, ...), or a declared
     one's (`components.actor2: {kind: train, backend: fsdp:d4, feeds: rollout2}`) typed by its
-    kind's engine schema once, or a kind's defaults for an engine only a legacy string names
-    (`multi_agent_allocation`)."""
+    kind's engine schema."""
     if name in ENGINES:
-        return getattr(spec, name)
-    typed_nodes = spec.__dict__.setdefault("_declared_engines", {})
-    if name not in typed_nodes:
-        raw = dict(spec.components.get(name) or {})
-        kind = str(raw.pop("kind", kind or registry.TRAIN))
-        raw.pop("feeds", None)
-        schema = RolloutConfig if kind == registry.SERVE else TrainEngineConfig
-        typed_nodes[name] = (
-            typed(f"components.{name}", schema, raw, "an engine's keys")
-            if raw
-            else schema(backend=None)
-        )
-    return typed_nodes[name]
+        return getattr(config, name)
+    raw = dict(config.components.get(name) or {})
+    kind = str(raw.pop("kind", kind or registry.TRAIN))
+    raw.pop("feeds", None)
+    schema = RolloutConfig if kind == registry.SERVE else TrainEngineConfig
+    return (
+        typed(f"components.{name}", schema, raw, "an engine's keys")
+        if raw
+        else schema(backend=None)
+    )
 
 
 ENGINE_KINDS = (registry.SERVE, registry.TRAIN)
@@ -295,29 +291,29 @@ def declared_kind(raw: Any) -> str:
     return str(kind)
 
 
-def declared_engines(spec: LaunchConfig) -> dict[str, str]:
+def declared_engines(config: LaunchConfig) -> dict[str, str]:
     """name -> kind of the serving and training components declared under `components`."""
     return {
         str(n): declared_kind(raw)
-        for n, raw in spec.components.items()
+        for n, raw in config.components.items()
         if declared_kind(raw) in ENGINE_KINDS
     }
 
 
-def declared_feeds(spec: LaunchConfig) -> dict[str, str]:
+def declared_feeds(config: LaunchConfig) -> dict[str, str]:
     """training component -> the serving component it pushes weights to (`feeds`)."""
     return {
         str(n): str(raw["feeds"])
-        for n, raw in spec.components.items()
+        for n, raw in config.components.items()
         if isinstance(raw, Mapping) and raw.get("feeds") is not None
     }
 
 
-def backend_of(spec: Optional[str]) -> Optional[str]:
+def backend_of(text: Optional[str]) -> Optional[str]:
     """'sglang:d4t2' -> 'sglang'; None (engine off) stays None."""
-    if spec is None:
+    if text is None:
         return None
-    return str(spec).partition(":")[0].strip().lower() or None
+    return str(text).partition(":")[0].strip().lower() or None
 
 
 def backend_options(name: str, backend: str, values: Any) -> Any:

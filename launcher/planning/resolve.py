@@ -75,9 +75,9 @@ class Training:
     value_head: bool = False  # a critic's
 
 
-def is_bare(spec: Optional[str]) -> bool:
+def is_bare(text: Optional[str]) -> bool:
     """A backend name without dims (`vllm`): sized for the machine."""
-    return spec is not None and ":" not in spec and str(spec).strip() in registry.backend_names()
+    return text is not None and ":" not in text and str(text).strip() in registry.backend_names()
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,7 @@ def parse_for(name: str, text: str, kind: Optional[str] = None) -> ModelAllocati
 
 
 def engines(
-    spec: LaunchConfig,
+    config: LaunchConfig,
     allocs: Mapping[str, ModelAllocation],
     inherited: Mapping[str, str],
     model_path: str,
@@ -148,8 +148,8 @@ def engines(
     takes the actor's options and training settings (it shares the actor's job when it can)."""
     out: dict[str, Engine] = {}
     for name, alloc in allocs.items():
-        source = engine(spec, inherited.get(name, name), alloc.kind)  # inheriting: the actor's
-        node = engine(spec, name, alloc.kind)
+        source = engine(config, inherited.get(name, name), alloc.kind)  # inheriting: the actor's
+        node = engine(config, name, alloc.kind)
         owner = inherited.get(name, name)
         options = backend_options(owner, alloc.backend, getattr(source, alloc.backend))
         problem = getattr(options, "problem", lambda: None)()
@@ -195,49 +195,49 @@ def engines(
     return out
 
 
-def with_offload(spec: LaunchConfig, names: tuple[str, ...]) -> LaunchConfig:
-    """`spec` with releasing between phases turned on for `names` (collocated defaults)."""
+def with_offload(config: LaunchConfig, names: tuple[str, ...]) -> LaunchConfig:
+    """`config` with releasing between phases turned on for `names` (collocated defaults)."""
     changes: dict[str, Any] = {}
     for name in names:
-        node = engine(spec, name)
+        node = engine(config, name)
         if builtin_kind(name) == registry.SERVE:
             changes[name] = dataclasses.replace(node, offload=True)
         else:
             changes[name] = dataclasses.replace(
                 node, offload=OffloadOptions(optimizer=True, weight=True, grad=node.offload.grad)
             )
-    return dataclasses.replace(spec, **changes)
+    return dataclasses.replace(config, **changes)
 
 
 # ----------------------------------------------------------------------------- unused options
 def check_unused_options(
-    spec: LaunchConfig,
+    config: LaunchConfig,
     chosen: Optional[Mapping[str, Optional[str]]] = None,
     defaults: Optional[LaunchConfig] = None,
 ) -> None:
     """ConfigError when an option under a backend sub-key the engine does not use is set.
 
     chosen: engine -> the backend string it runs (absent or None: off), as resolved (legacy
-    allocation_mode and the actor fallback applied); None reads `<engine>.backend` from spec.
+    allocation_mode and the actor fallback applied); None reads `<engine>.backend` from config.
     defaults: a config whose values count as not set (composed without the user's values,
     when group or preset files set engine options); None: the dataclass defaults.
     """
     defaults = defaults if defaults is not None else LaunchConfig()
-    texts = dict(chosen) if chosen is not None else _written(spec)
+    texts = dict(chosen) if chosen is not None else _written(config)
     for name in ENGINES:
         text = texts.get(name)
         used = backend_of(text)
         kind = builtin_kind(name) or registry.TRAIN
         if text is None:
-            _check_off_engine(name, engine(spec, name), engine(defaults, name))
+            _check_off_engine(name, engine(config, name), engine(defaults, name))
         for backend in registry.backend_names(kind):
             if backend == used:
                 continue
-            value = backend_options(name, backend, getattr(engine(spec, name), backend))
+            value = backend_options(name, backend, getattr(engine(config, name), backend))
             default = backend_options(name, backend, getattr(engine(defaults, name), backend))
             for f in dataclasses.fields(value):
                 if getattr(value, f.name) != getattr(default, f.name):
-                    inherited = name in INHERITING and engine(spec, name).backend == ""
+                    inherited = name in INHERITING and engine(config, name).backend == ""
                     raise ConfigError(
                         _unused_message(
                             f"{name}.{backend}.{f.name}", name, text, inherited, backend
@@ -262,8 +262,8 @@ def _check_off_engine(name: str, value: Any, default: Any) -> None:
             )
 
 
-def _written(spec: LaunchConfig) -> dict[str, Optional[str]]:
-    texts = {name: engine(spec, name).backend for name in ENGINES}
+def _written(config: LaunchConfig) -> dict[str, Optional[str]]:
+    texts = {name: engine(config, name).backend for name in ENGINES}
     for name in INHERITING:
         if texts[name] is not None and not str(texts[name]).strip():
             texts[name] = texts[POLICY]
