@@ -102,3 +102,25 @@ def test_a_sweep_runs_the_task_once_a_point(tmp_path):
         ["trial_name=a,b", "hydra/launcher=basic", f"hydra.sweep.dir={tmp_path}"],
     )
     assert sorted(seen) == ["a", "b"]
+
+
+def test_the_help_lists_each_groups_options_from_one_copy_of_the_repository():
+    """one_repository: the same options as Hydra's own loader gives, the repository built once."""
+    hydra = opened()
+    loader = hydra.config_loader
+    own = loader.get_group_options("rollout")
+    built = []
+    make = loader._parse_overrides_and_create_caching_repo
+
+    def counted(*args):
+        built.append(args)
+        return make(*args)
+
+    loader._parse_overrides_and_create_caching_repo = counted
+    try:
+        with hydra_private.one_repository(loader):
+            assert loader.get_group_options("rollout") == own
+            assert loader.get_group_options("actor") and loader.get_group_options("cluster")
+    finally:
+        del loader._parse_overrides_and_create_caching_repo
+    assert len(built) == 1 and loader.get_group_options("rollout") == own

@@ -11,8 +11,9 @@ the calls `_run_hydra` makes, and nothing else of Hydra's internals is used anyw
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from omegaconf import DictConfig
 
@@ -81,9 +82,40 @@ def option_strings(parser: argparse.ArgumentParser) -> frozenset[str]:
 def show_help(
     hydra: Any, config_name: str, parser: argparse.ArgumentParser, ns: Any, hydra_help: bool
 ) -> None:
-    """--help (the app's help template) or --hydra-help, printed by Hydra."""
+    """--help (the app's help template) or --hydra-help, printed by Hydra, listing the config
+    groups' options from one copy of Hydra's config repository (one_repository)."""
     show = hydra.hydra_help if hydra_help else hydra.app_help
-    show(config_name=config_name, args_parser=parser, args=ns)
+    with one_repository(hydra.config_loader):
+        show(config_name=config_name, args_parser=parser, args=ns)
+
+
+@contextlib.contextmanager
+def one_repository(loader: Any) -> Iterator[None]:
+    """Hydra's help lists the config groups by asking its loader for each group's options, and
+    the loader builds (deep-copies) its whole config repository for every one of the ~100
+    asks: most of a 2 s --help. While the help is written, the asks share one copy."""
+    from hydra.core.object_type import ObjectType
+
+    repos: dict[Any, Any] = {}
+
+    def options(
+        group_name: str,
+        results_filter: Any = ObjectType.CONFIG,
+        config_name: Optional[str] = None,
+        overrides: Optional[list[str]] = None,
+    ) -> list[str]:
+        key = (config_name, tuple(overrides or ()))
+        if key not in repos:
+            repos[key] = loader._parse_overrides_and_create_caching_repo(
+                config_name, list(overrides or ())
+            )[1]
+        return list(repos[key].get_group_options(group_name, results_filter))
+
+    loader.get_group_options = options
+    try:
+        yield
+    finally:
+        del loader.get_group_options  # the class's own again
 
 
 def show_info(hydra: Any, info: str, config_name: str, overrides: Sequence[str]) -> None:
