@@ -28,8 +28,9 @@
 #   SLURM_ETC=/etc/slurm         where slurm.conf and gres.conf go; another folder (and other
 #   SLURM_CTLD_PORT=6817         ports, base and node prefix) runs a second cluster beside the
 #   SLURMD_PORT=17001            first: its commands then need SLURM_CONF=$SLURM_ETC/slurm.conf;
-#                                it has no accounting by default and never stops munged or MariaDB
-#                                (stop-slurm.sh with the same SLURM_ETC and SLURM_BASE)
+#                                it has no accounting by default and a munged of its own (its
+#                                socket in SLURM_BASE); stop-slurm.sh with the same SLURM_ETC and
+#                                SLURM_BASE stops it, never the usual cluster's daemons
 # e.g. 32 nodes beside the usual cluster:
 #   SLURM_ETC=/tmp/s32/etc SLURM_BASE=/tmp/s32 SLURM_CTLD_PORT=6917 SLURMD_PORT=17101 \
 #   SLURM_NODES=32 SLURM_CPU_NODES=0 SLURM_NODE_PREFIX=s32n bash scripts/slurm/start-slurm.sh
@@ -105,6 +106,13 @@ if [ "$CPU_NODES" -gt 0 ]; then  # no Gres: CPU-only, in a partition no job gets
   CPU_LINES="NodeName=$CPU_LIST NodeHostname=$HOST NodeAddr=127.0.0.1 Port=[$((NODE_PORT + NODES))-$((NODE_PORT + ALL - 1))] CPUs=$CPUS RealMemory=$MEM Feature=cpu State=UNKNOWN
 PartitionName=cpu Nodes=$CPU_LIST Default=NO MaxTime=INFINITE State=UP"
 fi
+# a second cluster's munged is its own (socket, pid, key copy under BASE): it starts and stops
+# with the cluster and never touches the usual cluster's
+MUNGE_SOCKET=/run/munge/munge.socket.2; MUNGE_PID=/run/munge/munged.pid; MUNGE_AUTH=""
+if [ "$ETC" != /etc/slurm ]; then
+  MUNGE_SOCKET=$BASE/munge/munge.socket; MUNGE_PID=$BASE/munge/munged.pid
+  MUNGE_AUTH=",socket=$MUNGE_SOCKET"
+fi
 # one /etc/hosts line per cluster, marked with its config folder (the usual one's: no folder)
 HOSTS_MARK="# start-slurm nodes"; [ "$ETC" = /etc/slurm ] || HOSTS_MARK="# start-slurm cluster $ETC"
 HOSTS_LINE="127.0.0.1 $NODENAMES $HOSTS_MARK"
@@ -138,7 +146,7 @@ new_conf=$(cat <<CONF
 ClusterName=arealtest
 SlurmctldHost=$HOST(127.0.0.1)
 AuthType=auth/munge
-AuthInfo=cred_expire=10
+AuthInfo=cred_expire=10$MUNGE_AUTH
 CredType=cred/munge
 SlurmUser=root
 SlurmdUser=root
@@ -198,14 +206,22 @@ if [ "$(own_hosts_line 0)" != "$HOSTS_LINE" ]; then
   cat "$BASE/hosts.new" > /etc/hosts; rm -f "$BASE/hosts.new"
 fi
 
-if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
+munge_ok() { munge -S "$MUNGE_SOCKET" -n 2>/dev/null | unmunge -S "$MUNGE_SOCKET" >/dev/null 2>&1; }
+if ! munge_ok; then
   [ -s /etc/munge/munge.key ] || { mungekey --create --keyfile=/etc/munge/munge.key; chown munge:munge /etc/munge/munge.key; chmod 600 /etc/munge/munge.key; }
-  mkdir -p /run/munge /var/log/munge /var/lib/munge
-  chown munge:munge /run/munge /var/log/munge /var/lib/munge; chmod 755 /run/munge
-  rm -f /run/munge/munge.socket.2.lock
-  runuser -u munge -- /usr/sbin/munged
-  for _ in $(seq 1 50); do munge -n 2>/dev/null | unmunge >/dev/null 2>&1 && break; sleep 0.1; done
-  log "munged started (pid $(pidof_file /run/munge/munged.pid))"
+  if [ "$ETC" = /etc/slurm ]; then
+    mkdir -p /run/munge /var/log/munge /var/lib/munge
+    chown munge:munge /run/munge /var/log/munge /var/lib/munge; chmod 755 /run/munge
+    rm -f /run/munge/munge.socket.2.lock
+    runuser -u munge -- /usr/sbin/munged
+  else
+    mkdir -p "$BASE/munge"; chown munge:munge "$BASE/munge"; chmod 755 "$BASE/munge"
+    rm -f "$MUNGE_SOCKET.lock"
+    runuser -u munge -- /usr/sbin/munged --socket="$MUNGE_SOCKET" --pid-file="$MUNGE_PID" \
+      --log-file="$BASE/munge/munged.log" --seed-file="$BASE/munge/munged.seed"
+  fi
+  for _ in $(seq 1 50); do munge_ok && break; sleep 0.1; done
+  log "munged started (pid $(pidof_file "$MUNGE_PID"))"
 fi
 
 if [ "$ACCT" = 1 ]; then

@@ -3,7 +3,7 @@
 # behind), then TERM (KILL after 15 s) slurmd(s), slurmctld, slurmdbd, MariaDB and munged,
 # each by its PID file only. --keep-munge: leave munged running (used on config changes).
 # SLURM_BASE and SLURM_ETC name the cluster as for start-slurm.sh; a second cluster (SLURM_ETC
-# not /etc/slurm) stops its own slurmctld and slurmd only: munged and MariaDB are shared.
+# not /etc/slurm) stops its own slurmctld, slurmd and munged only (MariaDB is the usual one's).
 set -uo pipefail
 BASE=${SLURM_BASE:-/tmp/areal-slurm}
 ETC=${SLURM_ETC:-/etc/slurm}
@@ -39,7 +39,8 @@ if [ -s "$BASE/state/slurmctld.pid" ] && kill -0 "$(cat "$BASE/state/slurmctld.p
   fi
 fi
 stop_pidfiles "$BASE"/state/slurmd-*.pid "$BASE/state/slurmctld.pid" "$BASE/state/slurmdbd.pid"
-if [ "$ETC" != /etc/slurm ]; then  # a second cluster: munged and MariaDB serve the usual one too
+if [ "$ETC" != /etc/slurm ]; then  # a second cluster: its own munged; MariaDB is the usual one's
+  [ "${1:-}" = "--keep-munge" ] || stop_pidfiles "$BASE/munge/munged.pid"
   mark=" # start-slurm cluster $ETC"  # its line in /etc/hosts goes (not on a restart)
   if [ "${1:-}" != "--keep-munge" ] && grep -qF -- "$mark" /etc/hosts; then
     awk -v m="$mark" 'substr($0, length($0) - length(m) + 1) != m' /etc/hosts > "$BASE/hosts.new" \
