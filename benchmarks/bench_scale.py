@@ -42,7 +42,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -235,6 +235,7 @@ class Sample:
     start_s: float
     phases: tuple[float, float, float]  # the CLI done, the last agent up, every worker running
     end_s: float  # kill, cancel or requeue: the event to its outcome
+    clear_s: float  # kill, cancel: the event to nothing left on the nodes (the CLI may run on)
     cpu_s: float  # the launcher's own, whole run
     mem_mib: float  # peak per node
     cli_mib: float
@@ -253,7 +254,7 @@ class Run:
         self.cli_cpu = 0.0
         self.cli_kib = 0
         self.job: Optional[str] = None
-        self.begun = self.cli_done = 0.0
+        self.begun = self.cli_done = self.event_at = self.clear_at = 0.0
         self.phases = (0.0, 0.0, 0.0)
 
     def start(self) -> float:
@@ -288,8 +289,16 @@ class Run:
         self.cli_kib = usage.ru_maxrss
 
     def gone(self, within_s: float = 120) -> float:
-        """time.time() when nothing of the run is left on any node (and the CLI has ended)."""
-        return wait_until(lambda: self.procs.scan() == 0 and self._cli_done(), within_s, "gone")
+        """time.time() when nothing of the run is left on any node and the CLI has ended
+        (clear_at: when the nodes were clear; on Ray the driver, the CLI, exits after)."""
+
+        def check() -> bool:
+            if self.procs.scan() != 0:
+                return False
+            self.clear_at = self.clear_at or time.time()
+            return self._cli_done()
+
+        return wait_until(check, within_s, "gone")
 
     def _cli_done(self) -> bool:
         if self.proc.returncode is not None:
@@ -312,6 +321,7 @@ class Run:
             start_s,
             self.phases,
             end_s,
+            self.clear_at - self.event_at if self.event_at and self.clear_at else end_s,
             cpu / self.nodes,
             self.procs.peak_mib_per_node(),
             self.cli_kib / 1024,
@@ -321,14 +331,14 @@ class Run:
 def kill_one(run: Run) -> float:
     """A stand-in on the last node SIGKILLed: seconds to nothing of the run left."""
     victim = standin_pid(run.run_dir / "standin", f"beat-{run.nodes * run.per_node - 1}")
-    killed = time.time()
+    killed = run.event_at = time.time()
     os.kill(victim, 9)
     return run.gone() - killed
 
 
 def cancel(run: Run) -> float:
     handle = run.job if run.job else str(run.run_dir)
-    begun = time.time()
+    begun = run.event_at = time.time()
     subprocess.run([CLI, "cancel", handle], env=run.env, capture_output=True, timeout=120)
     return run.gone() - begun
 
@@ -535,7 +545,10 @@ def row_cells(r: Row, per_node: int) -> list[str]:
             return "-"
         ours = med([s.end_s for s in r.ours[name]])
         alone = med([a[1] for a in r.alone.get(name, [])])
-        return f"{ours:.2f} ({alone:.2f})" if r.alone.get(name) else f"{ours:.2f}"
+        if r.alone.get(name):
+            return f"{ours:.2f} ({alone:.2f})"
+        clear = med([s.clear_s for s in r.ours[name]])  # Ray: the nodes, then the driver
+        return f"{ours:.2f} (nodes clear {clear:.2f})"
 
     return [
         r.runner + (f" ({r.label})" if r.label else ""),
@@ -543,6 +556,7 @@ def row_cells(r: Row, per_node: int) -> list[str]:
         str(r.nodes * per_node + min(r.nodes, RANK_NODES) * 2),  # workers, torchruns, ranks
         f"{start:.2f} ({floor:.2f})" if r.alone else f"{start:.2f}",
         f"{start - floor:.2f}" if r.alone else "-",
+        f"{med([s.phases[2] for s in every]):.2f}",
         event("kill"),
         event("cancel"),
         event("requeue"),
@@ -558,6 +572,7 @@ HEADER = [
     "processes",
     "start s (Slurm alone)",
     "launcher's share s",
+    "workers running s",
     "kill s (Slurm alone)",
     "cancel s (Slurm alone)",
     "requeue s (Slurm alone)",
@@ -598,6 +613,11 @@ def ratios(rows: list[Row]) -> list[str]:
                 for e, r in ((ea, a), (eb, b))
             ]
             line += f", launcher's share of the start {share[1] / share[0]:.2f}x"
+            workers = [
+                med([s.phases[2] for s in e]) - med([x[0] for p in r.alone.values() for x in p])
+                for e, r in ((ea, a), (eb, b))
+            ]
+            line += f" (of the workers' start {workers[1] / workers[0]:.2f}x)"
         out.append(line)
     return out
 
@@ -683,6 +703,7 @@ def main() -> None:
     ap.add_argument("--baseline", default="", help="another checkout, measured alongside")
     ap.add_argument("--no-alone", action="store_true", help="skip what Slurm alone takes")
     ap.add_argument("--keep", action="store_true", help="leave the Slurm cluster running")
+    ap.add_argument("--save", default="", help="write every sample to this JSON file")
     ap.add_argument("--doc", action="store_true", help="write docs/benchmarks.md's section")
     ap.add_argument("--note", default="", help="what the machine was doing, for the doc")
     args = ap.parse_args()
@@ -691,6 +712,8 @@ def main() -> None:
         os.environ["XDG_CACHE_HOME"] = str(work / "cache")  # job ids: this cluster's own index
         rows = run_slurm(args, work) + run_ray(args, work)
     text = table(rows, args.per_node)
+    if args.save:
+        Path(args.save).write_text(json.dumps([asdict(r) for r in rows], indent=1))
     notes = ratios(rows)
     print(text)
     print("\n".join(notes))
