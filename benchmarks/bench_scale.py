@@ -279,7 +279,8 @@ class Run:
         wait_until(lambda: set(started(stand, begun)) >= self.want, 300, "every process running")
         stamps = started(stand, begun)
         workers = max(t for name, t in stamps.items() if name.startswith("beat-"))
-        self.phases = (self.cli_done - begun, self.procs.agents_up() - begun, workers - begun)
+        cli = self.cli_done - begun if self.cli_done else float("nan")  # Ray's CLI runs on
+        self.phases = (cli, self.procs.agents_up() - begun, workers - begun)
         return max(stamps.values()) - begun
 
     def _reap_cli(self, proc: subprocess.Popen) -> None:
