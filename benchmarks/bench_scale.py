@@ -205,6 +205,13 @@ def expected(nodes: int, per_node: int) -> set[str]:
     return workers | {f"actor-node{k}.rank{k}" for k in range(ranks)}
 
 
+def free_port() -> int:
+    from launcher.node.ports import PortReserver
+
+    with PortReserver() as ports:
+        return ports.take()
+
+
 def launch_argv(runner: str, nodes: int, per_node: int, run_dir: Path, extra: list[str]):
     ranks = min(nodes, RANK_NODES)
     beat = f"0-{nodes * GPUS - 1}:0-{nodes * per_node - 1}"
@@ -222,6 +229,7 @@ def launch_argv(runner: str, nodes: int, per_node: int, run_dir: Path, extra: li
         f"cluster.gpus_per_node={GPUS}",
         "cluster.device=cuda",
         "launcher.grace_period_s=5",
+        f"launcher.base_port={free_port()}",  # not 30000, which other runs here count from
         f"hydra.run.dir={run_dir}",
         f"+launcher.env.STANDIN_DIR={run_dir}/standin",
         "+launcher.env.OMP_NUM_THREADS=1",

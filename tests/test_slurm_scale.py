@@ -75,6 +75,7 @@ def launch(run_dir: Path, env: dict, ranks: int) -> tuple[str, str]:
             f"cluster.gpus_per_node={GPUS}",
             "cluster.device=cuda",
             "launcher.grace_period_s=5",
+            f"launcher.base_port={free_port()}",  # not 30000, which other runs here count from
             f"hydra.run.dir={run_dir}",
             f"+launcher.env.STANDIN_DIR={run_dir}/standin",
             f"+launcher.env.TEST_RUN_TAG={tag}",
@@ -87,6 +88,13 @@ def launch(run_dir: Path, env: dict, ranks: int) -> tuple[str, str]:
     )
     assert out.returncode == 0, out.stderr
     return out.stdout.split()[-1], tag
+
+
+def free_port() -> int:
+    from launcher.node.ports import PortReserver
+
+    with PortReserver() as ports:
+        return ports.take()
 
 
 def running(run_dir: Path) -> dict[str, str]:
