@@ -33,6 +33,7 @@ when done; --slurm '' skips it) and Ray installed for Ray (--ray '' skips it).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import re
@@ -662,6 +663,9 @@ def run_slurm(args, work: Path) -> list[Row]:
     counts = sizes(args.slurm)
     if not counts:
         return []
+    if os.geteuid() != 0:
+        print("Slurm skipped: start-slurm.sh needs root (--slurm '' skips it)", file=sys.stderr)
+        return []
     env = slurm_cluster(max(counts))
     rows = []
     try:
@@ -688,6 +692,9 @@ def run_slurm(args, work: Path) -> list[Row]:
 def run_ray(args, work: Path) -> list[Row]:
     counts = sizes(args.ray)
     if not counts:
+        return []
+    if importlib.util.find_spec("ray") is None:
+        print("Ray skipped: not installed (make install-test)", file=sys.stderr)
         return []
     state = Path(tempfile.mkdtemp(prefix="rs.", dir="/tmp"))
     try:
