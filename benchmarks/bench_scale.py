@@ -48,13 +48,15 @@ from pathlib import Path
 from typing import Callable, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the stand-in's module, tests/scale_standin.py
+from tests.scale_standin import GPUS  # noqa: E402  (one home: how a run of stand-ins launches)
+from tests.scale_standin import overrides as standin_overrides  # noqa: E402
+
 PY = sys.executable
 CLI = str(Path(PY).parent / "areal-launch")
-STANDIN = str(ROOT / "tests" / "scale_standin.py")
 TICKS = os.sysconf("SC_CLK_TCK")
 SAMPLE_S = 0.2
 HOLD_S = 3.0  # every process running this long before the kill, cancel or requeue
-GPUS = 8
 RANK_NODES = 8  # the torchrun job spans this many nodes (fewer on smaller runs)
 SLURM_ENV = {  # the script's own Slurm cluster, beside the usual test cluster
     "SLURM_BASE": "/tmp/areal-scale",
@@ -206,33 +208,12 @@ def expected(nodes: int, per_node: int) -> set[str]:
     return workers | {f"actor-node{k}.rank{k}" for k in range(ranks)}
 
 
-def free_port() -> int:
-    from launcher.node.ports import PortReserver
-
-    with PortReserver() as ports:
-        return ports.take()
-
-
 def launch_argv(runner: str, nodes: int, per_node: int, run_dir: Path, extra: list[str]):
     ranks = min(nodes, RANK_NODES)
-    beat = f"0-{nodes * GPUS - 1}:0-{nodes * per_node - 1}"
-    actor = ",".join(str(k * GPUS) for k in range(ranks))
     return [
         CLI,
         f"launcher={runner}",
-        "rollout=none",
-        f"actor.backend=fsdp:d{ranks}",
-        f"trainer.entry={STANDIN}",
-        f"+components.beat.entry={STANDIN}",
-        f"+cluster.component_placement.beat='{beat}'",
-        f"+cluster.component_placement.actor='{actor}'",
-        f"cluster.num_nodes={nodes}",
-        f"cluster.gpus_per_node={GPUS}",
-        "cluster.device=cuda",
-        "launcher.grace_period_s=5",
-        f"launcher.base_port={free_port()}",  # not 30000, which other runs here count from
-        f"hydra.run.dir={run_dir}",
-        f"+launcher.env.STANDIN_DIR={run_dir}/standin",
+        *standin_overrides(nodes, per_node, ranks, str(run_dir)),
         "+launcher.env.OMP_NUM_THREADS=1",
         *extra,
     ]

@@ -18,6 +18,36 @@ import time
 from pathlib import Path
 
 CONTROL, REQUEST, DONE = "control", "checkpoint", "checkpoint.done"  # checkpoints.py's names
+GPUS = 8  # per node, as the scale clusters have them (start-slurm.sh, start-ray-cluster.sh)
+
+
+def overrides(nodes: int, per_node: int, ranks: int, run_dir: str) -> list[str]:
+    """`areal-launch` overrides (the runner's left out) for a run of stand-ins: `per_node`
+    workers on every node (component `beat`, a process map over the nodes' GPUs) and a torchrun
+    job of one rank on each of the first `ranks` nodes (the actor), each writing its start
+    record into <run_dir>/standin; ports counted from a free one, not 30000, which other runs
+    on this machine count from."""
+    from launcher.node.ports import PortReserver  # here: a stand-in process imports no more
+
+    with PortReserver() as ports:
+        base = ports.take()
+    me = os.path.abspath(__file__)
+    actor = ",".join(str(k * GPUS) for k in range(ranks))
+    return [
+        "rollout=none",
+        f"actor.backend=fsdp:d{ranks}",
+        f"trainer.entry={me}",
+        f"+components.beat.entry={me}",
+        f"+cluster.component_placement.beat='0-{nodes * GPUS - 1}:0-{nodes * per_node - 1}'",
+        f"+cluster.component_placement.actor='{actor}'",
+        f"cluster.num_nodes={nodes}",
+        f"cluster.gpus_per_node={GPUS}",
+        "cluster.device=cuda",
+        "launcher.grace_period_s=5",
+        f"launcher.base_port={base}",
+        f"hydra.run.dir={run_dir}",
+        f"+launcher.env.STANDIN_DIR={run_dir}/standin",
+    ]
 
 
 def answer_checkpoint(run_dir: Path, answered: str) -> str:

@@ -22,13 +22,13 @@ from pathlib import Path
 import pytest
 
 from tests.processes import survivors
+from tests.scale_standin import overrides
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(420)]
 ROOT = Path(__file__).resolve().parent.parent
 EXE = str(Path(sys.executable).parent / "areal-launch")
 SCRIPTS = ROOT / "scripts" / "slurm"
-STANDIN = str(ROOT / "tests" / "scale_standin.py")
-NODES, PER_NODE, GPUS = 8, 2, 8
+NODES, PER_NODE = 8, 2
 PREFIX = "eight"  # the nodes' names: eight1 .. eight8
 CLUSTER = {  # beside the usual test cluster (6817, 17001+, /etc/slurm) and bench_scale's
     "SLURM_BASE": "/tmp/areal-slurm-eight",
@@ -63,21 +63,7 @@ def launch(run_dir: Path, env: dict, ranks: int) -> tuple[str, str]:
         [
             EXE,
             "launcher=slurm",
-            "rollout=none",
-            f"actor.backend=fsdp:d{ranks}",
-            f"trainer.entry={STANDIN}",
-            f"+components.beat.entry={STANDIN}",
-            f"+cluster.component_placement.beat='0-{NODES * GPUS - 1}:0-{NODES * PER_NODE - 1}'",
-            "+cluster.component_placement.actor='"
-            + ",".join(str(k * GPUS) for k in range(ranks))
-            + "'",
-            f"cluster.num_nodes={NODES}",
-            f"cluster.gpus_per_node={GPUS}",
-            "cluster.device=cuda",
-            "launcher.grace_period_s=5",
-            f"launcher.base_port={free_port()}",  # not 30000, which other runs here count from
-            f"hydra.run.dir={run_dir}",
-            f"+launcher.env.STANDIN_DIR={run_dir}/standin",
+            *overrides(NODES, PER_NODE, ranks, str(run_dir)),
             f"+launcher.env.TEST_RUN_TAG={tag}",
         ],
         capture_output=True,
@@ -88,13 +74,6 @@ def launch(run_dir: Path, env: dict, ranks: int) -> tuple[str, str]:
     )
     assert out.returncode == 0, out.stderr
     return out.stdout.split()[-1], tag
-
-
-def free_port() -> int:
-    from launcher.node.ports import PortReserver
-
-    with PortReserver() as ports:
-        return ports.take()
 
 
 def running(run_dir: Path) -> dict[str, str]:
