@@ -3,20 +3,26 @@
 # runner's tests (tests/conftest.py `ray_cluster`) and benchmarks; scripts/run-tests.sh starts one
 # around `make test`. Measured facts behind each choice: /work/shared/reference/ray.md.
 #   start-ray-cluster.sh [DIR]     (DIR: state folder; default: a new `mktemp -d /tmp/rc.XXXXXX`)
-# Env: RAY_NODES (2), RAY_GPUS_PER_NODE (8), RAY_CPUS_PER_NODE (2), RAY_OBJ_MB (128 per node),
+# Env: RAY_NODES (2, up to 16), RAY_GPUS_PER_NODE (8), RAY_CPUS_PER_NODE (2), RAY_OBJ_MB (128 per node),
 #      RAY_CPU_NODES (1: CPU-only nodes after them, no GPUs and the custom resource cpu_node: 1,
 #      what a plan's CPU-only node group asks for with launcher.group_resources.cpu={cpu_node: 1}),
 #      RAY_DASHBOARD (1: HTTP API on the head, needed by `ray job` and the state API; 0: off),
 #      RAY_BIN (the `ray` CLI of the venv the driver uses, versions must match; default: this
-#      project's .venv/bin/ray, else `ray` on PATH).
+#      project's .venv/bin/ray, else `ray` on PATH),
+#      RAY_IP_PREFIX (127.0.0: the nodes' loopback addresses; another, e.g. 127.0.1, runs a second
+#      cluster beside the test cluster, on addresses of its own).
 # Node k runs `ray start --block` in a session of its own (PID file DIR/node<k>.pid == session id)
-# with --node-ip-address 127.0.0.<k+2> (127.0.0.1 is rewritten by Ray to the host's external IP).
+# with --node-ip-address <prefix>.<k+2> (127.0.0.1 is rewritten by Ray to the host's external IP).
 # Prints, and writes to DIR/env, the variables a driver needs:
 #   RAY_ADDRESS (GCS host:port for ray.init), RAY_API_SERVER_ADDRESS (http://.. for `ray job`),
 #   RAY_TMPDIR (keeps Ray's files inside DIR). Stop with stop-ray-cluster.sh DIR.
 set -euo pipefail
 NODES=${RAY_NODES:-2}; GPUS=${RAY_GPUS_PER_NODE:-8}; CPUS=${RAY_CPUS_PER_NODE:-2}
-CPU_NODES=${RAY_CPU_NODES:-1}; ALL=$((NODES + CPU_NODES))
+CPU_NODES=${RAY_CPU_NODES:-1}; ALL=$((NODES + CPU_NODES)); PREFIX=${RAY_IP_PREFIX:-127.0.0}
+[[ $NODES =~ ^[0-9]+$ ]] && [ "$NODES" -ge 1 ] && [ "$NODES" -le 16 ] \
+  || { echo "RAY_NODES=$NODES: choose 1 to 16 (one raylet each on this machine)" >&2; exit 1; }
+[[ $PREFIX =~ ^127\.[0-9]{1,3}\.[0-9]{1,3}$ ]] \
+  || { echo "RAY_IP_PREFIX=$PREFIX: a loopback prefix such as 127.0.1" >&2; exit 1; }
 OBJ=$(( ${RAY_OBJ_MB:-128} * 1024 * 1024 ))
 PROJECT_RAY=$(cd "$(dirname "$0")/../.." && pwd)/.venv/bin/ray
 RAY=${RAY_BIN:-$([ -x "$PROJECT_RAY" ] && echo "$PROJECT_RAY" || echo ray)}
@@ -46,7 +52,7 @@ export RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S=${RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEO
 
 common() {  # args: k (nodes from NODES on are CPU-only)
   local gpus=$GPUS; [ "$1" -ge "$NODES" ] && gpus=0
-  echo --node-ip-address=127.0.0.$(( $1 + 2 )) --num-cpus="$CPUS" --num-gpus="$gpus" \
+  echo --node-ip-address="$PREFIX.$(( $1 + 2 ))" --num-cpus="$CPUS" --num-gpus="$gpus" \
     --object-store-memory="$OBJ" --temp-dir="$DIR/n$1" --dashboard-agent-listen-port="${PORTS[$((3 + $1))]}" \
     --min-worker-port=0 --max-worker-port=0 --disable-usage-stats --block
 }
@@ -70,12 +76,12 @@ start_node 0 --head --port="$GCS" --ray-client-server-port="$CLIENT" \
   --include-dashboard="$([ "${RAY_DASHBOARD:-1}" = 1 ] && echo true || echo false)" \
   --dashboard-host=127.0.0.1 --dashboard-port="$DASH"
 wait_up 0 || fail "the head did not start"
-for k in $(seq 1 $((NODES - 1))); do start_node "$k" --address="127.0.0.2:$GCS"; done
+for k in $(seq 1 $((NODES - 1))); do start_node "$k" --address="$PREFIX.2:$GCS"; done
 for k in $(seq "$NODES" $((ALL - 1))); do
-  start_node "$k" --address="127.0.0.2:$GCS" --resources='{"cpu_node": 1}'; done
+  start_node "$k" --address="$PREFIX.2:$GCS" --resources='{"cpu_node": 1}'; done
 for k in $(seq 1 $((ALL - 1))); do wait_up "$k" || fail "node $k did not start"; done
 cat >"$DIR/env" <<ENV
-export RAY_ADDRESS=127.0.0.2:$GCS
+export RAY_ADDRESS=$PREFIX.2:$GCS
 export RAY_API_SERVER_ADDRESS=http://127.0.0.1:$DASH
 export RAY_TMPDIR=$DIR
 ENV

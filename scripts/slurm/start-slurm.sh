@@ -11,8 +11,11 @@
 # Measured facts behind each choice: /work/shared/reference/slurm.md.
 # Tunables (env):
 #   SLURM_BASE=/tmp/areal-slurm  state, logs, pid files, fake GPU links
-#   SLURM_NODES=2                GPU nodes node1..nodeN (all on 127.0.0.1, slurmd ports 17001+)
-#   SLURM_CPU_NODES=1            CPU-only nodes after them (partition cpu), 0: none
+#   SLURM_NODES=2                GPU nodes node1..nodeN, 1 to 32 (Slurm's multiple-slurmd: one
+#                                slurmd per node name, all on 127.0.0.1, slurmd ports 17001+)
+#   SLURM_CPU_NODES=1            CPU-only nodes after them (partition cpu), 0 to 8, 0: none
+#   SLURM_NODE_PREFIX=node       the nodes' names: <prefix>1, <prefix>2, ... (a second cluster
+#                                takes names of its own, so /etc/hosts holds both)
 #   SLURM_CPUS=16                CPUs advertised per node (may exceed the real cores)
 #   SLURM_GPUS=8                 fake GPUs per node
 #   SLURM_GPU_TYPE=h100          their gres type (Gres=gpu:h100:8, as sites name theirs; the
@@ -23,21 +26,29 @@
 #                                "accounting storage is disabled"; saves ~20 s of install)
 #   SLURM_WAIT=60                seconds to wait for all nodes to be idle
 #   SLURM_ETC=/etc/slurm         where slurm.conf and gres.conf go; another folder (and other
-#   SLURM_CTLD_PORT=6817         ports) runs a second cluster beside the first: its commands
-#   SLURMD_PORT=17001            then need SLURM_CONF=$SLURM_ETC/slurm.conf (accounting off)
+#   SLURM_CTLD_PORT=6817         ports, base and node prefix) runs a second cluster beside the
+#   SLURMD_PORT=17001            first: its commands then need SLURM_CONF=$SLURM_ETC/slurm.conf;
+#                                it has no accounting by default and a munged of its own (its
+#                                socket in SLURM_BASE); stop-slurm.sh with the same SLURM_ETC and
+#                                SLURM_BASE stops it, never the usual cluster's daemons
+# e.g. 32 nodes beside the usual cluster:
+#   SLURM_ETC=/tmp/s32/etc SLURM_BASE=/tmp/s32 SLURM_CTLD_PORT=6917 SLURMD_PORT=17101 \
+#   SLURM_NODES=32 SLURM_CPU_NODES=0 SLURM_NODE_PREFIX=s32n bash scripts/slurm/start-slurm.sh
 set -euo pipefail
 
 BASE=${SLURM_BASE:-/tmp/areal-slurm}
 NODES=${SLURM_NODES:-2}
 CPU_NODES=${SLURM_CPU_NODES:-1}
+PREFIX=${SLURM_NODE_PREFIX:-node}
 CPUS=${SLURM_CPUS:-16}
 GPUS=${SLURM_GPUS:-8}
 GPU_TYPE=${SLURM_GPU_TYPE-h100}
 MEM=${SLURM_MEM:-8000}
-ACCT=${SLURM_ACCOUNTING:-1}
 WAIT=${SLURM_WAIT:-60}
 HOST=$(hostname -s)
 ETC=${SLURM_ETC:-/etc/slurm}
+# the usual cluster keeps the accounting daemons; a second one has none unless asked
+if [ "$ETC" = /etc/slurm ]; then ACCT=${SLURM_ACCOUNTING:-1}; else ACCT=${SLURM_ACCOUNTING:-0}; fi
 CONF=$ETC/slurm.conf
 GRES=$ETC/gres.conf
 CTLD_PORT=${SLURM_CTLD_PORT:-6817}
@@ -47,6 +58,12 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 T0=$SECONDS
 
 log() { echo "[start-slurm] $*" >&2; }
+[[ $NODES =~ ^[0-9]+$ ]] && [ "$NODES" -ge 1 ] && [ "$NODES" -le 32 ] \
+  || { log "SLURM_NODES=$NODES: choose 1 to 32 (one slurmd each on this machine)"; exit 1; }
+[[ $CPU_NODES =~ ^[0-9]+$ ]] && [ "$CPU_NODES" -le 8 ] \
+  || { log "SLURM_CPU_NODES=$CPU_NODES: choose 0 to 8"; exit 1; }
+[[ $PREFIX =~ ^[a-z][a-z0-9]{0,15}$ ]] \
+  || { log "SLURM_NODE_PREFIX=$PREFIX: a lower-case letter, then up to 15 letters or digits"; exit 1; }
 alive() {  # the pid file names a live slurm/munge/mariadb daemon
   [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null \
     && grep -Eq '^(slurmd|slurmctld|slurmdbd|munged|mariadbd)$' "/proc/$(cat "$1")/comm" 2>/dev/null; }
@@ -79,17 +96,26 @@ mkdir -p "$BASE"/state/ctld "$BASE"/log "$BASE"/fakedev "$ETC"
 for ((g = 0; g < GPUS; g++)); do               # gres/gpu File= must be a char device:
   ln -sfn /dev/null "$BASE/fakedev/nvidia$g"    # plain files are dropped, /dev/null links work
 done
-NODELIST="node[1-$NODES]"
+NODELIST="$PREFIX[1-$NODES]"
 GRES_SPEC="gpu:${GPU_TYPE:+$GPU_TYPE:}$GPUS"
 ALL=$((NODES + CPU_NODES))
-NODENAMES=$(seq -f "node%g" 1 "$ALL" | tr '\n' ' ')
+NODENAMES=$(seq -f "$PREFIX%g" 1 "$ALL" | tr '\n' ' ')
 CPU_LINES=""
 if [ "$CPU_NODES" -gt 0 ]; then  # no Gres: CPU-only, in a partition no job gets by default
-  CPU_LIST="node[$((NODES + 1))-$ALL]"
+  CPU_LIST="$PREFIX[$((NODES + 1))-$ALL]"
   CPU_LINES="NodeName=$CPU_LIST NodeHostname=$HOST NodeAddr=127.0.0.1 Port=[$((NODE_PORT + NODES))-$((NODE_PORT + ALL - 1))] CPUs=$CPUS RealMemory=$MEM Feature=cpu State=UNKNOWN
 PartitionName=cpu Nodes=$CPU_LIST Default=NO MaxTime=INFINITE State=UP"
 fi
-HOSTS_LINE="127.0.0.1 $NODENAMES # start-slurm nodes"
+# a second cluster's munged is its own (socket, pid, key copy under BASE): it starts and stops
+# with the cluster and never touches the usual cluster's
+MUNGE_SOCKET=/run/munge/munge.socket.2; MUNGE_PID=/run/munge/munged.pid; MUNGE_AUTH=""
+if [ "$ETC" != /etc/slurm ]; then
+  MUNGE_SOCKET=$BASE/munge/munge.socket; MUNGE_PID=$BASE/munge/munged.pid
+  MUNGE_AUTH=",socket=$MUNGE_SOCKET"
+fi
+# one /etc/hosts line per cluster, marked with its config folder (the usual one's: no folder)
+HOSTS_MARK="# start-slurm nodes"; [ "$ETC" = /etc/slurm ] || HOSTS_MARK="# start-slurm cluster $ETC"
+HOSTS_LINE="127.0.0.1 $NODENAMES $HOSTS_MARK"
 
 if [ "$ACCT" = 1 ]; then
   ACCT_CONF="AccountingStorageType=accounting_storage/slurmdbd
@@ -120,7 +146,7 @@ new_conf=$(cat <<CONF
 ClusterName=arealtest
 SlurmctldHost=$HOST(127.0.0.1)
 AuthType=auth/munge
-AuthInfo=cred_expire=10
+AuthInfo=cred_expire=10$MUNGE_AUTH
 CredType=cred/munge
 SlurmUser=root
 SlurmdUser=root
@@ -166,26 +192,36 @@ if [ "$(cat "$GRES" 2>/dev/null)" != "$new_gres" ]; then printf '%s\n' "$new_gre
 if [ "$ACCT" = 1 ] && [ "$(cat "$ETC/slurmdbd.conf" 2>/dev/null)" != "$new_dbd" ]; then
   printf '%s\n' "$new_dbd" > "$ETC/slurmdbd.conf"; chmod 600 "$ETC/slurmdbd.conf"; changed=1
 fi
-# node names resolve to loopback (a job's MASTER_ADDR is a node name)
-if [ "$(grep '# start-slurm nodes' /etc/hosts || true)" != "$HOSTS_LINE" ]; then
-  { grep -v '# start-slurm nodes' /etc/hosts || true; echo "$HOSTS_LINE"; } > "$BASE/hosts.new"
-  cat "$BASE/hosts.new" > /etc/hosts; rm -f "$BASE/hosts.new"
-fi
-
 # ---------------------------------------------------------------- 3. start
 if [ "$changed" = 1 ] && { alive "$BASE/state/slurmctld.pid" || ls "$BASE"/state/slurmd-*.pid >/dev/null 2>&1; }; then
   log "config changed: restarting the Slurm daemons"
   bash "$HERE/stop-slurm.sh" --keep-munge
 fi
 
-if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
+# node names resolve to loopback (a job's MASTER_ADDR is a node name)
+own_hosts_line() { awk -v m=" $HOSTS_MARK" -v keep="$1" \
+  '(length($0) > length(m) && substr($0, length($0) - length(m) + 1) == m) != keep' /etc/hosts; }
+if [ "$(own_hosts_line 0)" != "$HOSTS_LINE" ]; then
+  { own_hosts_line 1; echo "$HOSTS_LINE"; } > "$BASE/hosts.new"
+  cat "$BASE/hosts.new" > /etc/hosts; rm -f "$BASE/hosts.new"
+fi
+
+munge_ok() { munge -S "$MUNGE_SOCKET" -n 2>/dev/null | unmunge -S "$MUNGE_SOCKET" >/dev/null 2>&1; }
+if ! munge_ok; then
   [ -s /etc/munge/munge.key ] || { mungekey --create --keyfile=/etc/munge/munge.key; chown munge:munge /etc/munge/munge.key; chmod 600 /etc/munge/munge.key; }
-  mkdir -p /run/munge /var/log/munge /var/lib/munge
-  chown munge:munge /run/munge /var/log/munge /var/lib/munge; chmod 755 /run/munge
-  rm -f /run/munge/munge.socket.2.lock
-  runuser -u munge -- /usr/sbin/munged
-  for _ in $(seq 1 50); do munge -n 2>/dev/null | unmunge >/dev/null 2>&1 && break; sleep 0.1; done
-  log "munged started (pid $(pidof_file /run/munge/munged.pid))"
+  if [ "$ETC" = /etc/slurm ]; then
+    mkdir -p /run/munge /var/log/munge /var/lib/munge
+    chown munge:munge /run/munge /var/log/munge /var/lib/munge; chmod 755 /run/munge
+    rm -f /run/munge/munge.socket.2.lock
+    runuser -u munge -- /usr/sbin/munged
+  else
+    mkdir -p "$BASE/munge"; chown munge:munge "$BASE/munge"; chmod 755 "$BASE/munge"
+    rm -f "$MUNGE_SOCKET.lock"
+    runuser -u munge -- /usr/sbin/munged --socket="$MUNGE_SOCKET" --pid-file="$MUNGE_PID" \
+      --log-file="$BASE/munge/munged.log" --seed-file="$BASE/munge/munged.seed"
+  fi
+  for _ in $(seq 1 50); do munge_ok && break; sleep 0.1; done
+  log "munged started (pid $(pidof_file "$MUNGE_PID"))"
 fi
 
 if [ "$ACCT" = 1 ]; then

@@ -2,8 +2,12 @@
 # stop-slurm.sh - stop what start-slurm.sh started: cancel all jobs (so no slurmstepd is left
 # behind), then TERM (KILL after 15 s) slurmd(s), slurmctld, slurmdbd, MariaDB and munged,
 # each by its PID file only. --keep-munge: leave munged running (used on config changes).
+# SLURM_BASE and SLURM_ETC name the cluster as for start-slurm.sh; a second cluster (SLURM_ETC
+# not /etc/slurm) stops its own slurmctld, slurmd and munged only (MariaDB is the usual one's).
 set -uo pipefail
 BASE=${SLURM_BASE:-/tmp/areal-slurm}
+ETC=${SLURM_ETC:-/etc/slurm}
+export SLURM_CONF=$ETC/slurm.conf  # squeue and scancel ask this cluster's controller only
 log() { echo "[stop-slurm] $*" >&2; }
 
 stop_pidfiles() {
@@ -35,7 +39,14 @@ if [ -s "$BASE/state/slurmctld.pid" ] && kill -0 "$(cat "$BASE/state/slurmctld.p
   fi
 fi
 stop_pidfiles "$BASE"/state/slurmd-*.pid "$BASE/state/slurmctld.pid" "$BASE/state/slurmdbd.pid"
-if [ "${1:-}" = "--keep-munge" ]; then
+if [ "$ETC" != /etc/slurm ]; then  # a second cluster: its own munged; MariaDB is the usual one's
+  [ "${1:-}" = "--keep-munge" ] || stop_pidfiles "$BASE/munge/munged.pid"
+  mark=" # start-slurm cluster $ETC"  # its line in /etc/hosts goes (not on a restart)
+  if [ "${1:-}" != "--keep-munge" ] && grep -qF -- "$mark" /etc/hosts; then
+    awk -v m="$mark" 'substr($0, length($0) - length(m) + 1) != m' /etc/hosts > "$BASE/hosts.new" \
+      && cat "$BASE/hosts.new" > /etc/hosts; rm -f "$BASE/hosts.new"
+  fi
+elif [ "${1:-}" = "--keep-munge" ]; then
   stop_pidfiles /run/mysqld/mysqld.pid
 else
   stop_pidfiles /run/mysqld/mysqld.pid /run/munge/munged.pid
