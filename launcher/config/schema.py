@@ -397,13 +397,10 @@ def open_schema(schema: type = LaunchConfig) -> Any:
     return node
 
 
-# the user's own dicts whose keys take `+` on the command line, as Hydra wants it for new keys
-# (launcher.env.FOO=1 is a typo for +launcher.env.FOO=1 more often than not): they stay closed
-CLOSED = ("env", "components")
-
-
 def _open_all(node: Any) -> None:
-    """Open `node` and every node below it but the CLOSED dicts."""
+    """Open `node` and every node below it. The user's own dicts (`launcher.env`, `components`)
+    are open too: a config file adds a component or a variable as the command line does, and a
+    `+` on the command line would guard against no typo that an open key lets through."""
     from omegaconf import DictConfig, OmegaConf
 
     OmegaConf.set_struct(node, False)
@@ -411,7 +408,5 @@ def _open_all(node: Any) -> None:
         if OmegaConf.is_missing(node, key):
             continue
         child = node[key]
-        if isinstance(child, DictConfig) and key in CLOSED:
-            OmegaConf.set_struct(child, True)
-        elif isinstance(child, DictConfig):
+        if isinstance(child, DictConfig):
             _open_all(child)
