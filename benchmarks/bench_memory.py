@@ -29,12 +29,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_plan import plan, reference_loop, timed  # (this folder)
 
-from launcher.memory.estimate import EngineInput, InferenceOptions, Offload, TrainOptions, estimate
+from launcher.memory.estimate import EngineInput, InferenceOptions, TrainOptions, estimate
 from launcher.memory.fix import memory_report
 from launcher.memory.model_shape import ModelShapeError, shape_from_config
 from launcher.memory.suggest import suggest, suggest_within
 from launcher.spec.cluster import ClusterSpec
 from launcher.spec.errors import ConfigError
+from launcher.spec.offload import Offload
 from tests.model_configs import MODELS, shape
 
 H100 = 79.11

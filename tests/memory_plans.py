@@ -35,7 +35,7 @@ def apply_override(engines: list[EngineInput], text: str) -> list[EngineInput]:
 
     from launcher.memory.fix import KNOBS, _swap
     from launcher.memory.parts import memory_keys
-    from launcher.memory.train import Offload
+    from launcher.spec.offload import Offload
 
     out = list(engines)
     for item in text.split():

@@ -6,9 +6,10 @@ that fits. Peers' published configurations live in tests/peer_corpus.py (test_me
 from __future__ import annotations
 
 from launcher.memory.capacity import gpu_memory_from_name
-from launcher.memory.estimate import InferenceOptions, Offload, TrainOptions
+from launcher.memory.estimate import InferenceOptions, TrainOptions
 from launcher.memory.fix import memory_report
 from launcher.spec.cluster import ClusterSpec
+from launcher.spec.offload import Offload
 from tests.memory_plans import apply_override, engine
 from tests.model_configs import shape
 

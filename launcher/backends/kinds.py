@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, ClassVar, Generic, Mapping, Optional, Sequence
 from launcher.backends.common import layered_env, refuse_flags
 from launcher.backends.servers import ServerClient, ServerSet, local_gpus, process_name
 from launcher.memory.infer import InferenceOptions
-from launcher.memory.train import Offload, TrainOptions
+from launcher.memory.train import TrainOptions
 from launcher.spec import registry
 from launcher.spec.backend_facts import BackendFacts
 from launcher.spec.errors import ConfigError
+from launcher.spec.offload import Offload
 from launcher.spec.plan import (
     DEFAULT_SERVED_MODEL,
     ENV_COMPONENT,

@@ -321,11 +321,11 @@ def flag_check(prep: Prepared) -> Optional[FlagCheck]:
     """The rollout's flags the user wrote (AReaL's section, server_args, extra_args), each
     with where it was written, for the preflight's check with the engine's parser (None:
     none given, nothing to check)."""
-    found = prep.planned.engines.get("rollout")
+    found = prep.planned.engines.get(PRIMARY)
     origins = prep.planned.flag_origins
     if found is None or not origins:
         return None
-    return FlagCheck(found.alloc.backend, "rollout", dict(origins))
+    return FlagCheck(found.alloc.backend, PRIMARY, dict(origins))
 
 
 def shared_folders(prep: Prepared, run_dir: Path) -> Optional[Folders]:
@@ -491,7 +491,7 @@ def sharing_everything(overrides: list[str], composer: Composer) -> Optional[lis
     ):
         return None
     config = run.config
-    given = {n: b for n in ("rollout", "actor") if (b := backend_of(engine(config, n).backend))}
+    given = {n: b for n in (PRIMARY, POLICY) if (b := backend_of(engine(config, n).backend))}
     on_gpu0 = ", ".join(f"{n}: 0" for n in given)
     return [
         *(f"{n}.backend={b}:d1" for n, b in given.items()),

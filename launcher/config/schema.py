@@ -25,25 +25,13 @@ from launcher.spec.builtins import ENGINES
 from launcher.spec.entry import check_module, check_python, server_flags
 from launcher.spec.errors import ConfigError
 from launcher.spec.limits import seconds_problem
+from launcher.spec.offload import Offload
 from launcher.spec.request import HEALTH_TIMEOUT_S
 
 DEFAULT_MODEL_PATH = "~/.cache/areal-launch/tiny-llama"
 
 
 # ----------------------------------------------------------------------------- engines
-@dataclass
-class OffloadOptions:
-    """What a training engine moves to host memory between phases (collocated runs)."""
-
-    optimizer: bool = False
-    weight: bool = False
-    grad: bool = False
-
-    @property
-    def any(self) -> bool:
-        return self.optimizer or self.weight or self.grad
-
-
 @dataclass
 class Parallel:
     """The model-parallel sizes of an engine whose backend is written without dims and that
@@ -132,7 +120,7 @@ class TrainEngineBase:
     dtype: Optional[str] = None  # weights, grads, optimizer states; None: float32 on cpu, else bf16
     gradient_checkpointing: bool = False  # recompute each layer in backward (less memory)
     mb_spec: MicroBatchSpec = field(default_factory=MicroBatchSpec)
-    offload: OffloadOptions = field(default_factory=OffloadOptions)
+    offload: Offload = field(default_factory=Offload)
     parallel: Parallel = field(default_factory=Parallel)  # for a placed backend without dims
     # the model's settings for the entry point (precision, ...), handed to it in the plan
     model: Dict[str, Any] = field(default_factory=dict)

@@ -28,10 +28,11 @@ from typing import Optional, Sequence, Union
 from launcher.memory.infer import InferenceOptions, estimate_inference
 from launcher.memory.model_shape import ModelShape
 from launcher.memory.parts import CPU_TORCHRUN_AGENT_GIB, GIB, EngineNeed, gib
-from launcher.memory.train import Offload, TrainOptions, estimate_training
+from launcher.memory.train import TrainOptions, estimate_training
 from launcher.spec.alloc import ModelAllocation
 from launcher.spec.cluster import ClusterSpec
 from launcher.spec.errors import LaunchError
+from launcher.spec.offload import Offload
 from launcher.spec.plan import ComponentPlan
 
 __all__ = [

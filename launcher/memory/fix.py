@@ -15,11 +15,12 @@ from typing import Callable, Iterator, Optional, Sequence
 from launcher.memory.estimate import MAX_FIXES, EngineInput, MemoryProblem, MemoryReport, evaluate
 from launcher.memory.infer import InferenceOptions
 from launcher.memory.parts import memory_keys
-from launcher.memory.train import Offload, TrainOptions
+from launcher.memory.train import TrainOptions
 from launcher.planning.placement import offload_option
 from launcher.spec import registry
 from launcher.spec.alloc import ModelAllocation
 from launcher.spec.cluster import ClusterSpec
+from launcher.spec.offload import Offload
 from launcher.spec.plan import ComponentPlan
 
 # knob -> override key; {e} is the engine (actor, rollout, ...). A knob of the engine's backend

@@ -34,12 +34,13 @@ from launcher.memory.fix import TOKEN_STEP, memory_report, override
 from launcher.memory.infer import InferenceOptions
 from launcher.memory.model_shape import ModelShape
 from launcher.memory.parts import GIB, EngineNeed
-from launcher.memory.train import Offload, TrainOptions
+from launcher.memory.train import TrainOptions
 from launcher.spec import registry
 from launcher.spec.alloc import ModelAllocation
 from launcher.spec.builtins import POLICY, PRIMARY
 from launcher.spec.cluster import ClusterSpec
 from launcher.spec.errors import UserError
+from launcher.spec.offload import Offload
 from launcher.spec.plan import ComponentPlan
 
 POWERS = (1, 2, 4, 8, 16, 32, 64)

@@ -40,6 +40,7 @@ from launcher.memory.parts import (
 from launcher.spec.alloc import ModelAllocation
 from launcher.spec.backend_facts import MEGATRON
 from launcher.spec.errors import ConfigError
+from launcher.spec.offload import Offload
 
 # the micro-batch size (tokens) the peers' example configurations set most often
 # source of the number, named so: AReaL's examples/*.yaml set 10240 in 65 of ~100 uses
@@ -51,21 +52,6 @@ LOGPROB_CHUNK_TOKENS = 1024  # source of the number, named so: AReaL's gather_lo
 REDUCE_DTYPE = "float32"  # gradients reduce in fp32: our recipe's mixed precision
 OPTIMIZERS = ("adam", "adam_bf16", "sgd")
 RECOMPUTE = ("full", "selective", "none")
-
-
-@dataclass(frozen=True)
-class Offload:
-    """What a trainer moves to host memory between the train and rollout phases
-    (`<engine>.offload.*`): it frees the GPU for a collocated rollout engine, and comes back
-    before the train phase, so the train peak is unchanged."""
-
-    weight: bool = False
-    optimizer: bool = False
-    grad: bool = False
-
-    @property
-    def any(self) -> bool:
-        return self.weight or self.optimizer or self.grad
 
 
 @dataclass(frozen=True)

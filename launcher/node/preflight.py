@@ -27,8 +27,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional, Sequence
 
-from launcher.backends.kinds import serve_backend
-from launcher.backends.torchrun import entry_in
 from launcher.spec import registry, tracking
 from launcher.spec.entry import python_key
 from launcher.spec.request import FlagCheck, Materialized
@@ -140,6 +138,8 @@ def interpreter_problem(python: str) -> str:
 def foreign_entry(proc: Materialized) -> tuple[str, ...]:
     """The entry of `proc` when it is someone else's (`(script,)` or `("-m", module)`): not
     a file of this project, nor a backend's own server module; () otherwise."""
+    from launcher.backends.torchrun import entry_in  # the backends only where a check needs them
+
     entry = entry_in(proc.argv)
     if not entry:
         return ()
@@ -242,6 +242,8 @@ def flag_problems(procs: Sequence[Materialized], check: Optional[FlagCheck]) -> 
     from launcher.backends.checks import check_argvs
 
     package = registry.backend_facts(check.backend).install
+    from launcher.backends.kinds import serve_backend
+
     module = serve_backend(check.backend).module
     by_python: dict[str, tuple[Materialized, list[str]]] = {}
     for proc in procs:

@@ -35,17 +35,19 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Optional, Sequence
 
 from launcher.node import keeper, restarts
 from launcher.node.console import RunConsole, tail
 from launcher.node.failures import TRACEBACK_LINES, node_ranks, torchrun_root_cause
-from launcher.node.silence import Job, SilentHang, SilentWatch
 from launcher.node.tracebacks import FirstErrors, Printed
-from launcher.node.watchdog import Watchdog, foreign_stacks, stacks_tail
 from launcher.spec.plan import ENV_PROCESS, ENV_RESTART, ENV_RUN_MARKER
 from launcher.spec.request import LaunchRequest, Materialized, materialize
 from launcher.spec.runfolder import LOGS, status_file
+
+if TYPE_CHECKING:
+    from launcher.node.silence import SilentWatch
+    from launcher.node.watchdog import Watchdog
 
 TICK_S = 0.05  # how often exits are checked: bounds the delay from a failure to the stop
 PROBE_EVERY_S = 0.5
@@ -359,12 +361,16 @@ class NodeRun:
         self.finished: set[str] = set()  # trainers that exited 0 in this start
         history = restarts.read_all(self.run_dir)
         self.epoch = restarts.trainer_epoch(history)  # trainer starts so far, requeues included
-        self.watchdog = (
-            Watchdog(self.run_dir, request.hang_timeout_s, self._local_pids, self.epoch)
-            if request.hang_timeout_s
-            else None
-        )
-        self.silent = SilentWatch(request.hang_timeout_s) if request.hang_timeout_s else None
+        self.watchdog: Optional[Watchdog] = None
+        self.silent: Optional[SilentWatch] = None
+        if request.hang_timeout_s:  # imported only where a run is watched (start-up of a node)
+            from launcher.node.silence import SilentWatch
+            from launcher.node.watchdog import Watchdog
+
+            self.watchdog = Watchdog(
+                self.run_dir, request.hang_timeout_s, self._local_pids, self.epoch
+            )
+            self.silent = SilentWatch(request.hang_timeout_s)
         self.errors = FirstErrors()  # each process's first traceback (tracebacks.py)
         self._next_peek = 0.0
         self._next_show = 0.0
@@ -506,6 +512,9 @@ class NodeRun:
 
     def _silent_hang(self) -> Optional[RunResult]:
         """A trainer job that writes no heartbeats, silent or with a rank ended (silence.py)."""
+        from launcher.node.silence import Job, SilentHang
+        from launcher.node.watchdog import foreign_stacks, stacks_tail
+
         if self.silent is None:
             return None
         jobs: dict[str, list[Started]] = {}

@@ -13,7 +13,6 @@ from typing import Any, Mapping, Optional
 
 from launcher.config.schema import (
     LaunchConfig,
-    OffloadOptions,
     backend_of,
     backend_options,
     declared_engines,
@@ -32,6 +31,7 @@ from launcher.spec.builtins import (
 )
 from launcher.spec.entry import check_module, check_python, server_flags
 from launcher.spec.errors import ConfigError
+from launcher.spec.offload import Offload
 
 EXAMPLE_DIMS = {registry.SERVE: "d1", registry.TRAIN: "d2"}
 
@@ -44,7 +44,7 @@ class Engine:
     alloc: ModelAllocation
     options: Any  # the backend's Options dataclass (launcher.backends.<backend>.Options)
     offload: bool  # releases its memory between phases
-    offload_parts: Optional[OffloadOptions] = None  # training engines: what it offloads
+    offload_parts: Optional[Offload] = None  # training engines: what it offloads
     extra_args: tuple[str, ...] = ()
     inherited_from: Optional[str] = None
     model_path: str = ""  # the model it loads
@@ -171,7 +171,7 @@ def engines(
                 server_args=server_flags(f"{key}.server_args", dict(node.server_args)),
             )
         else:
-            parts: OffloadOptions = node.offload
+            parts: Offload = node.offload
             extra = source.extra_args if name in inherited else node.extra_args
             role = BUILTINS.get(name)
             training = Training(
@@ -204,7 +204,7 @@ def with_offload(config: LaunchConfig, names: tuple[str, ...]) -> LaunchConfig:
             changes[name] = dataclasses.replace(node, offload=True)
         else:
             changes[name] = dataclasses.replace(
-                node, offload=OffloadOptions(optimizer=True, weight=True, grad=node.offload.grad)
+                node, offload=Offload(optimizer=True, weight=True, grad=node.offload.grad)
             )
     return dataclasses.replace(config, **changes)
 

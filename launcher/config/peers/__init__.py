@@ -72,7 +72,9 @@ class Translation:
 def translate(job: Any, context: Context) -> Translation:
     """`job` with every peer's keys translated into ours, in place; what the adapters did."""
     from launcher.config.peers import areal, rlinf
+    from launcher.config.peers.edit import resolve_in_place
 
+    resolve_in_place(job)
     out = Translation()
     for adapter in (areal, rlinf):
         adapter.translate(job, context, out)

@@ -61,3 +61,29 @@ def drop_empty(node: Any, key: str) -> None:
         if child is None or (isinstance(child, DictConfig) and len(child) == 0):
             with open_dict(holder):
                 del holder[leaf]
+
+
+def resolve_in_place(node: Any) -> None:
+    """Every interpolation in `node` that resolves replaced by its value, so that taking a
+    peer's key out never breaks another that points at it (AReaL's `ref.scheduling_spec:
+    ${actor.scheduling_spec}`); one that does not resolve here (a key only the peer's trainer
+    has) stays as written, for the entry."""
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    keys = list(node) if isinstance(node, DictConfig) else range(len(node))
+    for key in keys:
+        if isinstance(node, DictConfig) and OmegaConf.is_missing(node, key):
+            continue
+        if OmegaConf.is_interpolation(node, key):
+            try:
+                value = node[key]
+            except OmegaConfBaseException:
+                continue
+            node[key] = (
+                OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+            )
+            continue
+        child = node[key]
+        if isinstance(child, (DictConfig, ListConfig)):
+            resolve_in_place(child)
