@@ -66,8 +66,16 @@ def test_the_table_and_the_map_show_gib_against_the_capacity(qwen8b, tmp_path):
     assert (tmp_path / "m.svg").read_text().count(" GiB</text>") == 8
 
 
+# refused at the estimate's low end: 16384 tokens without checkpointing (10240 only may not fit)
+TOO_BIG = (
+    "rollout.backend=sglang:d4",
+    "actor.backend=fsdp:d4",
+    "actor.mb_spec.max_tokens_per_mb=16384",
+)
+
+
 def test_a_plan_that_does_not_fit_is_refused_with_the_smallest_change_that_fits(qwen8b):
-    args = on_h100(qwen8b, "rollout.backend=sglang:d4", "actor.backend=fsdp:d4")
+    args = on_h100(qwen8b, *TOO_BIG)
     line = one_error_line(run(*args))
     assert line.startswith("error: does not fit: ") and "actor" in line
     assert "smallest change that fits: actor.gradient_checkpointing=true" in line
@@ -76,7 +84,7 @@ def test_a_plan_that_does_not_fit_is_refused_with_the_smallest_change_that_fits(
 
 
 def test_check_memory_warn_says_it_and_off_does_not_look(qwen8b):
-    args = on_h100(qwen8b, "rollout.backend=sglang:d4", "actor.backend=fsdp:d4")
+    args = on_h100(qwen8b, *TOO_BIG)
     warned = run(*args, "launcher.check_memory=warn")
     assert warned.returncode == 0 and "warning: does not fit:" in warned.stderr
     off = run(*args, "launcher.check_memory=off", "--json")
