@@ -637,6 +637,44 @@ CASES: dict[str, Case] = {
         "its dynamic cap is 24000 tokens, but a mini-batch gives each GPU 40 GSM8K "
         "sequences of about 200 tokens: 8192 tokens",
     ),
+    # the same recipe read with longer GSM8K samples (issue 33: "86.9 GiB estimated against
+    # 79.1 usable"): verl's flash-attn cross-entropy keeps 2 bytes a logit, not our 6
+    "verl-tuning-qwen2-72b-32xh800-16k": Case(
+        "verl",
+        VERL + "examples/tuning/70b/qwen2-70b_grpo_32_h800_fsdp_vllm.sh",
+        "Qwen2.5-72B",
+        "h800",
+        4,
+        verl_fsdp(
+            "vllm:d2t16",
+            "fsdp:d32",
+            16384,
+            512 + 512,
+            0.6,
+            param_offload=True,
+            optimizer_offload=True,
+        ),
+        assumed="docs/perf/device_tuning.rst (MIN, 32 x H800); 40 GSM8K sequences a GPU of "
+        "about 400 tokens (prompt and answer) in one dynamic micro-batch: 16384 tokens",
+    ),
+    "verl-tuning-qwen2-72b-32xh20-16k": Case(
+        "verl",
+        VERL + "examples/tuning/70b/qwen2-70b_grpo_32_h20_fsdp_vllm.sh",
+        "Qwen2.5-72B",
+        "h20",
+        4,
+        verl_fsdp(
+            "vllm:d2t16",
+            "fsdp:d32",
+            16384,
+            512 + 512,
+            0.6,
+            param_offload=True,
+            optimizer_offload=True,
+        ),
+        assumed="docs/perf/device_tuning.rst (MIN, 32 x H20); the H800 recipe's flags; 16384 "
+        "tokens a micro-batch as above",
+    ),
     "verl-tuning-qwen2.5-32b-8xh20-megatron": Case(
         "verl",
         VERL + "examples/tuning/32b/qwen2_32B_grpo_8_h20_megatron_vllm.sh",
