@@ -357,6 +357,20 @@ def openrlhf(
     }
 
 
+def verl_72b(tokens: int) -> dict[str, Any]:
+    """verl's Qwen2-72B GRPO recipe on 32 GPUs (examples/tuning/70b): vLLM tp 16 at 0.6, FSDP
+    over all 32 with param and optimizer offload, 512 + 512 tokens a sample."""
+    return verl_fsdp(
+        "vllm:d2t16",
+        "fsdp:d32",
+        tokens,
+        512 + 512,
+        0.6,
+        param_offload=True,
+        optimizer_offload=True,
+    )
+
+
 AREAL_GPU = "the config names no GPU: AReaL's installation guide's 8 x H800 per node"
 CASES: dict[str, Case] = {
     # ------------------------------------------------------------------ AReaL
@@ -624,15 +638,7 @@ CASES: dict[str, Case] = {
         "Qwen2.5-72B",
         "h800",
         4,
-        verl_fsdp(
-            "vllm:d2t16",
-            "fsdp:d32",
-            8192,
-            512 + 512,
-            0.6,
-            param_offload=True,
-            optimizer_offload=True,
-        ),
+        verl_72b(8192),
         assumed="docs/perf/device_tuning.rst (32 x H800); Qwen2-72B has Qwen2.5-72B's dims; "
         "its dynamic cap is 24000 tokens, but a mini-batch gives each GPU 40 GSM8K "
         "sequences of about 200 tokens: 8192 tokens",
@@ -645,15 +651,7 @@ CASES: dict[str, Case] = {
         "Qwen2.5-72B",
         "h800",
         4,
-        verl_fsdp(
-            "vllm:d2t16",
-            "fsdp:d32",
-            16384,
-            512 + 512,
-            0.6,
-            param_offload=True,
-            optimizer_offload=True,
-        ),
+        verl_72b(16384),
         assumed="docs/perf/device_tuning.rst (MIN, 32 x H800); 40 GSM8K sequences a GPU of "
         "about 400 tokens (prompt and answer) in one dynamic micro-batch: 16384 tokens",
     ),
@@ -663,15 +661,7 @@ CASES: dict[str, Case] = {
         "Qwen2.5-72B",
         "h20",
         4,
-        verl_fsdp(
-            "vllm:d2t16",
-            "fsdp:d32",
-            16384,
-            512 + 512,
-            0.6,
-            param_offload=True,
-            optimizer_offload=True,
-        ),
+        verl_72b(16384),
         assumed="docs/perf/device_tuning.rst (MIN, 32 x H20); the H800 recipe's flags; 16384 "
         "tokens a micro-batch as above",
     ),

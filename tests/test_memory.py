@@ -21,7 +21,7 @@ from launcher.memory.train import estimate_training, model_state_bytes
 from launcher.spec.alloc import parse_backend
 from launcher.spec.cluster import ClusterSpec
 from launcher.spec.errors import ConfigError, LaunchError
-from tests.memory_plans import apply_override, component, engine
+from tests.memory_plans import apply_override, component, cpu_run, engine
 from tests.model_configs import shape
 
 H100 = 79.11
@@ -352,22 +352,8 @@ def test_the_fix_for_a_crowded_rollout_phase_is_the_largest_fraction_that_fits()
 
 
 def test_the_cpu_run_is_checked_against_the_hosts_memory():
-    tiny = QWEN3_8B.__class__(
-        hidden_size=128,
-        num_layers=2,
-        num_heads=4,
-        num_kv_heads=4,
-        head_dim=32,
-        intermediate_size=256,
-        vocab_size=409,
-        dtype="float32",
-        max_position_embeddings=512,
-    )
     cpu = ClusterSpec(1, 3, "cpu")
-    engines = [
-        engine("rollout", "vllm:d1", [0], tiny, InferenceOptions(dtype="float32")),
-        engine("actor", "fsdp:d2", [1, 2], tiny, TrainOptions(dtype="float32")),
-    ]
+    engines = cpu_run()
     roomy, tight = memory_report(engines, cpu, 21.8), memory_report(engines, cpu, 4.0)
     assert roomy.fits is True and 3.5 < roomy.host_need_gib < 5
     assert tight.fits is False and tight.problems[0].kind == "host"

@@ -16,7 +16,7 @@ from launcher.memory.infer import estimate_inference
 from launcher.memory.train import estimate_training
 from launcher.spec.alloc import parse_backend
 from launcher.spec.cluster import ClusterSpec
-from tests.memory_plans import apply_override, engine
+from tests.memory_plans import apply_override, cpu_run, engine
 from tests.model_configs import shape
 
 H100 = 79.11
@@ -158,22 +158,8 @@ def test_the_report_says_the_range_in_the_plans_memory_section():
 
 
 def test_a_cpu_host_has_its_range_of_the_measured_process_costs():
-    tiny = QWEN3_8B.__class__(
-        hidden_size=128,
-        num_layers=2,
-        num_heads=4,
-        num_kv_heads=4,
-        head_dim=32,
-        intermediate_size=256,
-        vocab_size=409,
-        dtype="float32",
-        max_position_embeddings=512,
-    )
     cpu = ClusterSpec(1, 3, "cpu")
-    engines = [
-        engine("rollout", "vllm:d1", [0], tiny, InferenceOptions(dtype="float32")),
-        engine("actor", "fsdp:d2", [1, 2], tiny, TrainOptions(dtype="float32")),
-    ]
+    engines = cpu_run()
     report = memory_report(engines, cpu, 21.8)
     assert report.host_range is not None and report.host_need_gib is not None
     low, high = report.host_range
