@@ -152,6 +152,15 @@ def main() -> None:
         default="cpu",
         help="cuda: NCCL, one GPU a rank (scripts/gpu-check.sh)",
     )
+    ap.add_argument(
+        "--models", nargs="+", default=["tiny", "llama-170m"], help="which models to run"
+    )
+    ap.add_argument(
+        "--checkpointing",
+        choices=("off", "on", "both"),
+        default="both",
+        help="gradient checkpointing off, on, or a run of each",
+    )
     ap.add_argument("--json", type=Path, help="write the rows (measurements included) here")
     ap.add_argument(
         "--from",
@@ -171,11 +180,13 @@ def main() -> None:
     tiny = ensure()
     tiny_config = json.loads((Path(tiny) / "config.json").read_text())
     with tempfile.TemporaryDirectory() as tmp:
-        for name, config, model in (
+        models = (
             ("tiny", tiny_config, str(tiny)),
             ("llama-170m", {**LARGER, "model_type": "llama", "torch_dtype": "float32"}, None),
-        ):
-            for checkpointing in (False, True):
+        )
+        modes = {"off": (False,), "on": (True,), "both": (False, True)}[args.checkpointing]
+        for name, config, model in (m for m in models if m[0] in args.models):
+            for checkpointing in modes:
                 folder = Path(tmp) / f"{name}-{checkpointing}"
                 folder.mkdir()
                 spec = {

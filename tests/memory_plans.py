@@ -62,3 +62,26 @@ def apply_override(engines: list[EngineInput], text: str) -> list[EngineInput]:
         assert isinstance(parsed, (bool, int, float, Offload))
         out = _swap(out, name, **{field: parsed})
     return out
+
+
+# the default CPU run's model (launcher.worker.tiny_model's dims), as a shape
+TINY = ModelShape(
+    hidden_size=128,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=4,
+    head_dim=32,
+    intermediate_size=256,
+    vocab_size=409,
+    dtype="float32",
+    max_position_embeddings=512,
+)
+
+
+def cpu_run() -> list[EngineInput]:
+    """The default CPU run's engines: one vLLM CPU server and two FSDP ranks of the tiny model
+    on three process slots."""
+    return [
+        engine("rollout", "vllm:d1", [0], TINY, InferenceOptions(dtype="float32")),
+        engine("actor", "fsdp:d2", [1, 2], TINY, TrainOptions(dtype="float32")),
+    ]

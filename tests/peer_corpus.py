@@ -3,7 +3,11 @@
 Each case is one run a peer published as working (`fits=True`) or one out-of-memory report a
 static estimate can explain (`fits=False`): the plan overrides that say the same in our keys,
 the model's dims, the GPU type and node count, and the source (a peer repository at a pinned
-commit, or an issue). Written in our own words; what had to be assumed is in `assumed`.
+commit, or an issue). Written in our own words; what had to be assumed is in `assumed`. The
+memory check must refuse no working run (their estimate's low end fits) and warn of every
+report; an out-of-memory report is `explained` when even the low end overflows (refused
+whatever the engine's kernels), else only an engine that keeps more than the least would
+overflow (warned, naming the term).
 
 How peers' settings read in our keys (README "Memory: peers' settings in our keys"):
 - tokens per micro-batch: verl `ppo_max_token_len_per_gpu` (use_dynamic_bsz), slime
@@ -129,6 +133,7 @@ class Case:
     gpus_per_node: int = 8
     assumed: str = ""
     overflows: str = "actor"  # an out-of-memory case: the engine the refusal must name
+    explained: bool = False  # an out-of-memory case whose low end overflows: refused
 
 
 def colocated(*engines: str) -> dict[str, Any]:
@@ -352,6 +357,20 @@ def openrlhf(
     }
 
 
+def verl_72b(tokens: int) -> dict[str, Any]:
+    """verl's Qwen2-72B GRPO recipe on 32 GPUs (examples/tuning/70b): vLLM tp 16 at 0.6, FSDP
+    over all 32 with param and optimizer offload, 512 + 512 tokens a sample."""
+    return verl_fsdp(
+        "vllm:d2t16",
+        "fsdp:d32",
+        tokens,
+        512 + 512,
+        0.6,
+        param_offload=True,
+        optimizer_offload=True,
+    )
+
+
 AREAL_GPU = "the config names no GPU: AReaL's installation guide's 8 x H800 per node"
 CASES: dict[str, Case] = {
     # ------------------------------------------------------------------ AReaL
@@ -573,6 +592,7 @@ CASES: dict[str, Case] = {
         verl_fsdp("sglang:d2t2", "fsdp:d4", 24000, 512 + 1024, 0.6),
         gpus_per_node=4,
         fits=False,
+        explained=True,
         assumed="48 GB cards (L40S); fp32 master weights of 7.6 B parameters over "
         "4 GPUs are 28 GiB per GPU before any activation: a static estimate cannot fit it, the "
         "comment's run must have used smaller micro-batches",
@@ -618,18 +638,32 @@ CASES: dict[str, Case] = {
         "Qwen2.5-72B",
         "h800",
         4,
-        verl_fsdp(
-            "vllm:d2t16",
-            "fsdp:d32",
-            8192,
-            512 + 512,
-            0.6,
-            param_offload=True,
-            optimizer_offload=True,
-        ),
+        verl_72b(8192),
         assumed="docs/perf/device_tuning.rst (32 x H800); Qwen2-72B has Qwen2.5-72B's dims; "
         "its dynamic cap is 24000 tokens, but a mini-batch gives each GPU 40 GSM8K "
         "sequences of about 200 tokens: 8192 tokens",
+    ),
+    # the same recipe read with longer GSM8K samples (issue 33: "86.9 GiB estimated against
+    # 79.1 usable"): verl's flash-attn cross-entropy keeps 2 bytes a logit, not our 6
+    "verl-tuning-qwen2-72b-32xh800-16k": Case(
+        "verl",
+        VERL + "examples/tuning/70b/qwen2-70b_grpo_32_h800_fsdp_vllm.sh",
+        "Qwen2.5-72B",
+        "h800",
+        4,
+        verl_72b(16384),
+        assumed="docs/perf/device_tuning.rst (MIN, 32 x H800); 40 GSM8K sequences a GPU of "
+        "about 400 tokens (prompt and answer) in one dynamic micro-batch: 16384 tokens",
+    ),
+    "verl-tuning-qwen2-72b-32xh20-16k": Case(
+        "verl",
+        VERL + "examples/tuning/70b/qwen2-70b_grpo_32_h20_fsdp_vllm.sh",
+        "Qwen2.5-72B",
+        "h20",
+        4,
+        verl_72b(16384),
+        assumed="docs/perf/device_tuning.rst (MIN, 32 x H20); the H800 recipe's flags; 16384 "
+        "tokens a micro-batch as above",
     ),
     "verl-tuning-qwen2.5-32b-8xh20-megatron": Case(
         "verl",
@@ -858,5 +892,34 @@ CASES: dict[str, Case] = {
         fits=False,
         assumed="the 7B model taken as Qwen2.5-7B; gradient checkpointing on (the report "
         "cuts off before its flags)",
+    ),
+    # OpenRLHF/OpenRLHF#901: Qwen2.5-7B GRPO on 4 x 48 GB (A6000 Ada), the actor on 2 GPUs with
+    # ZeRO-2 in bf16, the ref on the other 2, micro-batches of 2 samples of a 1024-token prompt:
+    # out of memory whatever the batch size
+    "openrlhf-qwen2.5-7b-two-gpu-zero2-actor-oom": Case(
+        "OpenRLHF",
+        "https://github.com/OpenRLHF/OpenRLHF/issues/901",
+        "Qwen2.5-7B",
+        "a6000",
+        1,
+        {
+            "rollout.backend": None,
+            "actor.backend": "fsdp:d2",
+            "ref.backend": "fsdp:d2",
+            "cluster.component_placement.actor": "0-1",
+            "cluster.component_placement.ref": "2-3",
+            "cluster.gpus_per_node": 4,
+            "actor.dtype": "float32",
+            "actor.fsdp.mixed_precision": "bf16",
+            "actor.mb_spec.max_tokens_per_mb": 2 * (1024 + 1),
+            "ref.mb_spec.max_tokens_per_mb": 2 * (1024 + 1),
+        },
+        gpus_per_node=4,
+        fits=False,
+        explained=True,
+        assumed="ZeRO-2 keeps the bf16 weights whole on each GPU; written as a full shard "
+        "(fsdp:d2), which needs less, so the refusal holds for ZeRO-2 too; no vLLM engine "
+        "(its flags are cut off in the report); bf16 with fp32 master weights as DeepSpeed "
+        "keeps them",
     ),
 }

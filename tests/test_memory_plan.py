@@ -5,6 +5,7 @@ does not fit is refused before anything starts with the smallest change that fit
 from __future__ import annotations
 
 import json
+import re
 import shlex
 
 import pytest
@@ -66,8 +67,16 @@ def test_the_table_and_the_map_show_gib_against_the_capacity(qwen8b, tmp_path):
     assert (tmp_path / "m.svg").read_text().count(" GiB</text>") == 8
 
 
+# refused at the estimate's low end: 16384 tokens without checkpointing (10240 only may not fit)
+TOO_BIG = (
+    "rollout.backend=sglang:d4",
+    "actor.backend=fsdp:d4",
+    "actor.mb_spec.max_tokens_per_mb=16384",
+)
+
+
 def test_a_plan_that_does_not_fit_is_refused_with_the_smallest_change_that_fits(qwen8b):
-    args = on_h100(qwen8b, "rollout.backend=sglang:d4", "actor.backend=fsdp:d4")
+    args = on_h100(qwen8b, *TOO_BIG)
     line = one_error_line(run(*args))
     assert line.startswith("error: does not fit: ") and "actor" in line
     assert "smallest change that fits: actor.gradient_checkpointing=true" in line
@@ -75,8 +84,33 @@ def test_a_plan_that_does_not_fit_is_refused_with_the_smallest_change_that_fits(
     assert run(*args, *shlex.split(fix)).returncode == 0  # the fix is a real override
 
 
-def test_check_memory_warn_says_it_and_off_does_not_look(qwen8b):
+def test_a_plan_that_may_not_fit_starts_with_one_warning_naming_the_term_and_shows_the_range(
+    qwen8b,
+):
+    """Without checkpointing at 10240 tokens the actor fits at the estimate's low end, not at
+    its high end: said, not refused; the table, the memory line and the JSON carry the range."""
     args = on_h100(qwen8b, "rollout.backend=sglang:d4", "actor.backend=fsdp:d4")
+    out = run(*args)
+    assert out.returncode == 0, out.stderr
+    warned = [ln for ln in out.stderr.splitlines() if "may not fit" in ln]
+    assert len(warned) == 1 and warned[0].startswith("warning: GPU 4 (node 0) may not fit: ")
+    assert "the range of actor's activations decides" in warned[0]
+    assert warned[0].endswith("to be sure it fits: actor.gradient_checkpointing=true")
+    assert re.search(r"actor .*│ +\d+\.\d \(\d+\.\d-\d+\.\d\) │", out.stdout), out.stdout
+    assert re.search(
+        r"memory: may not fit: the fullest GPU needs [\d.]+ GiB \([\d.]+-[\d.]+ by the "
+        r"estimate's range\) of 79\.1 GiB",
+        out.stdout,
+    ), out.stdout
+    memory = json.loads(run(*args, "--json").stdout)["memory"]
+    assert memory["fits"] is True and memory["sure"] is False
+    assert [r["term"] for r in memory["risks"]] == ["activations"]
+    low, high = memory["engines"]["actor"]["range_gib"]
+    assert low < memory["engines"]["actor"]["per_gpu_gib"] < high
+
+
+def test_check_memory_warn_says_it_and_off_does_not_look(qwen8b):
+    args = on_h100(qwen8b, *TOO_BIG)
     warned = run(*args, "launcher.check_memory=warn")
     assert warned.returncode == 0 and "warning: does not fit:" in warned.stderr
     off = run(*args, "launcher.check_memory=off", "--json")

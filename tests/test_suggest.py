@@ -9,7 +9,7 @@ import pytest
 
 from launcher.backends.memory_inputs import plan_memory
 from launcher.cli.launch import prepare
-from launcher.memory.estimate import TrainOptions, estimate
+from launcher.memory.estimate import InferenceOptions, TrainOptions, estimate
 from launcher.memory.suggest import (
     COLLOCATED_SHARE,
     KV_USEFUL_TOKENS,
@@ -25,13 +25,15 @@ H100 = 79.11
 MB_KEY, GC_KEY = "actor.mb_spec.max_tokens_per_mb", "actor.gradient_checkpointing"
 
 
-def planned(suggestion, model, nodes: int):
-    """The plan the suggestion's overrides describe, composed and built as a launch does (the
-    model is a published config, not on this machine), and its memory checked the same way."""
+def planned(suggestion, model, nodes: int, per_node: int = 8, given: tuple[str, ...] = ()):
+    """The plan the suggestion's overrides describe (after the user's own, `given`), composed
+    and built as a launch does (the model is a published config, not on this machine), and its
+    memory checked the same way."""
     overrides = [
+        *given,
         *suggestion.overrides,
         f"cluster.num_nodes={nodes}",
-        "cluster.gpus_per_node=8",
+        f"cluster.gpus_per_node={per_node}",
         "cluster.device=cuda",
         "launcher.check_memory=off",
     ]
@@ -65,6 +67,28 @@ def test_suggestions_are_ranked_by_the_stated_throughput_proxy():
         assert s.score == pytest.approx(
             math.sqrt(generation * s.max_tokens_per_mb * s.trainer.dp) * share
         )
+
+
+def test_a_layout_that_may_not_fit_ranks_below_every_one_that_surely_does():
+    """Qwen3-8B on 4 GPUs, every micro-batch at least a 32768-token context: some layouts fit
+    only at the estimate's low end; they score higher, and rank below all that surely fit."""
+    model = shape("Qwen3-8B")
+    options = SuggestOptions(
+        top=50,
+        infer=InferenceOptions(context_length=32768),
+        train=TrainOptions(max_tokens_per_mb=32768),
+    )
+    found = suggest_within(model, ClusterSpec(1, 4), H100, options).found
+    sure = [s.sure for s in found]
+    assert True in sure and False in sure
+    assert sure == sorted(sure, reverse=True)  # every sure one first
+    best_sure = max(s.score for s in found if s.sure)
+    assert max(s.score for s in found if not s.sure) > best_sure
+    given = ("actor.mb_spec.max_tokens_per_mb=32768",)  # what the user asked, kept
+    for s in (found[0], next(s for s in found if not s.sure)):
+        report, _ = planned(s, model, 1, 4, given)
+        assert report.fits is True and report.sure is s.sure, s.command()
+    assert found[-1].to_dict()["sure"] is False
 
 
 def test_collocated_suggestions_turn_offload_on_both_sides():

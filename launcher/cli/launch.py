@@ -155,8 +155,8 @@ def with_memory(planned: Planned, here: bool) -> Planned:
     config.json
     (read here, never downloaded), the GPUs' memory (`here`: this machine's GPUs, by NVML or
     their names; else cluster.gpu_type, which the Slurm partition's gres fills in); a plan
-    that does not fit is refused (launcher.check_memory=error), said (warn) or not checked
-    (off)."""
+    that does not fit even at the estimate's low end is refused (launcher.check_memory=error),
+    said (warn) or not checked (off); one that may not fit (at its high end) is said."""
 
     from launcher.backends.memory_inputs import plan_memory
     from launcher.memory.model_shape import read_model_shape
@@ -190,6 +190,7 @@ def with_memory(planned: Planned, here: bool) -> Planned:
         raise UserError(f"does not fit: {problem} (launcher.check_memory=warn starts it anyway)")
     if problem is not None:
         said.append(f"does not fit: {problem}")
+    said += [risk.line() for risk in report.risks]  # "GPU 4 (node 0) may not fit: ..."
     memory = {**report.to_dict(), "capacity_source": capacity.source}
     plan = dataclasses.replace(
         plan, meta={**plan.meta, "memory": memory}, warnings=plan.warnings + tuple(said)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from html import escape
-from typing import Sequence
+from typing import Optional, Sequence
 
 from rich.console import Console, Group
 from rich.table import Table
@@ -246,8 +246,7 @@ def render_table(plan: Plan) -> Table:
         table.add_column(column, justify="right" if column in ("world", "GiB/GPU") else "left")
     colors = marks(plan)
     for name, comp in plan.components.items():
-        need = (memory.get("engines") or {}).get(name, {}).get("per_gpu_gib")
-        extra = [f"{need:.1f}" if need is not None else "?"] if memory else []
+        extra = [_engine_gib((memory.get("engines") or {}).get(name, {}))] if memory else []
         table.add_row(
             Text(name, style=f"bold {colors[name][1]}"),
             comp.backend,
@@ -261,8 +260,22 @@ def render_table(plan: Plan) -> Table:
     return table
 
 
+def _engine_gib(entry: dict) -> str:
+    """An engine's GiB per GPU with the estimate's range: `64.0 (50.5-68.1)`."""
+    need, span = entry.get("per_gpu_gib"), entry.get("range_gib")
+    if need is None:
+        return "?"
+    return f"{need:.1f} ({span[0]:.1f}-{span[1]:.1f})" if span else f"{need:.1f}"
+
+
+def _span(span: Optional[list]) -> str:
+    return f" ({span[0]:.1f}-{span[1]:.1f} by the estimate's range)" if span else ""
+
+
 def memory_words(plan: Plan) -> list[str]:
-    """How the plan's memory stands, in a line or two (empty without a memory section)."""
+    """How the plan's memory stands, in a line or two (empty without a memory section): fits
+    (even at the estimate's high end), may not fit (at its low end only), does not fit (not
+    even at its low end), or unknown."""
     memory = plan.meta.get("memory") or {}
     if not memory:
         return []
@@ -270,17 +283,22 @@ def memory_words(plan: Plan) -> list[str]:
     if memory.get("unknown"):
         return [f"memory: unknown ({memory['unknown']})"]
     verdict = {True: "fits", False: "DOES NOT FIT", None: "unknown"}[memory.get("fits")]
+    if memory.get("fits") and memory.get("sure") is False:
+        verdict = "may not fit"
     if memory.get("device") == "cpu":
         need = memory.get("host_need_gib")
         return [
-            f"memory: {verdict}: the processes need {need:.1f} GiB of this host's "
-            f"{cap:.1f} GiB available"
+            f"memory: {verdict}: the processes need {need:.1f} GiB"
+            f"{_span(memory.get('host_need_range_gib'))} of this host's {cap:.1f} GiB available"
             if need is not None and cap is not None
             else f"memory: {verdict}"
         ]
-    top = max((g["total_gib"] for g in memory.get("gpus", [])), default=0.0)
+    top = max(memory.get("gpus", []), key=lambda g: g["total_gib"], default=None)
     of = f" of {cap:.1f} GiB (margin {memory.get('margin_gib', 0):.1f})" if cap else ""
-    return [f"memory: {verdict}: the fullest GPU needs {top:.1f} GiB{of}"]
+    if top is None:
+        return [f"memory: {verdict}"]
+    span = _span(top.get("range_gib"))
+    return [f"memory: {verdict}: the fullest GPU needs {top['total_gib']:.1f} GiB{span}{of}"]
 
 
 def _gpu_totals(plan: Plan) -> dict[int, float]:

@@ -10,9 +10,14 @@ their peak plus what the others keep when released (memory saver / sleep for ser
 `offload` for trainers); an engine that does not release keeps everything, so engines that
 share a GPU without release are summed. Trainers on one GPU (actor and ref) take turns: one
 runs at its peak while the others keep what they keep between phases (their states, unless
-offloaded; activations are freed). A GPU fits when its larger phase
-plus the margin fits the card. The margin is max(5 % of the card, 3 GiB) on GPUs (allocator
-fragmentation and caching), 5 % of the host's memory on cpu.
+offloaded; activations are freed). The margin is max(5 % of the card, 3 GiB) on GPUs
+(allocator fragmentation and caching), 5 % of the host's memory on cpu.
+
+Every term carries its measured error (launcher.memory.error_table), so every total is an
+estimate within a range. A phase whose low end plus the margin does not fit its GPUs is a
+problem (the plan is refused); one whose high end plus the margin does not fit, but whose low
+end does, is a risk (said, naming the term whose range decides); the plan surely fits when
+every high end does.
 
 On cpu every "GPU" is a process slot on the host: the check is the sum of all processes (plus
 a torchrun agent per trainer job and node) against the host's memory, since the local
@@ -25,9 +30,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Optional, Sequence, Union
 
+from launcher.memory.error_table import HOST, term_error
 from launcher.memory.infer import InferenceOptions, estimate_inference
 from launcher.memory.model_shape import ModelShape
 from launcher.memory.parts import CPU_TORCHRUN_AGENT_GIB, GIB, EngineNeed, gib
+from launcher.memory.phases import Overflow, phases_on
+from launcher.memory.report import EngineMemory, GPUGroup, MemoryProblem, MemoryReport
 from launcher.memory.train import TrainOptions, estimate_training
 from launcher.spec.alloc import ModelAllocation
 from launcher.spec.cluster import ClusterSpec
@@ -80,139 +88,6 @@ class EngineInput:
         return self.component.name
 
 
-@dataclass(frozen=True)
-class EngineMemory:
-    """One engine's need per GPU, by named part (GiB)."""
-
-    name: str
-    spec: str
-    phase: str
-    per_gpu_gib: float
-    released_gib: float
-    parts: dict[str, float]
-    kv_tokens: Optional[int] = None
-    context_tokens: Optional[int] = None
-    mem_fraction: Optional[float] = None
-
-    @property
-    def largest_part(self) -> str:
-        """The term that dominates this engine's peak (what to change first)."""
-        return max(self.parts, key=lambda k: self.parts[k])
-
-    def to_dict(self) -> dict:
-        out = {
-            "spec": self.spec,
-            "phase": self.phase,
-            "per_gpu_gib": self.per_gpu_gib,
-            "released_gib": self.released_gib,
-            "parts": dict(self.parts),
-            "largest_part": self.largest_part,
-        }
-        if self.phase == "rollout":
-            out.update(
-                kv_tokens=self.kv_tokens,
-                context_tokens=self.context_tokens,
-                mem_fraction=self.mem_fraction,
-            )
-        return out
-
-
-@dataclass(frozen=True)
-class GPUGroup:
-    """GPUs that hold the same engines, and so the same bytes (one row per GPU in the JSON)."""
-
-    gpus: tuple[int, ...]
-    total_gib: float  # the larger phase
-    phase: str  # which phase that is
-    engines: dict[str, float]  # each engine's GiB in that phase
-    phases: dict[str, float]  # every phase's total
-
-
-@dataclass(frozen=True)
-class MemoryProblem:
-    """One thing that does not fit, with the smallest change that would (an override)."""
-
-    kind: str  # "train" | "rollout" (a phase overflows a GPU), "kv", "weights", "host"
-    engine: str
-    gpu: Optional[int]
-    node: Optional[int]
-    need_gib: float
-    have_gib: float
-    message: str
-    engines: tuple[str, ...] = ()  # the engines on that GPU
-    fix: Optional[str] = None
-
-    def to_dict(self) -> dict:
-        return {
-            "kind": self.kind,
-            "engine": self.engine,
-            "gpu": self.gpu,
-            "node": self.node,
-            "need_gib": self.need_gib,
-            "have_gib": self.have_gib,
-            "message": self.message,
-            "fix": self.fix,
-        }
-
-    def line(self) -> str:
-        """One line for the user: what, where, need vs have, and the override to try."""
-        fix = f"; smallest change that fits: {self.fix}" if self.fix else ""
-        return self.message + fix
-
-
-@dataclass(frozen=True)
-class MemoryReport:
-    """The plan's `memory` key: every GPU, every engine, and whether it all fits."""
-
-    device: str
-    capacity_gib: Optional[float]
-    margin_gib: float
-    fits: Optional[bool]  # None: unknown (no capacity, or an engine without config.json)
-    engines: dict[str, EngineMemory]
-    groups: tuple[GPUGroup, ...]
-    problems: tuple[MemoryProblem, ...] = ()
-    warnings: tuple[str, ...] = ()
-    gpus_per_node: int = 1
-    host_need_gib: Optional[float] = None  # cpu: all processes on the host
-
-    def gpus(self) -> list[dict]:
-        """One entry per GPU, ascending: node, gpu, total_gib, engines {name: GiB} (the GiB
-        of the larger phase; `groups` say which phase that is)."""
-        per = self.gpus_per_node
-        group_of: dict[int, int] = {}
-        for k, group in enumerate(self.groups):
-            group_of.update(dict.fromkeys(group.gpus, k))
-        total = [g.total_gib for g in self.groups]
-        engines = [dict(g.engines) for g in self.groups]  # one dict per group, shared by rows
-        return [
-            {"node": g // per, "gpu": g, "total_gib": total[k], "engines": engines[k]}
-            for g, k in sorted(group_of.items())
-        ]
-
-    def to_dict(self) -> dict:
-        out = {
-            "gpu_capacity_gib": self.capacity_gib,
-            "fits": self.fits,
-            "device": self.device,
-            "margin_gib": self.margin_gib,
-            "gpus": self.gpus(),
-            "engines": {n: e.to_dict() for n, e in self.engines.items()},
-            "problems": [p.to_dict() for p in self.problems],
-            "warnings": list(self.warnings),
-        }
-        if self.device == "cpu":
-            out["host_need_gib"] = self.host_need_gib
-        return out
-
-    def error(self) -> Optional[str]:
-        """The message that refuses the plan (None when it fits or memory is unknown)."""
-        if not self.problems:
-            return None
-        more = len(self.problems) - 1
-        tail = f" (and {more} more: see the plan's memory section)" if more else ""
-        return self.problems[0].line() + tail
-
-
 def margin_gib(capacity_gib: float, device: str = "cuda") -> float:
     """What stays free on purpose: max(5 % of the card, 3 GiB); cpu: 5 % of the host."""
     if device == "cpu":
@@ -234,28 +109,8 @@ def estimate(
     return estimate_training(shape, alloc, options, device)
 
 
-def _phases(names: Sequence[str], needs: dict[str, EngineNeed]) -> dict[str, tuple[float, dict]]:
-    """phase -> (bytes, {engine: bytes}) on a GPU holding `names`."""
-    servers = [n for n in names if needs[n].phase == "rollout"]
-    trainers = [n for n in names if needs[n].phase == "train"]
-    out: dict[str, tuple[float, dict]] = {}
-    if servers:
-        held = {n: needs[n].peak for n in servers}
-        held.update({n: needs[n].residue for n in trainers})
-        out["rollout"] = (sum(held.values()), held)
-    if trainers:
-        best: Optional[dict] = None
-        for running in trainers:
-            held = {n: needs[n].residue for n in names if n != running}
-            held[running] = needs[running].peak
-            if best is None or sum(held.values()) > sum(best.values()):
-                best = held
-        assert best is not None
-        out["train"] = (sum(best.values()), best)
-    return out
-
-
 def _engine_memory(inp: EngineInput, need: EngineNeed) -> EngineMemory:
+    low, high = need.peak_range()
     return EngineMemory(
         name=inp.name,
         spec=str(inp.component.alloc),
@@ -266,23 +121,9 @@ def _engine_memory(inp: EngineInput, need: EngineNeed) -> EngineMemory:
         kv_tokens=need.kv_tokens,
         context_tokens=need.context_tokens,
         mem_fraction=need.mem_fraction,
+        range_gib=(gib(low), gib(high)),
+        parts_range={k: (gib(lo), gib(hi)) for k, (lo, hi) in need.part_ranges().items()},
     )
-
-
-def _describe(
-    phase: str, held: dict[str, float], running: str, specs: dict[str, str], terms: dict[str, float]
-) -> str:
-    """`train phase: actor (fsdp:d8) 60.1 [largest: logits 27.8] + rollout keeps 2.0`: the
-    running engine with its largest term, and what the others keep."""
-    top = max(terms, key=lambda k: terms[k])
-    parts = [
-        f"{running} ({specs[running]}) {held[running] / GIB:.1f} "
-        f"[largest: {top} {terms[top] / GIB:.1f}]"
-    ]
-    parts += [
-        f"{n} keeps {v / GIB:.1f}" for n, v in held.items() if n != running and v >= 0.05 * GIB
-    ]
-    return f"{phase} phase: " + " + ".join(parts)
 
 
 def evaluate(
@@ -302,13 +143,17 @@ def evaluate(
         if inp.name in needs and inp.process_gib is None
         for problem in _engine_problems(inp, needs[inp.name], specs, cluster.gpus_per_node)
     ]
-    groups, overflows = _gpu_groups_report(engines, needs, specs, cluster, capacity_gib, margin)
+    groups, overflows, risks = _gpu_groups_report(
+        engines, needs, specs, cluster, capacity_gib, margin
+    )
     problems += overflows
-    host_need = None
+    host_need = host_range = None
     if device == "cpu":
-        host_need = _host_need(engines, needs, cluster)
-        if capacity_gib is not None and host_need + margin > capacity_gib:
-            problems.append(_host_problem(needs, host_need, margin, capacity_gib))
+        host_need, host_range = _host_need(engines, needs, cluster)
+        if capacity_gib is not None:
+            host = Host(host_need, host_range, margin, capacity_gib)
+            problems += host.problems(needs)
+            risks += host.risks(needs)
     if capacity_gib is None:
         warnings.append(
             "GPU memory unknown: set cluster.gpu_memory_gib to check that the plan fits"
@@ -325,6 +170,8 @@ def evaluate(
         warnings=tuple(warnings),
         gpus_per_node=cluster.gpus_per_node,
         host_need_gib=host_need,
+        risks=tuple(risks),
+        host_range=host_range,
     )
 
 
@@ -380,95 +227,95 @@ def _gpu_groups_report(
     cluster: ClusterSpec,
     capacity_gib: Optional[float],
     margin: float,
-) -> tuple[list[GPUGroup], list[MemoryProblem]]:
-    """Each set of GPUs holding the same engines, by phase, and every phase that overflows
-    its GPUs (not on cpu: there the host is checked as a whole)."""
-    groups, problems = [], []
+) -> tuple[list[GPUGroup], list[MemoryProblem], list[MemoryProblem]]:
+    """Each set of GPUs holding the same engines, by phase; every phase that overflows its
+    GPUs even at the estimate's low end (problems), and every other that overflows them at its
+    high end (risks). Not on cpu: there the host is checked as a whole."""
+    groups, problems, risks = [], [], []
     limit = None if capacity_gib is None else (capacity_gib - margin) * GIB
     for names, gpus in _gpu_groups([inp for inp in engines if inp.name in needs]).items():
-        phases = _phases(names, needs)
-        phase = max(phases, key=lambda k: phases[k][0])
-        total, held = phases[phase]
+        phases = phases_on(names, needs)
+        phase = max(phases, key=lambda k: phases[k].total)
+        load = phases[phase]
         groups.append(
             GPUGroup(
                 gpus=gpus,
-                total_gib=gib(total),
+                total_gib=gib(load.total),
                 phase=phase,
-                engines={n: gib(v) for n, v in held.items()},
-                phases={k: gib(v[0]) for k, v in phases.items()},
+                engines={n: gib(v) for n, v in load.held.items()},
+                phases={k: gib(v.total) for k, v in phases.items()},
+                low_gib=gib(max(v.low for v in phases.values())),
+                high_gib=gib(max(v.high for v in phases.values())),
             )
         )
         if limit is None or capacity_gib is None or cluster.device == "cpu":
             continue
-        for name, (value, parts) in phases.items():
-            if value > limit:
-                overflow = Overflow(name, value, parts, gpus, names)
-                problems.append(overflow.problem(needs, specs, margin, capacity_gib, cluster))
+        for name, each in phases.items():
+            if each.high > limit:
+                said = Overflow(name, each, gpus, names, margin, capacity_gib)
+                if each.low > limit:
+                    problems.append(said.problem(needs, specs, cluster))
+                else:
+                    risks.append(said.risk(needs, specs, cluster))
     groups.sort(key=lambda grp: grp.gpus[0])
-    return groups, problems
+    return groups, problems, risks
 
 
 @dataclass(frozen=True)
-class Overflow:
-    """One phase of one set of GPUs that does not fit: its bytes and each engine's."""
+class Host:
+    """cpu: every process of the run on this machine, against its memory."""
 
-    phase: str
-    value: float
-    parts: dict[str, float]
-    gpus: tuple[int, ...]
-    names: tuple[str, ...]
+    need_gib: float
+    need_range: tuple[float, float]
+    margin: float
+    capacity_gib: float
 
-    def problem(
-        self,
-        needs: dict[str, EngineNeed],
-        specs: dict[str, str],
-        margin: float,
-        capacity_gib: float,
-        cluster: ClusterSpec,
+    def _problem(
+        self, needs: dict[str, EngineNeed], message: str, risk: bool = False
     ) -> MemoryProblem:
-        """The problem on the set's first GPU, named after the engine that runs the phase."""
-        running = max(
-            (n for n in self.parts if needs[n].phase == self.phase), key=lambda n: self.parts[n]
-        )
-        g, per = self.gpus[0], cluster.gpus_per_node
-        alike = (
-            f" (and {len(self.gpus) - 1} more GPUs with the same engines)"
-            if len(self.gpus) > 1
-            else ""
-        )
-        said = _describe(self.phase, self.parts, running, specs, needs[running].parts)
+        low, high = self.need_range
         return MemoryProblem(
-            kind=self.phase,
-            engine=running,
-            gpu=g,
-            node=g // per,
-            need_gib=gib(self.value + margin * GIB),
-            have_gib=capacity_gib,
-            engines=self.names,
-            message=(
-                f"GPU {g} (node {g // per}) does not fit: {said} GiB + margin {margin} GiB "
-                f"= {(self.value / GIB + margin):.1f} GiB > {capacity_gib} GiB{alike}"
-            ),
+            kind="host",
+            engine=max(needs, key=lambda n: needs[n].peak),
+            gpu=None,
+            node=None,
+            need_gib=round(self.need_gib + self.margin, 2),
+            have_gib=self.capacity_gib,
+            engines=tuple(needs),
+            message=message,
+            low_gib=round(low + self.margin, 2),
+            high_gib=round(high + self.margin, 2),
+            risk=risk,
         )
 
+    def problems(self, needs: dict[str, EngineNeed]) -> list[MemoryProblem]:
+        """The run's processes do not fit even at the estimate's low end."""
+        low = self.need_range[0]
+        if low + self.margin <= self.capacity_gib:
+            return []
+        return [
+            self._problem(
+                needs,
+                f"this machine's memory does not fit the run: processes "
+                f"{self.need_gib:.1f} GiB ({low:.1f} at the estimate's low end) + margin "
+                f"{self.margin} GiB > {self.capacity_gib} GiB",
+            )
+        ]
 
-def _host_problem(
-    needs: dict[str, EngineNeed], host_need: float, margin: float, capacity_gib: float
-) -> MemoryProblem:
-    """cpu: the run's processes together do not fit this machine's memory."""
-    return MemoryProblem(
-        kind="host",
-        engine=max(needs, key=lambda n: needs[n].peak),
-        gpu=None,
-        node=None,
-        need_gib=round(host_need + margin, 2),
-        have_gib=capacity_gib,
-        engines=tuple(needs),
-        message=(
-            f"this machine's memory does not fit the run: processes "
-            f"{host_need:.1f} GiB + margin {margin} GiB > {capacity_gib} GiB"
-        ),
-    )
+    def risks(self, needs: dict[str, EngineNeed]) -> list[MemoryProblem]:
+        """The low end fits, the high end does not."""
+        low, high = self.need_range
+        if high + self.margin <= self.capacity_gib or low + self.margin > self.capacity_gib:
+            return []
+        return [
+            self._problem(
+                needs,
+                f"this machine's memory may not fit the run: processes {low:.1f}-"
+                f"{high:.1f} GiB by the estimate's range + margin {self.margin} GiB, against "
+                f"{self.capacity_gib} GiB",
+                risk=True,
+            )
+        ]
 
 
 def worker_need(inp: EngineInput) -> EngineNeed:
@@ -530,20 +377,27 @@ def _joins_a_trainer_job(
 
 def _host_need(
     engines: Sequence[EngineInput], needs: dict[str, EngineNeed], cluster: ClusterSpec
-) -> float:
-    """GiB of every process of the run on the host (cpu): each slot's peak, plus one torchrun
-    agent per trainer job and node. No release on cpu (vLLM's sleep mode is refused there)."""
-    total = 0.0
+) -> tuple[float, tuple[float, float]]:
+    """GiB of every process of the run on the host (cpu), and its low and high end: each
+    slot's peak, plus one torchrun agent per trainer job and node. No release on cpu (vLLM's
+    sleep mode is refused there)."""
+    total = low = high = 0.0
     jobs = set()
     for inp in engines:
         if inp.name not in needs:
             continue
         if inp.process_gib is not None:  # every process of a worker, on GPU slots or not
-            total += inp.process_gib * GIB * len(inp.component.instances)
+            held = inp.process_gib * GIB * len(inp.component.instances)
+            total, low, high = total + held, low + held, high + held
             continue
-        total += needs[inp.name].peak * len(inp.component.gpus)
+        slots = len(inp.component.gpus)
+        lo, hi = needs[inp.name].peak_range()
+        total += needs[inp.name].peak * slots
+        low, high = low + lo * slots, high + hi * slots
         if not inp.component.is_inference:
             jobs.add((inp.component.alloc, inp.component.gpus))
+    agent = term_error(HOST, "torchrun_agent", "cpu")
     for _, gpus in jobs:
-        total += CPU_TORCHRUN_AGENT_GIB * GIB * len({g // cluster.gpus_per_node for g in gpus})
-    return total / GIB
+        agents = CPU_TORCHRUN_AGENT_GIB * GIB * len({g // cluster.gpus_per_node for g in gpus})
+        total, low, high = total + agents, low + agents * agent.low, high + agents * agent.high
+    return total / GIB, (round(low / GIB, 2), round(high / GIB, 2))

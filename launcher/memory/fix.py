@@ -4,7 +4,10 @@ Candidates are tried in order of how little they change: a memory knob first (gr
 checkpointing, the largest max_tokens_per_mb or memory fraction that fits), then offload, then
 a different parallel layout on the same GPUs. Each candidate is checked by evaluating the whole
 plan again (pure and fast); the first that removes the problem without adding another wins.
-Knob names live in KNOBS (one home: the lead maps them to config keys).
+"Fits" means surely, at the estimate's high end, where some candidate does that; else the
+first after which the plan is at least not refused (its low end fits). A risk (the plan may not
+fit) gets the change after which it surely fits. Knob names live in KNOBS (one home: the lead
+maps them to config keys).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ KNOBS = {
     "release": "{e}.offload",
 }
 TOKEN_STEP = 1024  # suggested token counts are multiples of this
+MAX_RISK_FIXES = 1  # risks that get a fix searched, when nothing is refused
 FRACTION_MAX = 0.95
 Evaluate = Callable[[Sequence[EngineInput]], MemoryReport]
 Candidate = tuple[str, list[EngineInput]]
@@ -89,9 +93,15 @@ def _key(p: MemoryProblem) -> tuple[str, str]:
     return p.kind, p.engine
 
 
-def _solves(problem: MemoryProblem, before: MemoryReport, after: MemoryReport) -> bool:
-    old = {_key(p) for p in before.problems}
-    new = {_key(p) for p in after.problems}
+def _issues(report: MemoryReport, sure: bool) -> set[tuple[str, str]]:
+    """What is wrong with a plan: its problems, and with `sure` its risks too."""
+    return {_key(p) for p in report.problems + (report.risks if sure else ())}
+
+
+def _solves(
+    problem: MemoryProblem, before: MemoryReport, after: MemoryReport, sure: bool = True
+) -> bool:
+    old, new = _issues(before, sure), _issues(after, sure)
     return _key(problem) not in new and new <= old
 
 
@@ -297,10 +307,26 @@ def find_fix(
     before: MemoryReport,
 ) -> Optional[str]:
     """The first candidate change (as override text) after which `problem` is gone and no new
-    problem appears; None when no single knob or layout on these GPUs does it."""
+    problem appears, surely (at the estimate's high end) where one does that, else at its low
+    end (a refusal only); None when no single knob or layout on these GPUs does it."""
+    refused = problem in before.problems
+    for sure in (True, False) if refused else (True,):
+        found = _first_fix(problem, engines, cluster, evaluate, before, sure)
+        if found is not None:
+            return found
+    return None
 
+
+def _first_fix(
+    problem: MemoryProblem,
+    engines: Sequence[EngineInput],
+    cluster: ClusterSpec,
+    evaluate: Evaluate,
+    before: MemoryReport,
+    sure: bool,
+) -> Optional[str]:
     def works(changed: list[EngineInput]) -> bool:
-        return _solves(problem, before, evaluate(changed))
+        return _solves(problem, before, evaluate(changed), sure)
 
     if problem.kind == "train":
         candidates = _train_candidates(problem, engines, cluster, works)
@@ -319,19 +345,25 @@ def find_fix(
 def memory_report(
     engines: Sequence[EngineInput], cluster: ClusterSpec, capacity_gib: Optional[float]
 ) -> MemoryReport:
-    """Every GPU's need against `capacity_gib` (None: unknown), each problem with the smallest
-    change that would fit, as a copy-pasteable override."""
+    """Every GPU's need against `capacity_gib` (None: unknown), each problem (and the first
+    risks) with the smallest change that would fit, as a copy-pasteable override."""
     report = evaluate(engines, cluster, capacity_gib)
-    if not report.problems:
+    if not report.problems and not report.risks:
         return report
 
     def again(changed: Sequence[EngineInput]) -> MemoryReport:
         return evaluate(changed, cluster, capacity_gib)
 
-    fixed = [
-        MemoryProblem(**{**p.__dict__, "fix": find_fix(p, engines, cluster, again, report)})
-        if i < MAX_FIXES
-        else p
-        for i, p in enumerate(report.problems)
-    ]
-    return MemoryReport(**{**report.__dict__, "problems": tuple(fixed)})
+    def fixed(found: tuple[MemoryProblem, ...], most: int) -> tuple[MemoryProblem, ...]:
+        return tuple(
+            dataclasses.replace(p, fix=find_fix(p, engines, cluster, again, report))
+            if i < most
+            else p
+            for i, p in enumerate(found)
+        )
+
+    return dataclasses.replace(
+        report,
+        problems=fixed(report.problems, MAX_FIXES),
+        risks=fixed(report.risks, MAX_RISK_FIXES if not report.problems else 0),
+    )

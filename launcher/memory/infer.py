@@ -41,6 +41,11 @@ VLLM_DEFAULT_UTILIZATION = 0.9  # vLLM's gpu_memory_utilization default
 VLLM_DEFAULT_BATCHED_TOKENS = 8192  # vLLM V1 max_num_batched_tokens for serving on big GPUs
 DEFAULT_CPU_KVCACHE_GIB = 1.0  # as launcher/backends/vllm.py VllmOptions.cpu_kvcache_space_gb
 MAX_CONTEXT = 1 << 24
+# what a server's memory share holds, so that it sizes its KV cache to fill the rest: SGLang's
+# mem_fraction_static weights and KV cache; vLLM's gpu_memory_utilization its activations and
+# CUDA graphs too (it profiles them before sizing the cache)
+SGLANG_BUDGET = ("weights", "kv_cache")
+VLLM_BUDGET = ("weights", "kv_cache", "activations", "cuda_graphs")
 
 
 @dataclass(frozen=True)
@@ -214,14 +219,7 @@ def estimate_inference(
         )
         kv = static - weights
         tokens = max(0, int(kv // kv_token))
-    notes: tuple[str, ...] = ()
-    if tokens is not None and kv <= 0:
-        notes = (
-            f"weights {weights / GIB:.1f} GiB per GPU exceed the {_budget(alloc)} of "
-            f"{static / GIB:.1f} GiB (fraction {fraction})",
-        )
-    elif tokens is not None and tokens < context:
-        notes = (f"KV cache holds {tokens} tokens, less than one context of {context}",)
+    notes = () if tokens is None else _notes(alloc, weights, static, tokens, context, fraction)
     parts = {
         "weights": weights,
         "kv_cache": max(kv, 0.0),
@@ -239,7 +237,28 @@ def estimate_inference(
         context_tokens=context,
         mem_fraction=fraction,
         notes=notes,
+        budget=() if tokens is None else SGLANG_BUDGET if static_budget else VLLM_BUDGET,
     )
+
+
+def _notes(
+    alloc: ModelAllocation,
+    weights: float,
+    static: float,
+    tokens: int,
+    context: int,
+    fraction: Optional[float],
+) -> tuple[str, ...]:
+    """What does not fit inside the server itself: weights over its budget (then no KV cache
+    is left), or a KV cache short of one full context."""
+    if static <= weights:
+        return (
+            f"weights {weights / GIB:.1f} GiB per GPU exceed the {_budget(alloc)} of "
+            f"{static / GIB:.1f} GiB (fraction {fraction})",
+        )
+    if tokens < context:
+        return (f"KV cache holds {tokens} tokens, less than one context of {context}",)
+    return ()
 
 
 def _fraction_and_chunk(
@@ -295,4 +314,5 @@ def _cpu_server(
         kv_bytes_per_token=kv_token,
         context_tokens=context,
         notes=notes,
+        device="cpu",
     )

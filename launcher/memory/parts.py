@@ -8,9 +8,11 @@ holds while its own phase runs (`parts`), and what it keeps while the other phas
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
+from launcher.memory.error_table import term_error
 from launcher.spec import registry
 
 GIB = float(1 << 30)
@@ -57,6 +59,10 @@ class EngineNeed:
     context_tokens: Optional[int] = None  # inference: one full context
     mem_fraction: Optional[float] = None  # inference: the fraction it runs with
     notes: tuple[str, ...] = field(default_factory=tuple)  # problems of the engine itself
+    # terms whose sum the engine holds fixed (a server fills its budget: an error in one term
+    # moves into its KV cache), and the device the terms' errors are those of
+    budget: tuple[str, ...] = ()
+    device: str = "cuda"
 
     @property
     def peak(self) -> float:
@@ -65,6 +71,50 @@ class EngineNeed:
     @property
     def residue(self) -> float:
         return sum(self.released.values())
+
+    def part_ranges(
+        self, held: Optional[Mapping[str, float]] = None
+    ) -> dict[str, tuple[float, float]]:
+        """Each term's (low, high) bytes (launcher.memory.error_table), of the peak or of
+        `held` (what it keeps between phases)."""
+        held = self.parts if held is None else held
+        budgeted = self._budgeted(held)
+        out = {}
+        for term, value in held.items():
+            error = term_error(self.phase, term, self.device)
+            exact = budgeted and term in self.budget
+            out[term] = (value, value) if exact else (value * error.low, value * error.high)
+        return out
+
+    def peak_range(self) -> tuple[float, float]:
+        """(low, high) bytes of the peak."""
+        return self._peak_range
+
+    def residue_range(self) -> tuple[float, float]:
+        """(low, high) bytes of what stays while the other phase runs."""
+        return self._residue_range
+
+    @functools.cached_property
+    def _peak_range(self) -> tuple[float, float]:  # estimates are cached: so are their ranges
+        return self._range(self.parts)
+
+    @functools.cached_property
+    def _residue_range(self) -> tuple[float, float]:
+        return self._range(self.released)
+
+    def _budgeted(self, held: Mapping[str, float]) -> bool:
+        return bool(self.budget) and all(t in held for t in self.budget)
+
+    def _range(self, held: Mapping[str, float]) -> tuple[float, float]:
+        budgeted = self._budgeted(held)
+        low = high = 0.0
+        for term, value in held.items():
+            if budgeted and term in self.budget:
+                low, high = low + value, high + value
+                continue
+            error = term_error(self.phase, term, self.device)
+            low, high = low + value * error.low, high + value * error.high
+        return low, high
 
     def in_shared_process(self) -> "EngineNeed":
         """This need inside another engine's processes (ref in the actor's trainer job): the

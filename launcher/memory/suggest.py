@@ -19,6 +19,10 @@ collocated layouts count half, since their phases alternate on the same GPUs whi
 disaggregated engines run at the same time (asynchronous RL). Ties go to less model
 parallelism, then to the first backend listed; a layout that differs from a better one only
 by its backends is left out.
+
+By the estimate's high end: a layout fits surely when its range's high end fits (its micro-batch
+the largest that does); one that fits only at the low end (the plan would be warned, not
+refused) ranks below every one that surely fits.
 """
 
 from __future__ import annotations
@@ -29,8 +33,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
-from launcher.memory.estimate import EngineInput, estimate, margin_gib
-from launcher.memory.fix import TOKEN_STEP, memory_report, override
+from launcher.memory.estimate import EngineInput, estimate, evaluate, margin_gib
+from launcher.memory.fix import TOKEN_STEP, override
 from launcher.memory.infer import InferenceOptions
 from launcher.memory.model_shape import ModelShape
 from launcher.memory.parts import GIB, EngineNeed
@@ -47,6 +51,7 @@ POWERS = (1, 2, 4, 8, 16, 32, 64)
 MAX_SPLITS = 32  # disaggregated node splits tried on a cluster of more nodes than this
 BUDGET_S = 10.0  # the search stops here and says so (plan --suggest is interactive)
 MAX_PIPELINE = 16  # deeper pipelines than this are not worth suggesting
+LOW, HIGH = 0, 1  # the ends of an estimate's range (EngineNeed.peak_range)
 COLLOCATED_SHARE = 0.5  # each phase has the GPUs about half of the time
 # KV tokens an instance can put to use: a server decodes a few hundred sequences at a time
 # (SGLang's cuda-graph batch reaches 256-512 on big cards), of 1-2K tokens each on average
@@ -85,6 +90,7 @@ class Suggestion:
     score: float
     requested_tokens: int  # the user's max_tokens_per_mb: no override when it fits as it is
     checkpointing: bool = False  # gradient checkpointing turned on for it (an override)
+    sure: bool = True  # it fits at the estimate's high end (else at its low end only)
 
     @property
     def overrides(self) -> tuple[str, ...]:
@@ -116,6 +122,7 @@ class Suggestion:
             "kv_tokens": self.kv_tokens,
             "train_tokens": self.train_tokens,
             "score": round(self.score),
+            "sure": self.sure,
             "overrides": list(self.overrides),
         }
 
@@ -204,16 +211,17 @@ def _fitted(
     budget: float,
     least: int,
     cache: dict,
+    end: int = HIGH,
 ) -> Optional[tuple[int, bool]]:
     """(max_tokens_per_mb, checkpointing turned on) for this trainer layout: the user's options
     when the requested micro-batch fits with them, else the variant that fits more tokens
-    (gradient checkpointing on, when the user has no recompute)."""
-    mine = _largest_tokens(shape, alloc, opts, budget, least, cache)
+    (gradient checkpointing on, when the user has no recompute). `end`: which end of the
+    estimate's range must fit."""
+    mine = _largest_tokens(shape, alloc, opts, budget, least, cache, end)
     if mine == max(opts.max_tokens_per_mb, least) or opts.recompute_mode != "none":
         return None if mine is None else (mine, False)
-    other = _largest_tokens(
-        shape, alloc, dataclasses.replace(opts, gradient_checkpointing=True), budget, least, cache
-    )
+    checkpointed = dataclasses.replace(opts, gradient_checkpointing=True)
+    other = _largest_tokens(shape, alloc, checkpointed, budget, least, cache, end)
     if other is not None and (mine is None or other > mine):
         return other, True
     return None if mine is None else (mine, False)
@@ -226,18 +234,19 @@ def _largest_tokens(
     budget: float,
     least: int,
     cache: dict,
+    end: int = HIGH,
 ) -> Optional[int]:
     """Largest max_tokens_per_mb (multiple of TOKEN_STEP, in [least, requested]) whose train
-    peak fits `budget` bytes. The peak is linear in the tokens (activations and logits), so
-    two estimates give the line and a third checks the rounded answer."""
-    key = (alloc, opts, round(budget))
+    peak (at `end` of its range) fits `budget` bytes. The peak is linear in the tokens
+    (activations and logits), so two estimates give the line and a third checks the rounded
+    answer."""
+    key = (alloc, opts, round(budget), end)
     if key in cache:
         return cache[key]
 
     def peak(tokens: int) -> float:
-        return estimate(
-            shape, alloc, dataclasses.replace(opts, max_tokens_per_mb=tokens), None, "cuda"
-        ).peak
+        changed = dataclasses.replace(opts, max_tokens_per_mb=tokens)
+        return estimate(shape, alloc, changed, None, "cuda").peak_range()[end]
 
     lo = max(1, math.ceil(least / TOKEN_STEP))
     hi = max(opts.max_tokens_per_mb, least) // TOKEN_STEP
@@ -289,8 +298,9 @@ def suggest_within(
         )
     found, cut = _search(shape, cluster, capacity_gib, options, time.monotonic() + options.budget_s)
     order = {b: i for i, b in enumerate(options.server_backends + options.trainer_backends)}
-    found.sort(  # best first; ties: less model parallel, then the backends' order (stable)
+    found.sort(  # sure first, best first; ties: less model parallel, then the backends' order
         key=lambda s: (
+            not s.sure,
             -round(s.score),
             s.server.tp * s.server.pp,
             s.trainer.tp * s.trainer.pp * s.trainer.cp * s.trainer.ep,
@@ -304,12 +314,16 @@ def suggest_within(
         # the same layout with another backend of the same kind says nothing new
         a, b = s.server, s.trainer
         same = (s.mode, a.dp, a.tp, a.pp, b.dp, b.tp, b.pp, b.cp, b.ep)
-        if same in seen or not _confirmed(s, shape, cluster, capacity_gib, options):
+        if same in seen:
+            continue
+        sure = _confirmed(s, shape, cluster, capacity_gib, options)
+        if sure is None:
             continue
         seen.add(same)
-        best.append(s)
+        best.append(dataclasses.replace(s, sure=sure))
         if len(best) == options.top:
             break
+    best.sort(key=lambda s: not s.sure)  # stable: the plan check's word on each is the last
     return Search(best, cut, options.budget_s)
 
 
@@ -343,15 +357,19 @@ def _search(
                 servers.append((alloc, need))
         if not servers:
             continue
-        residue = max(n.residue for _, n in servers) if together else 0.0
         per = cluster.gpus_per_node
         for trainer in trainer_layouts(shape, t_gpus, per, options.trainer_backends):
             if time.monotonic() > deadline:
                 return found, True
-            fitted = _fitted(shape, trainer, train, limit - residue, least, cache)
-            if fitted is not None:
-                split = (mode, s_gpus, t_gpus)
-                found += _paired(shape, split, servers, trainer, train, fitted, limit, options)
+            for end in (HIGH, LOW):  # surely, else at the low end only
+                residue = max(n.residue_range()[end] for _, n in servers) if together else 0.0
+                fitted = _fitted(shape, trainer, train, limit - residue, least, cache, end)
+                if fitted is not None:
+                    split = (mode, s_gpus, t_gpus)
+                    paired = _paired(shape, split, servers, trainer, train, fitted, limit, end)
+                    asked = options.train.max_tokens_per_mb
+                    found += [dataclasses.replace(p, requested_tokens=asked) for p in paired]
+                    break
     return found, False
 
 
@@ -363,9 +381,10 @@ def _paired(
     train: TrainOptions,
     fitted: tuple[int, bool],
     limit: float,
-    options: SuggestOptions,
+    end: int,
 ) -> list[Suggestion]:
-    """The trainer layout with every server layout that fits beside it, scored."""
+    """The trainer layout with every server layout that fits beside it (at `end` of the
+    estimate's range: HIGH, surely), scored."""
     mode, s_gpus, t_gpus = split
     together = mode == "collocated"
     tokens, checkpointing = fitted
@@ -381,9 +400,10 @@ def _paired(
         "cuda",
     )
     train_tokens = tokens * trainer.dp
+    kept = need.residue_range()[end] if together else 0.0
     out = []
     for alloc, served in servers:
-        if served.peak + (need.residue if together else 0.0) > limit:
+        if served.peak_range()[end] + kept > limit:
             continue
         kv = served.kv_tokens or 0
         generation = alloc.dp * min(kv, KV_USEFUL_TOKENS)
@@ -399,8 +419,9 @@ def _paired(
                 kv * alloc.dp,
                 train_tokens,
                 score,
-                options.train.max_tokens_per_mb,
+                0,  # the requested micro-batch: _search fills it in
                 checkpointing,
+                sure=end == HIGH,
             )
         )
     return out
@@ -412,8 +433,9 @@ def _confirmed(
     cluster: ClusterSpec,
     capacity_gib: float,
     options: SuggestOptions,
-) -> bool:
-    """The whole plan's memory check agrees that the suggestion fits."""
+) -> Optional[bool]:
+    """Whether the whole plan's memory check agrees that the suggestion fits: None when it
+    does not (refused), else whether it surely fits (its fixes are not searched)."""
     together = s.mode == "collocated"
     server_gpus = tuple(range(s.server_gpus))
     trainer_gpus = (
@@ -430,4 +452,5 @@ def _confirmed(
         EngineInput(ComponentPlan(PRIMARY, s.server, None, server_gpus), shape, infer),
         EngineInput(ComponentPlan(POLICY, s.trainer, None, trainer_gpus), shape, train),
     ]
-    return memory_report(engines, cluster, capacity_gib).fits is True
+    report = evaluate(engines, cluster, capacity_gib)
+    return report.sure if report.fits is True else None

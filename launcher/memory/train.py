@@ -383,4 +383,4 @@ def estimate_training(
     }
     released = {k: v for k, v in parts.items() if k in moved and not moved[k]}
     released["overhead"] = overhead
-    return EngineNeed(phase="train", parts=parts, released=released)
+    return EngineNeed(phase="train", parts=parts, released=released, device=device)
