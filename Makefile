@@ -36,7 +36,7 @@ $(STAMP)-ray: pyproject.toml | $(BIN)/python
 install-test: install-cpu $(STAMP)-ray
 
 tiny-model: install-cpu
-	$(BIN)/python -m launcher.worker.tiny_model
+	$(BIN)/python -m launcher.trainer.tiny_model
 
 demo: install-cpu tiny-model
 	$(BIN)/areal-launch

@@ -8,7 +8,7 @@ CLI with recipe.steps=6 and launcher.max_restarts=1. From that one run:
   - one crash: a trainer rank SIGKILLed once its step-3 checkpoint exists, to the next step
     completed (the trainers restart and resume; the server keeps serving).
 Both end at a step's completion, read from the trainers' progress records
-(launcher.worker.progress);
+(launcher.trainer.progress);
 the step's own duration is in both. --repeat N runs it N times and reports each.
 
 Usage: python benchmarks/bench_restart.py [--repeat N]
@@ -27,7 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from launcher.worker import (
+from launcher.trainer import (
     checkpoints,
     progress,
 )

@@ -3,7 +3,7 @@ fsdp:d2 against fsdp:d1t2, in one run (docs/benchmarks.md).
 
 Both layouts train the tiny Llama on the same global batch (`--batch` sequences of `--tokens`
 tokens: d2 gives each rank half, d1t2 gives both ranks all of it and splits every layer), built
-exactly as recipes/grpo/train.py builds it: the plan's mesh (launcher.worker.runtime), DTensor
+exactly as recipes/grpo/train.py builds it: the plan's mesh (launcher.trainer.runtime), DTensor
 tensor
 parallel over tp, FSDP2 over dp. A step is forward, GRPO loss, backward, gradient clipping and
 AdamW; the full-state gather a weight push starts with is timed too. Layouts alternate, so the
@@ -62,8 +62,8 @@ def worker(args: argparse.Namespace) -> None:
     import torch.distributed as dist
     from transformers import AutoModelForCausalLM
 
-    from launcher.worker.runtime import load_plan
-    from launcher.worker.tiny_model import default_path
+    from launcher.trainer.runtime import load_plan
+    from launcher.trainer.tiny_model import default_path
     from recipes.grpo import loop
     from recipes.grpo import mesh as meshes
     from recipes.grpo.weights import gather_full_state, token_logprobs

@@ -175,7 +175,7 @@ def main() -> None:
             rows += compare(old["model"], old["config"], old["spec"], [old["raw"]])
         table(rows)
         return
-    from launcher.worker.tiny_model import ensure
+    from launcher.trainer.tiny_model import ensure
 
     tiny = ensure()
     tiny_config = json.loads((Path(tiny) / "config.json").read_text())

@@ -48,7 +48,7 @@ launch() {  # LOG OVERRIDES...: a real launch, its console kept in $OUT
 say "$(nvidia-smi -L | tr '\n' ' ')"
 say "$(python3 -c 'import sys, torch; print("python", sys.version.split()[0], "torch",
       torch.__version__, "cuda", torch.version.cuda)')"
-python3 -m launcher.worker.tiny_model >/dev/null || { say "FAIL tiny model build"; exit 99; }
+python3 -m launcher.trainer.tiny_model >/dev/null || { say "FAIL tiny model build"; exit 99; }
 
 # 1. the mask
 count=$(nvidia-smi -L | grep -c '^GPU')

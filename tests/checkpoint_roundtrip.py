@@ -25,7 +25,7 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from launcher.worker.runtime import load_plan  # noqa: E402
+from launcher.trainer.runtime import load_plan  # noqa: E402
 from recipes.grpo import mesh as meshes  # noqa: E402
 from recipes.grpo import resume
 from recipes.grpo.offload import HostOffload  # noqa: E402

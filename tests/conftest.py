@@ -125,11 +125,11 @@ def ray_cluster():
 @pytest.fixture(scope="session")
 def tiny_model() -> str:
     """The demo's tiny Llama, built once per machine into the shared cache (`make tiny-model`)."""
-    from launcher.worker.tiny_model import MARKER, default_path
+    from launcher.trainer.tiny_model import MARKER, default_path
 
     if not (default_path() / MARKER).exists():
         subprocess.run(
-            [sys.executable, "-m", "launcher.worker.tiny_model"], check=True, timeout=300
+            [sys.executable, "-m", "launcher.trainer.tiny_model"], check=True, timeout=300
         )
     return str(default_path())
 

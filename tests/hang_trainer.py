@@ -1,5 +1,5 @@
 """A trainer entry point for the hang watchdog's tests (and the stack-dump test): every rank
-heartbeats its steps through the runtime (launcher.worker.runtime heartbeat:
+heartbeats its steps through the runtime (launcher.trainer.runtime heartbeat:
 progress/<job>.<rank>.json,
 SIGUSR2 dumps its stacks into its log) and all-reduces once per step on gloo.
 
@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from launcher.worker.runtime import load_plan  # noqa: E402
+from launcher.trainer.runtime import load_plan  # noqa: E402
 
 
 def hang_inside_step(step: int) -> None:

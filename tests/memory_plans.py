@@ -64,7 +64,7 @@ def apply_override(engines: list[EngineInput], text: str) -> list[EngineInput]:
     return out
 
 
-# the default CPU run's model (launcher.worker.tiny_model's dims), as a shape
+# the default CPU run's model (launcher.trainer.tiny_model's dims), as a shape
 TINY = ModelShape(
     hidden_size=128,
     num_layers=2,

@@ -6,7 +6,7 @@ Each start writes $STANDIN_DIR/<process>.<pid>.json (<process>.rank<k> under tor
 pid, time.time() and Slurm's node name, so whoever watches the run sees every process running,
 where and since when; then it heartbeats (the file's mtime, every STANDIN_BEAT_S, default 1 s)
 until SIGTERM. Rank 0 answers the launcher's checkpoint requests at once (the control files
-of launcher.worker.checkpoints, as a trainer that checkpoints instantly), so Slurm's requeue
+of launcher.trainer.checkpoints, as a trainer that checkpoints instantly), so Slurm's requeue
 path runs as with a real trainer. Without STANDIN_DIR it only heartbeats.
 """
 

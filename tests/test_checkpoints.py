@@ -1,4 +1,4 @@
-"""launcher/worker/checkpoints.py: the run folder's checkpoints (newest complete one wins) and the
+"""launcher/trainer/checkpoints.py: the run folder's checkpoints (newest complete one wins) and the
 launcher's request for one. Stdlib only, like the launcher side that reads them."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from launcher.worker import checkpoints as ck
+from launcher.trainer import checkpoints as ck
 
 
 def save(root, step, restart=0, files=("shard",)):
@@ -98,8 +98,8 @@ def test_a_request_says_within_how_long_the_launcher_stops_the_job_after_it(tmp_
 
 def test_the_module_is_stdlib_only():
     code = (
-        "import sys, launcher.worker.checkpoints, launcher.worker.progress, "
-        "launcher.worker.runtime; "
+        "import sys, launcher.trainer.checkpoints, launcher.trainer.progress, "
+        "launcher.trainer.runtime; "
         "print(sorted(m for m in ('torch', 'numpy', 'vllm', 'yaml') if m in sys.modules))"
     )
     out = subprocess.run(

@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # recipes/ is not installed
 from launcher.spec.errors import ConfigError  # noqa: E402
-from launcher.worker.runtime import plan_from_dict  # noqa: E402
+from launcher.trainer.runtime import plan_from_dict  # noqa: E402
 from recipes.grpo.options import load_options  # noqa: E402
 
 

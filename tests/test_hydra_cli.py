@@ -218,7 +218,7 @@ def test_hydra_run_dir_is_the_run_folder_and_holds_hydras_record(tmp_path):
 
 WAITS_FOR_THE_SERVER = """\
 import json, os, urllib.request
-from launcher.worker.runtime import load_plan
+from launcher.trainer.runtime import load_plan
 rt = load_plan()
 addrs = rt.wait_for_servers(timeout_s=400)
 models = json.load(urllib.request.urlopen(f"http://{addrs[0]}/v1/models", timeout=30))

@@ -1,4 +1,4 @@
-"""launcher/worker/progress.py and the runtime's side of it: every trainer rank keeps a progress
+"""launcher/trainer/progress.py and the runtime's side of it: every trainer rank keeps a progress
 record in the run folder (step, phase, pid, restart, and the signal that dumps its stacks), and
 the launcher reads them all. Stdlib only, like the launcher side that reads them."""
 
@@ -15,8 +15,8 @@ import time
 import pytest
 
 from launcher.spec.errors import LaunchError
-from launcher.worker import checkpoints, progress
-from launcher.worker.runtime import plan_from_dict
+from launcher.trainer import checkpoints, progress
+from launcher.trainer.runtime import plan_from_dict
 
 
 def runtime(tmp_path, **env):
@@ -87,7 +87,7 @@ def test_the_runtime_finds_the_newest_checkpoint_and_the_launchers_request(tmp_p
 
 STACKS = """\
 import sys, time, threading
-from launcher.worker.runtime import plan_from_dict
+from launcher.trainer.runtime import plan_from_dict
 rt = plan_from_dict({"components": {}}, env={"AREAL_RUN_DIR": sys.argv[1]})
 def worker_thread_waits():
     time.sleep(60)

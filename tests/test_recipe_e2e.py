@@ -21,7 +21,7 @@ from typing import Optional
 
 import pytest
 
-from launcher.worker.runtime import wait_for_servers
+from launcher.trainer.runtime import wait_for_servers
 
 pytestmark = [pytest.mark.vllm, pytest.mark.torch]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from launcher.worker.runtime import plan_from_dict
+from launcher.trainer.runtime import plan_from_dict
 from recipes.grpo.layout import WeightShard, mismatches, world_mismatch, write_rank_record
 from tests.test_runtime_layout import plan_dict
 

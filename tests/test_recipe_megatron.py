@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.worker.runtime import plan_from_dict
+from launcher.trainer.runtime import plan_from_dict
 from tests.areal_launch import run
 
 pytest.importorskip("megatron.core")

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from launcher.worker import checkpoints, progress
+from launcher.trainer import checkpoints, progress
 from tests.areal_launch import EXE, ROOT
 
 pytestmark = pytest.mark.torch

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.worker import checkpoints
+from launcher.trainer import checkpoints
 from tests import plans
 from tests.areal_launch import ROOT, run
 from tests.restarts import restart_trainers

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.worker import progress
-from launcher.worker.runtime import plan_from_dict, wait_for_servers
+from launcher.trainer import progress
+from launcher.trainer.runtime import plan_from_dict, wait_for_servers
 from tests.test_recipe_e2e import (
     PYTHON,
     SERVER_START_TIMEOUT_S,

@@ -1,5 +1,5 @@
 """Slurm's requeue as the batch shell runs it (launcher/node/requeue.py): real run folders, the
-trainers' side played through launcher.worker.checkpoints, real child processes for the step.
+trainers' side played through launcher.trainer.checkpoints, real child processes for the step.
 The batch script around it is tests/test_sbatch.py (real bash, stand-ins for srun and
 scontrol); the whole thing on the Slurm test cluster is tests/test_slurm_requeue.py."""
 
@@ -15,7 +15,7 @@ import pytest
 
 from launcher.node import requeue, restarts
 from launcher.node.requeue import Job, Warned
-from launcher.worker import checkpoints
+from launcher.trainer import checkpoints
 
 
 def kinds(run_dir: Path) -> list[tuple[str, int]]:

@@ -21,7 +21,7 @@ from typing import Callable
 
 import pytest
 
-from launcher.worker import checkpoints, progress
+from launcher.trainer import checkpoints, progress
 from tests.areal_launch import EXE, ROOT
 
 pytestmark = [pytest.mark.vllm, pytest.mark.torch]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.worker.runtime import plan_from_dict
+from launcher.trainer.runtime import plan_from_dict
 from recipes.grpo.phases import RolloutPhases
 from recipes.grpo.rollout_client import RolloutServer, sample_all
 from tests import plans

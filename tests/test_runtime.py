@@ -1,4 +1,4 @@
-"""launcher.worker.runtime: what a started worker learns from the plan and its environment."""
+"""launcher.trainer.runtime: what a started worker learns from the plan and its environment."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from launcher.spec.errors import LaunchError
-from launcher.worker.runtime import load_plan, plan_from_dict, wait_for_servers
+from launcher.trainer.runtime import load_plan, plan_from_dict, wait_for_servers
 
 
 def _rank(rank, gpu, node, dp, tp, pp, cp=0, gpus_per_node=4):
@@ -252,7 +252,7 @@ def test_wait_for_servers_times_out_naming_the_late_server():
 
 
 def test_runtime_imports_without_torch():
-    code = "import sys, launcher.worker.runtime; sys.exit('torch' in sys.modules)"
+    code = "import sys, launcher.trainer.runtime; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 

@@ -1,4 +1,4 @@
-"""launcher.worker.runtime's layout answers: a trainer's mesh, Megatron's expert groups and the
+"""launcher.trainer.runtime's layout answers: a trainer's mesh, Megatron's expert groups and the
 engine
 options, all read from the plan the launcher builds (no torch)."""
 
@@ -9,7 +9,7 @@ import copy
 import pytest
 
 from launcher.spec.errors import LaunchError
-from launcher.worker.runtime import plan_from_dict
+from launcher.trainer.runtime import plan_from_dict
 from tests import plans
 
 

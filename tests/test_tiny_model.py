@@ -1,4 +1,4 @@
-"""launcher.worker.tiny_model: the demo's model, built locally, complete or absent, reused."""
+"""launcher.trainer.tiny_model: the demo's model, built locally, complete or absent, reused."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.worker.tiny_model import MARKER, default_path, ensure, is_built
+from launcher.trainer.tiny_model import MARKER, default_path, ensure, is_built
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").is_dir() else sys.executable
@@ -17,7 +17,7 @@ PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").is_dir() els
 
 def build(out: Path, *args: str) -> str:
     proc = subprocess.run(
-        [PYTHON, "-m", "launcher.worker.tiny_model", str(out), *args],
+        [PYTHON, "-m", "launcher.trainer.tiny_model", str(out), *args],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -22,8 +22,8 @@ from launcher.node.preflight import problems
 from launcher.spec import tracking
 from launcher.spec.plan import ENV_RUN_MARKER, ProcessSpec
 from launcher.spec.request import materialize
-from launcher.worker import plot
-from launcher.worker.tracking import Trackers, read_metrics
+from launcher.trainer import plot
+from launcher.trainer.tracking import Trackers, read_metrics
 from tests.areal_launch import EXE, ROOT, one_error_line, run
 from tests.trackers import tensorboard_steps
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.worker import progress
+from launcher.trainer import progress
 from tests.areal_launch import EXE, ROOT
 
 pytestmark = pytest.mark.torch

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.worker.runtime import wait_for_servers
+from launcher.trainer.runtime import wait_for_servers
 from recipes.grpo.reward import make_prompts, number_reward
 from recipes.grpo.rollout_client import RolloutError, Sample, post_json
 from recipes.grpo.workers_client import EnvClient, RewardClient, WorkerOffload

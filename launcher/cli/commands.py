@@ -63,8 +63,8 @@ def picture(run_dir: Path) -> str:
     """Draw `<run folder>/metrics.png` (matplotlib, here); its path, or why there is none."""
     from launcher.node import restarts
     from launcher.spec.tracking import METRICS_JSONL, PICTURE
-    from launcher.worker.plot import PlotUnavailable, draw
-    from launcher.worker.tracking import read_metrics
+    from launcher.trainer.plot import PlotUnavailable, draw
+    from launcher.trainer.tracking import read_metrics
 
     records = read_metrics(run_dir)
     if not records:

@@ -5,7 +5,7 @@ hands them, a batch at a time, to a Hydra launcher. Ours (hydra_plugins/areal_la
 each batch to `run_batch`: every point is composed, planned and rehearsed (its processes built,
 the runner's checks, a Slurm script rendered) before the first one starts, so a bad point stops
 the sweep with nothing started; then the points run one after another here, or are submitted
-one Slurm job each. Each run's objective (launcher.worker.objective) goes back to the sweeper, and
+one Slurm job each. Each run's objective (launcher.trainer.objective) goes back to the sweeper, and
 `RECORD` keeps every point for the table that ends the sweep, with the best point.
 """
 
@@ -24,7 +24,7 @@ from launcher.cli.launch import Prepared, build_request, prepare, start
 from launcher.node.ports import DEFAULT_BASE_PORT, counted_ports
 from launcher.spec.errors import LaunchError, UserError, restated
 from launcher.spec.tracking import sweep_id
-from launcher.worker.objective import METRICS_FILE, read_objective
+from launcher.trainer.objective import METRICS_FILE, read_objective
 
 EXIT_FAILED = 1  # a point that could not be started (sbatch refused it, ...)
 INTERRUPTED = 128  # exit codes from here on: the launcher got a signal
@@ -317,8 +317,8 @@ def picture(record: SweepRecord) -> Optional[str]:
     """`<sweep folder>/sweep.png`: every point's logged metrics in one picture (matplotlib,
     here); a line saying where it is, or why there is none; None when no point logged any."""
     from launcher.spec.tracking import SWEEP_PICTURE
-    from launcher.worker.plot import PlotUnavailable, draw_sweep
-    from launcher.worker.tracking import read_metrics
+    from launcher.trainer.plot import PlotUnavailable, draw_sweep
+    from launcher.trainer.tracking import read_metrics
 
     points = [
         (f"{o.point.index}: {o.point.label}", read_metrics(o.run_dir)) for o in record.outcomes

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from launcher.node import restarts
 from launcher.spec import tracking as spec
-from launcher.worker import checkpoints, progress
+from launcher.trainer import checkpoints, progress
 
 SHOWN_RESTARTS = 5
 
@@ -47,8 +47,8 @@ def progress_lines(run_dir: Path) -> list[str]:
 def tracking_lines(run_dir: Path) -> list[str]:
     """The metrics rank 0 logged (a reward sparkline) and where to look for them (imported
     here: `plan` loads this module with the runners and needs none of it)."""
-    from launcher.worker.plot import sparkline
-    from launcher.worker.tracking import read_identity, read_metrics
+    from launcher.trainer.plot import sparkline
+    from launcher.trainer.tracking import read_identity, read_metrics
 
     lines = []
     records = read_metrics(run_dir)

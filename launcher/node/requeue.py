@@ -6,7 +6,7 @@ background and calls this twice. `started`, as the job starts: a start after a r
 (Slurm's restart count above 0: preemption, node failure, by hand, or our own requeue) is
 recorded, once per restart count. `warned`, when Slurm signals the batch shell
 launcher.requeue_signal_s before the time limit: it asks the trainers for a checkpoint with the
-stop's bound (launcher.worker.checkpoints, which owns the request's format), waits for it at
+stop's bound (launcher.trainer.checkpoints, which owns the request's format), waits for it at
 most `--wait` seconds, records the requeue and requeues the job (`scontrol requeue`). The job
 starts again in the same run folder and the trainers resume from their newest checkpoint. A run
 that ends meanwhile, or whose trainers say that checkpoint was their last step, is not
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 from launcher.node import restarts
-from launcher.worker import checkpoints
+from launcher.trainer import checkpoints
 
 STARTED_AGAIN = "Slurm started the job again (a requeue: preemption, node failure or by hand)"
 REQUEUED = "the time limit was near: checkpointed and requeued"

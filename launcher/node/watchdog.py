@@ -3,14 +3,14 @@ every
 trainer rank's Python stacks in its log, the rank(s) that stopped named, then the run fails or
 its trainers restart (launcher.max_restarts).
 
-Progress is what trainers write through the runtime API (launcher.worker.progress: one record per
+Progress is what trainers write through the runtime API (launcher.trainer.progress: one record per
 rank, replaced at each step and phase). The watchdog arms only once a rank of the current
 trainer start has written one (an entry point that never reports is silence.py's), and
 phases that wait on something the launcher already watches ("wait_server": a server's health
 deadline; "done") never count as hung.
 
 Stacks: `py-spy dump` where it is installed (any Python process), else the signal the rank
-said it handles (launcher.worker.progress.STACK_SIGNAL: faulthandler writes every thread's stack to
+said it handles (launcher.trainer.progress.STACK_SIGNAL: faulthandler writes every thread's stack to
 its stderr, the log). Ranks are asked one at a time and the log's growth read after each, so
 each stack is known to be that rank's. A rank whose main thread sits in torch.distributed
 waits for its peers; the one that does not is the one that stopped.
@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 from launcher.node import keeper
-from launcher.worker import progress
-from launcher.worker.progress import Progress
+from launcher.trainer import progress
+from launcher.trainer.progress import Progress
 
 NOT_HUNG = ("wait_server", "done")  # phases the watchdog leaves to others
 CHECK_EVERY_S = 1.0

@@ -5,7 +5,7 @@ the entry's config there, the runner the request and the record, each node's sup
 processes' logs and its status; `status`, `cancel` and `logs` read them back, on any runner.
 The folders whose files have a format of their own are named by the module that owns the
 format: restarts/ (launcher.node.restarts), control/ and checkpoints/
-(launcher.worker.checkpoints), metrics.jsonl and tracking.json (launcher.spec.tracking).
+(launcher.trainer.checkpoints), metrics.jsonl and tracking.json (launcher.spec.tracking).
 
 Names, and the one cache folder of areal-launch; nothing here touches the disk.
 """

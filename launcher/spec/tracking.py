@@ -6,7 +6,7 @@ the run folder. So it names the tracker's run instead of letting each start open
 W&B run id with resume "allow", project, group (the sweep) and name; an MLflow tracking URI
 (default: a SQLite database beside the run folder, so the runs of one experiment share it), the
 experiment, the run's tag and its sweep's parent; TensorBoard's log dir in the run folder. The
-trainer's rank 0 opens the trackers with it (launcher.worker.tracking); the launcher itself
+trainer's rank 0 opens the trackers with it (launcher.trainer.tracking); the launcher itself
 imports none of them. Pure: names and strings only.
 """
 
@@ -49,7 +49,7 @@ MLFLOW_RUN_TAG = "areal_launch.run_id"  # MLflow makes its own run ids: ours is 
 MLFLOW_SWEEP_TAG = "areal_launch.sweep"  # on the sweep's parent run
 METRICS_JSONL = "metrics.jsonl"  # every logged step, one JSON object a line: the record
 IDENTITY_FILE = "tracking.json"  # where rank 0 says which runs it writes to (status reads it)
-PICTURE = "metrics.png"  # the run as a picture (launcher.worker.plot)
+PICTURE = "metrics.png"  # the run as a picture (launcher.trainer.plot)
 SWEEP_PICTURE = "sweep.png"  # every point of a sweep, in its sweep folder
 
 

@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from launcher.worker.runtime import RuntimePlan
+from launcher.trainer.runtime import RuntimePlan
 
 POLL_S = 0.05
 

@@ -3,7 +3,7 @@ which layout actually trained. Stdlib only (the groups and shapes come in as pla
 
 Both recipes (FSDP2 + tensor parallel, Megatron-core) read their groups back from what they
 built (the DeviceMesh, Megatron's parallel state), compare them with the plan's through
-launcher.worker.runtime, and write `<run folder>/ranks/<rank>.json` with the coordinates read from
+launcher.trainer.runtime, and write `<run folder>/ranks/<rank>.json` with the coordinates read from
 the live mesh and the shapes of one attention projection weight.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Mapping, Optional
 
-from launcher.worker.runtime import AXES, EXPERT_AXES, RuntimePlan
+from launcher.trainer.runtime import AXES, EXPERT_AXES, RuntimePlan
 
 
 class LayoutMismatch(RuntimeError):

@@ -17,7 +17,7 @@ recipes/grpo_megatron/train.py) supplies the training step and the full weights;
 servers' memory phases (recipes/grpo/phases.py) and the engine's offload wrap its phases.
 
 Surviving failures (docs/architecture.md §11): each rank heartbeats its step and phase
-(launcher.worker.runtime);
+(launcher.trainer.runtime);
 after each step the loop saves a checkpoint when one is due or the launcher asked
 (recipes/grpo/resume.py); started with a checkpoint present it resumes from the newest, and a
 resumed or restarted trainer pushes its weights to every server before its first rollout.
@@ -38,8 +38,8 @@ from typing import Any, Optional, Protocol
 import torch
 import torch.distributed as dist
 
-from launcher.worker.objective import write_metrics
-from launcher.worker.runtime import RuntimePlan, health_ok
+from launcher.trainer.objective import write_metrics
+from launcher.trainer.runtime import RuntimePlan, health_ok
 from recipes.grpo import policy as policies
 from recipes.grpo import resume, serving
 from recipes.grpo.inference import InferenceClient

@@ -25,7 +25,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-from launcher.worker.runtime import RuntimePlan
+from launcher.trainer.runtime import RuntimePlan
 from recipes.grpo.layout import WeightShard
 
 # Gathering a (dp, tp)-sharded weight whole takes two all-gathers; torch warns on every push

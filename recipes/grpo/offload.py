@@ -14,7 +14,7 @@ from typing import Callable
 
 import torch
 
-from launcher.worker.runtime import RuntimePlan
+from launcher.trainer.runtime import RuntimePlan
 
 
 @dataclass

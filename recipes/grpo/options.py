@@ -16,7 +16,7 @@ import launcher
 from launcher.spec.errors import ConfigError
 
 if TYPE_CHECKING:  # the launcher imports this module for its schema: no urllib, no http there
-    from launcher.worker.runtime import RuntimePlan
+    from launcher.trainer.runtime import RuntimePlan
 
 DEFAULTS_FILE = Path(launcher.__file__).parent / "conf" / "recipe" / "grpo.yaml"
 

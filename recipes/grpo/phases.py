@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Protocol, Sequence, TypeVar
 
 from launcher.backends.kinds import serve_backend
-from launcher.worker.runtime import RuntimePlan
+from launcher.trainer.runtime import RuntimePlan
 
 T = TypeVar("T")
 P = TypeVar("P")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from launcher.worker.runtime import ENV_RUN_DIR, RuntimePlan
+from launcher.trainer.runtime import ENV_RUN_DIR, RuntimePlan
 
 HELPERS = ("ref", "critic", "teacher")  # run inside the actor job by this recipe
 INFERENCE = "inference"  # RLinf's forward-only copy of the actor (recipes/grpo/inference.py)

@@ -2,7 +2,7 @@
 and when the launcher asks; the newest complete one resumed from at start (docs/architecture.md
 §11).
 
-One checkpoint (`<run folder>/checkpoints/step_<k>/`, launcher/worker/checkpoints.py) holds:
+One checkpoint (`<run folder>/checkpoints/step_<k>/`, launcher/trainer/checkpoints.py) holds:
 - the engine's state through torch.distributed.checkpoint: FSDP2's sharded model and optimizer,
   each rank writing its own shards (`__<rank>_0.distcp`, `.metadata`), reloadable on any mesh;
 - the step, which is also the data position: step k's prompts and sampling seeds are a
@@ -28,9 +28,9 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
-from launcher.worker import checkpoints
-from launcher.worker.checkpoints import Checkpoint
-from launcher.worker.runtime import RuntimePlan
+from launcher.trainer import checkpoints
+from launcher.trainer.checkpoints import Checkpoint
+from launcher.trainer.runtime import RuntimePlan
 
 if TYPE_CHECKING:
     from recipes.grpo.loop import Session

@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 from launcher.backends.kinds import serve_backend
 from launcher.backends.servers import HttpCall, ServerClient
-from launcher.worker.runtime import DEFAULT_SERVED_MODEL
+from launcher.trainer.runtime import DEFAULT_SERVED_MODEL
 
 
 class RolloutError(RuntimeError):

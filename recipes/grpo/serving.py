@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
-from launcher.worker.runtime import health_ok, wait_for_servers
+from launcher.trainer.runtime import health_ok, wait_for_servers
 from recipes.grpo.rollout_client import RolloutError, RolloutServer
 from recipes.grpo.weights import greedy_from_folder, strip_eos
 

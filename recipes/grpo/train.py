@@ -31,8 +31,8 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from launcher.spec.errors import LaunchError
-from launcher.worker.runtime import RuntimePlan, load_plan
-from launcher.worker.tiny_model import default_path as tiny_model_path
+from launcher.trainer.runtime import RuntimePlan, load_plan
+from launcher.trainer.tiny_model import default_path as tiny_model_path
 from recipes.grpo import inference, loop
 from recipes.grpo import mesh as meshes
 from recipes.grpo import policy as policies

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Optional, Sequence
 
 from launcher.spec.plan import component_addrs_env
-from launcher.worker.runtime import RuntimePlan, wait_for_servers
+from launcher.trainer.runtime import RuntimePlan, wait_for_servers
 from recipes.grpo.rollout_client import RolloutError, post_json
 
 

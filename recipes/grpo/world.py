@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
-from launcher.worker.runtime import RuntimePlan
+from launcher.trainer.runtime import RuntimePlan
 from recipes.grpo.reward import make_prompts, number_reward
 from recipes.grpo.rollout_client import Sample
 from recipes.grpo.workers_client import (

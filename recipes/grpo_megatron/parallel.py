@@ -1,5 +1,5 @@
 """Megatron-core's parallel state from the plan: sizes from the plan's `parallel` dict (read
-through launcher.worker.runtime, not parsed from the command line), groups read back from Megatron
+through launcher.trainer.runtime, not parsed from the command line), groups read back from Megatron
 and compared with the plan's, rank by rank, axis by axis.
 
 Megatron builds its groups with its own arithmetic (RankGenerator, order tp-cp-ep-dp-pp; the
@@ -14,7 +14,7 @@ from typing import Optional
 
 import torch.distributed as dist
 
-from launcher.worker.runtime import RuntimePlan
+from launcher.trainer.runtime import RuntimePlan
 
 DENSE_AXES = ("tp", "pp", "dp", "cp")
 EXPERT_AXES = ("ep", "etp", "edp")

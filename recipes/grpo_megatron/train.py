@@ -3,7 +3,7 @@
 `megatron:(attn:d2t2|ffn:t2e2)`).
 
 Every rank initialises Megatron's parallel state with the plan's t, p, c, e and the ffn part's
-t (etp), read through launcher.worker.runtime (the Megatron-LM flags the launcher appends must
+t (etp), read through launcher.trainer.runtime (the Megatron-LM flags the launcher appends must
 agree),
 checks every group Megatron formed (tp, pp, dp, cp, ep, etp, edp) holds exactly the ranks the
 plan says (else all stop with one line naming the rank and the axis), builds the tiny Llama as
@@ -35,8 +35,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from launcher.worker.runtime import RuntimePlan, load_plan
-from launcher.worker.tiny_model import default_path as tiny_model_path
+from launcher.trainer.runtime import RuntimePlan, load_plan
+from launcher.trainer.tiny_model import default_path as tiny_model_path
 from recipes.grpo import loop
 from recipes.grpo.layout import LayoutMismatch, mismatches, world_mismatch, write_rank_record
 from recipes.grpo.loop import log

@@ -2,7 +2,7 @@
 
 Run with AReaL's venv (transformers 5) and the repository on PYTHONPATH:
 `python scripts/areal/make_assets.py OUT` writes OUT/tiny-qwen2 and OUT/gsm8k. The tokenizer is
-the repo's tiny model's (launcher.worker.tiny_model, built in a scratch folder); the model is a
+the repo's tiny model's (launcher.trainer.tiny_model, built in a scratch folder); the model is a
 Qwen2ForCausalLM of the same size (head size 32: vLLM's CPU attention refuses smaller) with a
 4096-token context, so the yaml's vllm.max_model_len=2048 fits. The dataset folder's path holds
 "gsm8k" (AReaL picks its loader by that), its README declares the config `main` with train/test
@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from launcher.worker import tiny_model
+from launcher.trainer import tiny_model
 
 ROWS = {"train": 32, "test": 32}  # the yaml's batch sizes: 16 (train), 32 (valid)
 README = """---

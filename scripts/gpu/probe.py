@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from launcher.worker.runtime import load_plan
+from launcher.trainer.runtime import load_plan
 
 
 def main() -> int:

@@ -10,11 +10,11 @@ disagree. Stdlib only, so any worker (and the launcher) imports it without torch
 Surviving failures (docs/architecture.md §11): `restart()` is the job's restart count
 ($AREAL_RESTART, 0 on
 the first attempt), `checkpoint_dir()` where checkpoints go (`<run folder>/checkpoints`,
-launcher/worker/checkpoints.py), `latest_checkpoint()` the newest complete one (step, path) to
+launcher/trainer/checkpoints.py), `latest_checkpoint()` the newest complete one (step, path) to
 resume
 from, `checkpoint_request()` / `checkpoint_request_done(id)` the launcher's asking for one.
 `heartbeat(step, phase)` keeps `<run folder>/progress/<job>.<rank>.json` current for the launcher's
-hang watchdog and status (launcher/worker/progress.py); the first call also makes SIGUSR2 dump every
+hang watchdog and status (trainer/progress.py); the first call also makes SIGUSR2 dump every
 thread's Python stack to the log (and says so in the record, so the launcher may send it).
 
 Metrics (docs/architecture.md §16): `log(metrics, step)` on rank 0 writes to the trackers of
@@ -53,7 +53,7 @@ from launcher.spec.plan import (  # noqa: F401
     plan_meta,
 )
 from launcher.spec.request import HEALTH_TIMEOUT_S
-from launcher.worker import checkpoints, progress, tracking
+from launcher.trainer import checkpoints, progress, tracking
 
 EXPERT_AXES = ("etp", "ep", "edp")  # Megatron's expert grid over the same ranks, fastest first
 
@@ -345,7 +345,7 @@ class RuntimePlan:
         return True
 
     def enable_stack_dumps(self) -> str:
-        """SIGUSR2 (launcher.worker.progress.STACK_SIGNAL) dumps every thread's Python stack to
+        """SIGUSR2 (launcher.trainer.progress.STACK_SIGNAL) dumps every thread's Python stack to
         stderr, the process's log, and the process carries on; once per process."""
         if "stacks" not in self._beat:
             self._beat["stacks"] = progress.enable_stack_dumps()
@@ -375,7 +375,7 @@ class RuntimePlan:
     # ------------------------------------------------------------------ metrics
     def log(self, metrics: Mapping[str, Any], step: int) -> bool:
         """Rank 0 writes `metrics` (numbers; others are left out) for `step` to every tracker of
-        launcher.tracking and to `<run folder>/metrics.jsonl` (launcher.worker.tracking); a step
+        launcher.tracking and to `<run folder>/metrics.jsonl` (launcher.trainer.tracking); a step
         logged before (a restart re-does the steps after its checkpoint) is not written again.
         True when written; other ranks, and a process without a run folder, write nothing."""
         run_dir = self.run_dir()
@@ -398,7 +398,7 @@ class RuntimePlan:
         if not records:
             return None
         from launcher.spec.tracking import PICTURE
-        from launcher.worker.plot import PlotUnavailable, draw
+        from launcher.trainer.plot import PlotUnavailable, draw
 
         try:
             return str(draw(records, os.path.join(run_dir, PICTURE), os.path.basename(run_dir)))

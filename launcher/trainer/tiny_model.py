@@ -1,6 +1,6 @@
 """Build the tiny Llama that `make demo` serves and trains: no hub access is needed.
 
-`python -m launcher.worker.tiny_model [OUT] [--seed N] [--force]` writes a random-weight Llama
+`python -m launcher.trainer.tiny_model [OUT] [--seed N] [--force]` writes a random-weight Llama
 (hidden
 128, 2 layers, 4 heads of 32: vLLM's CPU attention refuses head sizes below 32) with a byte-level
 BPE tokenizer trained here on a small corpus of number words, so the demo's reward (say numbers)
@@ -159,7 +159,7 @@ def ensure(path: Optional[os.PathLike | str] = None, seed: int = 0, force: bool 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m launcher.worker.tiny_model",
+        prog="python -m launcher.trainer.tiny_model",
         description="Build the tiny Llama used by the demo.",
     )
     parser.add_argument(

@@ -10,7 +10,7 @@ launcher's hang watchdog and `status` read them with `read_jobs` (every job) or 
 all its threads' Python stacks on its stderr (its log file), or null: the launcher sends
 STACK_SIGNAL only to processes that said they handle it (an unhandled SIGUSR2 kills).
 
-Stdlib only: the launcher imports it, and so does every trainer (through launcher.worker.runtime).
+Stdlib only: the launcher imports it, and so does every trainer (through launcher.trainer.runtime).
 """
 
 from __future__ import annotations

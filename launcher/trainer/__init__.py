@@ -1,0 +1,1 @@
+"""What a trainer process imports: its plan, checkpoints, progress, objective, tracking."""
