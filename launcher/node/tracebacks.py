@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
 from launcher.node.failures import COLLATERAL, TRACEBACK_LINES
-from launcher.node.watchdog import Frame
+from launcher.node.frames import Frame
 
 READ_EVERY_S = 0.25
 READ_LIMIT = 4 << 20  # bytes of one log per read: a flood of output never stalls the loop

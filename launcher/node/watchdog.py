@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 from launcher.node import keeper
+from launcher.node.frames import Frame
 from launcher.trainer import progress
 from launcher.trainer.progress import Progress
 
@@ -45,16 +46,6 @@ FATAL_WAIT_S = 3.0  # for such a rank to end (its dump is written by then)
 COLLECTIVE = "torch/distributed/"
 _FAULTHANDLER_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+) in (\S+)')
 _PYSPY_FRAME = re.compile(r"^\s+(\S+) \(([^:()]+):(\d+)\)")
-
-
-@dataclass(frozen=True)
-class Frame:
-    path: str
-    line: int
-    func: str
-
-    def short(self) -> str:
-        return f"{self.func} ({'/'.join(Path(self.path).parts[-2:])}:{self.line})"
 
 
 @dataclass
