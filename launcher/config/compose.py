@@ -161,10 +161,12 @@ class Composer:
         ours = OmegaConf.load(Path(__file__).resolve().parents[1] / CONFIG_PATH / "config.yaml")
         assert isinstance(ours, DictConfig)
         defaults = ours.pop("defaults")
-        # an engine the file does not name is off (an SFT config has no rollout)
-        off = {name: {"backend": None} for name in ENGINES if name not in raw}
+        # an engine the file does not name, or names null (`ref: null`), is off (an SFT
+        # config has no rollout)
+        off = {name: {"backend": None} for name in ENGINES if raw.get(name) is None}
+        given = {k: v for k, v in raw.items() if not (k in ENGINES and v is None)}
         # unresolved: `tokenizer_path: ${actor.path}` follows an override of actor.path
-        over = OmegaConf.to_container(OmegaConf.merge(ours, off, raw), resolve=False)
+        over = OmegaConf.to_container(OmegaConf.merge(ours, off, given), resolve=False)
         assert isinstance(over, dict)
         ConfigStore.instance().store(name=PEER_PRIMARY, node={"defaults": defaults, **over})
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 from launcher.spec.errors import ConfigError
 
@@ -61,3 +61,22 @@ def drop_empty(node: Any, key: str) -> None:
         if child is None or (isinstance(child, DictConfig) and len(child) == 0):
             with open_dict(holder):
                 del holder[leaf]
+
+
+def pin(node: Any, keys: Iterable[str]) -> None:
+    """Each of `keys` present in `node` replaced by its resolved value, before any of them is
+    taken: `ref.scheduling_spec: ${actor.scheduling_spec}` keeps its value once the actor's is
+    taken. A value that does not resolve here (a key only the entry's schema has) stays as
+    written."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    found = {}
+    for key in keys:
+        try:
+            if has(node, key):
+                found[key] = get(node, key)
+        except OmegaConfBaseException:
+            continue
+    for key, value in found.items():
+        OmegaConf.update(node, key, value, merge=False, force_add=True)
