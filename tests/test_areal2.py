@@ -550,3 +550,25 @@ def test_a_hook_past_its_bound_is_killed_with_everything_it_started(tmp_path):
     done = run_hook(f"sleep 60 & echo $! > {left}", str(tmp_path), 3)
     assert done.code == 0 and done.line().startswith("post_exit_hook: ok after ")
     assert wait_until(lambda: gone(left), within_s=10)
+
+
+def test_a_file_built_on_another_of_its_own_and_an_escaped_hook_read_as_areal_reads_them(
+    folder, tmp_path
+):
+    """AReaL's `defaults: [../math/base@_global_, _self_]` (examples/dte): its own file under
+    it, merged as Hydra merges them for AReaL; its escaped shell variables (`\\${A:-\\${B:-x}}`,
+    examples/swe) are the hook's shell's, not interpolations."""
+    (tmp_path / "math").mkdir()
+    (tmp_path / "math" / "base.yaml").write_text(DISTILL)
+    (tmp_path / "dte").mkdir()
+    (tmp_path / "dte" / "big.yaml").write_text(
+        "defaults:\n  - ../math/base@_global_\n  - _self_\nexperiment_name: dte\n"
+        "actor: {backend: 'fsdp:d2'}\n"
+        "post_exit_hook: 'R=\\${A_ROOT:-\\${B_ROOT:-/x}}; echo $R'\n"
+    )
+    prep = prepared_in(tmp_path / "dte", "big", CUDA)
+    assert layout(prep)["actor"][:2] == ("fsdp:d2", "train")
+    assert layout(prep)["teacher"][:2] == ("vllm:t2", "serve")  # the base file's
+    _, request = processes(prep)
+    assert request.post_exit_hook == "R=${A_ROOT:-${B_ROOT:-/x}}; echo $R"
+    assert prep.run.handoff.config["experiment_name"] == "dte"

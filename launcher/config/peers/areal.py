@@ -266,7 +266,8 @@ def _exit_hook(job: Any, out: Translation) -> None:
             "(post_exit_hook is AReaL's name for it)"
         )
     take(job, "post_exit_hook")
-    put(job, "launcher.post_exit_hook", str(hook), "post_exit_hook")
+    # a value, not an interpolation: AReaL escapes its shell variables (`\${ROOT:-/x}`)
+    put(job, "launcher.post_exit_hook", str(hook).replace("${", "\\${"), "post_exit_hook")
     out.spellings["launcher.post_exit_hook"] = "post_exit_hook"
 
 
