@@ -572,3 +572,20 @@ def test_a_file_built_on_another_of_its_own_and_an_escaped_hook_read_as_areal_re
     _, request = processes(prep)
     assert request.post_exit_hook == "R=${A_ROOT:-${B_ROOT:-/x}}; echo $R"
     assert prep.run.handoff.config["experiment_name"] == "dte"
+
+
+def test_a_skypilot_task_or_a_reference_file_is_said_not_to_be_an_experiment(tmp_path):
+    """AReaL's examples hold SkyPilot tasks (examples/skypilot) and a file of keys to paste
+    into an experiment (examples/environ_ref.yaml): one line says what each is."""
+    (tmp_path / "task.sky.yaml").write_text(
+        "name: t\nresources: {accelerators: A100:8}\nnum_nodes: 1\nrun: |\n  python -m x\n"
+    )
+    (tmp_path / "ref.yaml").write_text("env_vars: {NCCL_DEBUG: WARN}\n")
+    out = run("plan", "-cd", str(tmp_path), "-cn", "task.sky", *CUDA)
+    assert one_error_line(out).startswith("error: this file is a SkyPilot task (resources, run:")
+    out = run("plan", "-cd", str(tmp_path), "-cn", "ref", *CUDA)
+    assert one_error_line(out) == (
+        "error: this file sets env_vars but no experiment (none of experiment_name, cluster, "
+        "actor, rollout, allocation_mode): AReaL's reference files are pasted into an "
+        "experiment config, not run"
+    )

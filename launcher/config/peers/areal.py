@@ -67,6 +67,15 @@ STRATEGIES = ("colocation", "separation")
 # an engine's keys taken here that another engine's may interpolate (`${actor.scheduling_spec}`)
 PINNED = ("scheduling_spec", "scheduling_strategy")
 TEACHER_SECTIONS = ("teacher.rollout", "teacher.train")  # AReaL 2.0's (areal_teacher)
+# what an experiment config of AReaL's sets (besides the engines); a file with none is not one
+EXPERIMENT_KEYS = (
+    "experiment_name",
+    "allocation_mode",
+    "cluster",
+    "components",
+    "model_path",
+    "runner",  # another peer's experiments set it
+)
 AWEX = "awex"  # actor.weight_update_mode: AReaL's actor and rollout take turns on its GPUs
 NAME_RESOLVE_TYPES = ("nfs", "etcd3", "ray")
 
@@ -134,6 +143,7 @@ class NameResolve:
 
 def translate(job: Any, context: Context, out: Translation) -> None:
     """AReaL's launcher keys in `job` replaced by ours (see the module's table)."""
+    _not_an_experiment(context)
     _old_launcher(context)
     pin(job, [f"{name}.{key}" for name in (*ENGINES, *TEACHER_SECTIONS) for key in PINNED])
     _cluster(job, out)
@@ -219,6 +229,27 @@ def _scheduler(job: Any, out: Translation) -> None:
     if kind == "local":
         put(job, "cluster.oversubscribe", True, "scheduler.type")
         out.spellings["cluster.oversubscribe"] = "scheduler.type=local"
+
+
+def _not_an_experiment(context: Context) -> None:
+    """A file of AReaL's examples that is not an experiment config, named as what it is: a
+    SkyPilot task (`sky launch` runs AReaL's launcher from its `run:`), or a reference file
+    of keys to copy into one (examples/environ_ref.yaml)."""
+    raw = context.raw
+    if raw is None or any(k in raw for k in (*ENGINES, *EXPERIMENT_KEYS)):
+        return
+    if "run" in raw and "resources" in raw:
+        raise ConfigError(
+            "this file is a SkyPilot task (resources, run: SkyPilot's keys), which AReaL runs "
+            "with `sky launch`; areal-launch reads an experiment config: give the one its "
+            "run: command names (its --config)"
+        )
+    keys = ", ".join(sorted(str(k) for k in raw)[:4])
+    raise ConfigError(
+        f"this file sets {keys} but no experiment (none of experiment_name, cluster, actor, "
+        "rollout, allocation_mode): AReaL's reference files are pasted into an experiment "
+        "config, not run"
+    )
 
 
 def _awex(job: Any, out: Translation) -> None:
