@@ -5,7 +5,7 @@ its keeper and supervisor from it (the Ray runner's driver is this process, atta
     launch_driver.py SPECS_JSON RUN_DIR [--ports N] [--base-port P] [--grace S]
                      [--health-timeout S] [--device cuda|cpu] [--num-nodes N]
                      [--runner local|ray] [--detach] [--placement-timeout S]
-                     [--console auto|all] [--areal-root DIR]
+                     [--console auto|all] [--areal-root DIR] [--post-exit-hook CMD]
 SPECS_JSON holds a list of ProcessSpec dicts; "{port0}", "{port1}", ... in argv, env values and
 health_url become ports taken from a PortReserver, printed first as "ports: a b ...".
 --areal-root: the run is of an entry that is not ours, with AReaL's folders under DIR (files/,
@@ -57,6 +57,7 @@ def main() -> int:
     ap.add_argument("--placement-timeout", type=float, default=60.0)
     ap.add_argument("--console", choices=("auto", "all"), default="auto")
     ap.add_argument("--areal-root", default=None)
+    ap.add_argument("--post-exit-hook", default=None)
     args = ap.parse_args()
     with PortReserver(base_port=args.base_port) as reserver:
         ports = [reserver.take() for _ in range(args.ports)]
@@ -74,6 +75,8 @@ def main() -> int:
             health=args.health_timeout,
             console=args.console,
         )
+        if args.post_exit_hook:
+            request = dataclasses.replace(request, post_exit_hook=args.post_exit_hook)
         if args.areal_root:
             request = dataclasses.replace(
                 request,

@@ -30,7 +30,9 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--host")
 ap.add_argument("--port", type=int)
 args, rest = ap.parse_known_args()
-with open(os.path.join(os.environ["AREAL_RUN_DIR"], "server-seen.json"), "w") as f:
+component = os.environ.get("AREAL_COMPONENT", "rollout")  # a teacher's: server-seen-teacher.json
+name = "server-seen.json" if component == "rollout" else f"server-seen-{component}.json"
+with open(os.path.join(os.environ["AREAL_RUN_DIR"], name), "w") as f:
     json.dump({"executable": sys.executable, "prefix": sys.prefix, "argv": sys.argv[1:]}, f)
 
 
@@ -56,11 +58,15 @@ import urllib.request
 import areal_stand_in  # noqa: F401  (only the stand-in venv has it)
 
 addrs = os.environ.get("AREAL_LLM_SERVER_ADDRS", "")
+teacher = os.environ.get("AREAL_TEACHER_ADDRS", "")  # AReaL 2.0's served teacher, when planned
 opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 health = [opener.open(f"http://{a}/health", timeout=10).status for a in addrs.split(",") if a]
+teacher_health = [opener.open(f"http://{a}/health", timeout=10).status
+                  for a in teacher.split(",") if a]
 run_dir = os.environ["AREAL_RUN_DIR"]
 seen = {"executable": sys.executable, "prefix": sys.prefix, "argv": sys.argv[1:],
         "spmd": os.environ.get("AREAL_SPMD_MODE"), "addrs": addrs, "health": health,
+        "teacher": teacher, "teacher_health": teacher_health,
         "rank": os.environ.get("RANK"),
         "folders": {d: os.path.isdir(os.path.join(run_dir, d)) for d in ("", "name_resolve")}}
 with open(os.path.join(run_dir, f"entry-seen-{os.environ['RANK']}.json"), "w") as f:

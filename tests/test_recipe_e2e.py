@@ -247,3 +247,35 @@ def test_grpo_loop_without_servers_samples_itself_and_keeps_a_kl_to_ref(tiny_mod
         r"^step \d/2 .* kl (\S+) .* reload none \(no servers\)", result.stdout, re.MULTILINE
     )
     assert len(kls) == 2 and float(kls[0]) == 0.0 < float(kls[1]), result.stdout[-4000:]
+
+
+DISTILL_STEP = re.compile(
+    r"^step (\d+)/2 reward \S+ loss \S+ kl off distill (\S+) logp_gap \S+ "
+    r"weight_version (v\d+) reload confirmed 1/1",
+    re.MULTILINE,
+)
+
+
+def test_grpo_loop_adds_the_served_teachers_distillation_term(vllm_server, tiny_model, tmp_path):
+    """A served teacher (issue 32): the module's one vLLM CPU server is the rollout's and the
+    teacher's. Step 1's teacher is the policy itself (the server holds the start weights the
+    trainer pushed first), so the term is ~0 only when the teacher's prompt log-probs line up
+    with the policy's own tokens; every reload is confirmed beside it."""
+    plan_path = write_plan(
+        tmp_path / "run", Path(tiny_model), vllm_server, {"steps": 2, "distill_loss_weight": 0.5}
+    )
+    plan = json.loads(plan_path.read_text())
+    rollout = plan["components"]["rollout"]
+    plan["components"]["teacher"] = {**rollout, "inherited_from": None}
+    server = next(p for p in plan["processes"] if p["component"] == "rollout")
+    plan["processes"].append({**server, "name": "teacher-0", "component": "teacher"})
+    plan_path.write_text(json.dumps(plan, indent=2))
+    env = dict(trainer_env(plan_path, [vllm_server]), AREAL_TEACHER_ADDRS=vllm_server)
+    result, _ = run_trainers(env)
+    assert result.returncode == 0, result.stdout[-4000:]
+    steps = DISTILL_STEP.findall(result.stdout)
+    assert [s[0] for s in steps] == ["1", "2"], result.stdout[-4000:]
+    assert abs(float(steps[0][1])) < 0.05, steps  # the teacher is the policy at step 1
+    assert "reloads confirmed 2/2" in result.stdout
+    asked = re.findall(r"teacher log-probs of (\d+) sample\(s\) from 1 server", result.stdout)
+    assert len(asked) == 2 and all(int(n) > 0 for n in asked), result.stdout[-4000:]

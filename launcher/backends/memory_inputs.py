@@ -8,7 +8,7 @@ over what it is handed, which never calls a backend.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Mapping, Optional
 
 from launcher.backends.kinds import serve_backend, train_backend
 from launcher.memory.estimate import EngineInput, MemoryReport
@@ -32,9 +32,13 @@ def train_options(engine: Engine) -> TrainOptions:
 
 
 def engine_inputs(
-    plan: Plan, engines: dict[str, Engine], shape: Optional[ModelShape]
+    plan: Plan,
+    engines: dict[str, Engine],
+    shape: Optional[ModelShape],
+    own: Mapping[str, Optional[ModelShape]] = {},
 ) -> list[EngineInput]:
-    """The memory model's view of every engine of the plan (shape None: memory unknown).
+    """The memory model's view of every engine of the plan (shape None: memory unknown);
+    `own`: the shape of an engine that loads a model of its own (a teacher's, None: unknown).
     Worker components hold no model: one with `mem_gib` counts that much a process."""
     out = []
     given = plan.meta.get("engine_options", {})
@@ -53,7 +57,7 @@ def engine_inputs(
             continue
         engine = engines[name]
         options = inference_options(engine) if comp.is_inference else train_options(engine)
-        out.append(EngineInput(comp, shape, options))
+        out.append(EngineInput(comp, own[name] if name in own else shape, options))
     return out
 
 
@@ -62,6 +66,7 @@ def plan_memory(
     engines: dict[str, Engine],
     shape: Optional[ModelShape],
     capacity_gib: Optional[float],
+    own: Mapping[str, Optional[ModelShape]] = {},
 ) -> MemoryReport:
-    """The memory report of the plan (pure: the shape and capacity come from the edge)."""
-    return memory_report(engine_inputs(plan, engines, shape), plan.cluster, capacity_gib)
+    """The memory report of the plan (pure: the shapes and capacity come from the edge)."""
+    return memory_report(engine_inputs(plan, engines, shape, own), plan.cluster, capacity_gib)

@@ -50,7 +50,7 @@ def build_processes(
             addrs += made.addrs
             by_server[comp.name] = list(made.addrs)
             warnings += made.warnings
-            served = backend.served_model(engine)
+            served = served or backend.served_model(engine)  # the first (rollout's)
     workers = [
         p
         for comp in plan.components.values()

@@ -183,7 +183,12 @@ def with_memory(planned: Planned, here: bool) -> Planned:
             warnings=plan.warnings + (f"memory unknown: {why}, so no GPU is checked",),
         )
         return dataclasses.replace(planned, plan=plan)
-    report = plan_memory(plan, planned.engines, shape, capacity.gib)
+    own = {  # an engine with a model of its own (teacher.model_path): its own shape
+        n: read_model_shape(e.model_path)
+        for n, e in planned.engines.items()
+        if e.model_path and e.model_path != model
+    }
+    report = plan_memory(plan, planned.engines, shape, capacity.gib, own)
     said = list(report.warnings)
     problem = report.error()
     if problem is not None and mode == "error":
@@ -291,6 +296,7 @@ def build_request(
         folders=shared_folders(prep, run_dir) if trains else None,
         flag_check=flag_check(prep),
         asks=dict(prep.run.asks),
+        post_exit_hook=(config.launcher.post_exit_hook or "").strip() or None,
     )
     return plan, request
 

@@ -126,7 +126,7 @@ class Composer:
         found = self._mine() or self._in_primary_dir()
         if found is None:
             return source.config_name, None  # Hydra says it is missing, with its search path
-        loaded = OmegaConf.load(found)
+        loaded = peer_bases(found, OmegaConf.load(found))
         if not isinstance(loaded, DictConfig) or "defaults" in loaded:
             return source.config_name, None  # a config of ours, with a defaults list
         if source.config_path is not None:
@@ -161,10 +161,12 @@ class Composer:
         ours = OmegaConf.load(Path(__file__).resolve().parents[1] / CONFIG_PATH / "config.yaml")
         assert isinstance(ours, DictConfig)
         defaults = ours.pop("defaults")
-        # an engine the file does not name is off (an SFT config has no rollout)
-        off = {name: {"backend": None} for name in ENGINES if name not in raw}
+        # an engine the file does not name, or names null (`ref: null`), is off (an SFT
+        # config has no rollout)
+        off = {name: {"backend": None} for name in ENGINES if raw.get(name) is None}
+        given = {k: v for k, v in raw.items() if not (k in ENGINES and v is None)}
         # unresolved: `tokenizer_path: ${actor.path}` follows an override of actor.path
-        over = OmegaConf.to_container(OmegaConf.merge(ours, off, raw), resolve=False)
+        over = OmegaConf.to_container(OmegaConf.merge(ours, off, given), resolve=False)
         assert isinstance(over, dict)
         ConfigStore.instance().store(name=PEER_PRIMARY, node={"defaults": defaults, **over})
 
@@ -289,3 +291,34 @@ def check_overrides(overrides: Sequence[str]) -> None:
                     else "set it to another value instead"
                 )
                 raise ConfigError(f"{shown(o)}: removing a declared key is not supported; {fix}")
+
+
+# ----------------------------------------------------------------------------- a peer's bases
+PEER_BASE = "@_global_"  # AReaL's `defaults: [../math/gsm8k_grpo_megatron@_global_, _self_]`
+
+
+def peer_bases(path: Path, loaded: Any, depth: int = 0) -> Any:
+    """A peer's file whose defaults list only names other files of its own at the top level
+    (`../math/base@_global_`, `_self_`): those files merged under it in order, as Hydra
+    composes them for the peer, with no defaults list left; any other file as it is."""
+    entries = loaded.get("defaults") if isinstance(loaded, DictConfig) else None
+    if not entries or depth > 8:
+        return loaded
+    names = [str(e) for e in entries]
+    if not any(n.endswith(PEER_BASE) for n in names) or not all(
+        n == "_self_" or n.endswith(PEER_BASE) for n in names
+    ):
+        return loaded
+    raw = OmegaConf.to_container(loaded, resolve=False)  # interpolations as written
+    assert isinstance(raw, dict)
+    own = OmegaConf.create({k: v for k, v in raw.items() if k != "defaults"})
+    parts = []
+    for name in names if "_self_" in names else [*names, "_self_"]:
+        if name == "_self_":
+            parts.append(own)
+            continue
+        base = (path.parent / f"{name[: -len(PEER_BASE)]}.yaml").resolve()
+        if not base.is_file():
+            raise ConfigError(f"defaults: {name}: {base} is not a file")
+        parts.append(peer_bases(base, OmegaConf.load(base), depth + 1))
+    return OmegaConf.merge(*parts)

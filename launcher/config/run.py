@@ -71,6 +71,8 @@ def run_spec(composer: "Composer", cfg: DictConfig) -> ComposedRun:
     raw = composer.peer_raw
     theirs = entry_keys.unknown_keys(job)  # before the adapters: every key that is not ours
     values = None if ours or (not theirs and raw is None) else _values(job)
+    if values is not None and raw:  # a key the file sets null (`ref: null`) is null to its entry
+        values.update({str(k): None for k, v in raw.items() if v is None})
     context = Context(
         overrides=tuple(overrides),
         raw=raw,
@@ -184,6 +186,7 @@ def resource_asks(
             ("image", r.image, "a container image name", "rayproject/ray:2.40.0-py311"),
             ("nodelist", r.nodelist, "Slurm's node names", "gpu[01-04]"),
             ("exclude", r.exclude, "Slurm's node names", "gpu[01-04]"),
+            ("reservation", r.reservation, "a Slurm reservation's name", "maint_0412"),
         ):
             if value is not None and (
                 not str(value).strip() or any(c.isspace() for c in str(value))
@@ -198,6 +201,8 @@ def resource_asks(
             r.nodelist,
             r.exclude,
             key=written(f"{name}.resources"),
+            reservation=r.reservation,
+            exclusive=r.exclusive,
         )
         if ask.asked():
             out[name] = ask

@@ -56,6 +56,8 @@ class Resources:
     image: Optional[str] = None  # a container image
     nodelist: Optional[str] = None  # Slurm: the nodes the job must run on
     exclude: Optional[str] = None  # Slurm: nodes it must not run on
+    reservation: Optional[str] = None  # Slurm: the reservation the job runs in
+    exclusive: Optional[bool] = None  # Slurm: nodes shared with no other job (true) or not
 
 
 @dataclass
@@ -82,12 +84,7 @@ class RolloutBase:
     resources: Resources = field(default_factory=Resources)
 
     def __post_init__(self) -> None:
-        problem = seconds_problem(self.health_timeout_s, allow_zero=False)
-        if problem:
-            raise ConfigError(f"rollout.health_timeout_s={self.health_timeout_s}: {problem}")
-        check_python("rollout.python", self.python)
-        check_module("rollout.server_module", self.server_module)
-        server_flags("rollout.server_args", self.server_args)
+        check_serving_keys("rollout", self)
 
 
 TRAIN_DTYPES = ("float32", "bfloat16", "float16")
@@ -133,20 +130,57 @@ class TrainEngineBase:
             raise ConfigError(f"dtype={self.dtype!r}: choose {', '.join(TRAIN_DTYPES)}")
 
 
-def _with_backend_options(base: type, kind: str, name: str) -> type:
-    """`base` plus one sub-key per backend of `kind`: what is set under it, a free dict that
+def _with_backend_options(base: type, kinds: tuple[str, ...], name: str) -> type:
+    """`base` plus one sub-key per backend of `kinds`: what is set under it, a free dict that
     `backend_options` types by the backend's Options for the engines that use it. Typing every
     backend's options on every engine here made composing the slowest part of a command."""
     extra: list[tuple[str, Any, Any]] = [
-        (b, Any, field(default_factory=dict)) for b in registry.backend_names(kind)
+        (b, Any, field(default_factory=dict)) for k in kinds for b in registry.backend_names(k)
     ]
     made = dataclasses.make_dataclass(name, extra, bases=(base,))
     made.__module__ = __name__  # found where it lives (OmegaConf names it in messages)
     return made
 
 
-RolloutConfig = _with_backend_options(RolloutBase, registry.SERVE, "RolloutConfig")
-TrainEngineConfig = _with_backend_options(TrainEngineBase, registry.TRAIN, "TrainEngineConfig")
+RolloutConfig = _with_backend_options(RolloutBase, (registry.SERVE,), "RolloutConfig")
+TrainEngineConfig = _with_backend_options(TrainEngineBase, (registry.TRAIN,), "TrainEngineConfig")
+
+
+# ----------------------------------------------------------------------------- the teacher
+@dataclass
+class TeacherBase(TrainEngineBase):
+    """teacher: a frozen model the policy learns from. On a training backend (`fsdp:d4`) it
+    runs forwards beside the actor, as critic and ref do; on a serving backend (`vllm:d1t2`)
+    it is a serving component: its servers score the samples' tokens (prompt log-probs) for
+    the distillation term, frozen (no weight sync), and the trainers find them in
+    AREAL_TEACHER_ADDRS. A served teacher takes the serving keys below and its backend's
+    options (`teacher.vllm.*`); `offload.weight` releases its weights and KV cache between
+    phases."""
+
+    model_path: Optional[str] = None  # its own model (None: the top-level model_path)
+    health_timeout_s: float = HEALTH_TIMEOUT_S  # a served teacher's, as rollout's
+    python: Optional[str] = None
+    server_module: Optional[str] = None
+    server_args: Dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_serving_keys("teacher", self)
+
+
+def check_serving_keys(name: str, node: Any) -> None:
+    """The keys a serving engine's servers take (rollout's, a served teacher's), checked."""
+    problem = seconds_problem(node.health_timeout_s, allow_zero=False)
+    if problem:
+        raise ConfigError(f"{name}.health_timeout_s={node.health_timeout_s}: {problem}")
+    check_python(f"{name}.python", node.python)
+    check_module(f"{name}.server_module", node.server_module)
+    server_flags(f"{name}.server_args", node.server_args)
+
+
+TeacherConfig = _with_backend_options(
+    TeacherBase, (registry.TRAIN, registry.SERVE), "TeacherConfig"
+)
 
 
 @dataclass
@@ -238,7 +272,7 @@ class LaunchConfig:
     actor: TrainEngineBase = field(default_factory=lambda: TrainEngineConfig(backend="fsdp"))
     critic: TrainEngineBase = field(default_factory=TrainEngineConfig)
     ref: TrainEngineBase = field(default_factory=TrainEngineConfig)
-    teacher: TrainEngineBase = field(default_factory=TrainEngineConfig)
+    teacher: TeacherBase = field(default_factory=TeacherConfig)
     # a forward-only copy of the policy that computes log-probs: on when placed, or backend set
     inference: TrainEngineBase = field(default_factory=TrainEngineConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)

@@ -165,10 +165,11 @@ def _colocated(
 def _shares_policy(
     name: str, allocs: Mapping[str, ModelAllocation], fixed: Mapping[str, tuple[int, ...]]
 ) -> bool:
-    return (
+    return (  # a trainer in the policy's job: a served teacher has servers of its own
         name in INHERITING
         and name not in fixed
         and POLICY in allocs
+        and allocs[name].kind == TRAIN
         and allocs[name].world_size == allocs[POLICY].world_size
     )
 

@@ -8,6 +8,7 @@ critic/ref/teacher with an empty backend take the actor's backend and options he
 from __future__ import annotations
 
 import dataclasses
+import os.path
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
@@ -27,7 +28,9 @@ from launcher.spec.builtins import (
     INHERITING,
     ON_WHEN_PLACED,
     POLICY,
+    PRIMARY,
     builtin_kind,
+    builtin_kinds,
 )
 from launcher.spec.entry import check_module, check_python, server_flags
 from launcher.spec.errors import ConfigError
@@ -100,6 +103,11 @@ def chosen_backends(config: LaunchConfig) -> Chosen:
     kinds.update(declared_engines(config))
     feeds = {n: b.feeds for n, b in BUILTINS.items() if b.feeds} | declared_feeds(config)
     texts = {name: engine(config, name, kind).backend for name, kind in kinds.items()}
+    for name in BUILTINS:  # a built-in that may serve (the teacher) is what its backend is
+        kinds[name] = builtin_kind(name, backend_kind(texts[name])) or kinds[name]
+    for name, text in texts.items():  # `megatron[actor]:(attn:...|ffn:...)`: the name dropped
+        if text is not None and "[" in str(text):
+            texts[name] = str(parse_for(name, str(text), kinds[name]))
     placement = {str(k): v for k, v in dict(config.cluster.component_placement or {}).items()}
     placed = {p.strip() for k, v in placement.items() if v is not None for p in str(k).split(",")}
     for name in ON_WHEN_PLACED:
@@ -117,18 +125,26 @@ def chosen_backends(config: LaunchConfig) -> Chosen:
     return Chosen(texts, placement, kinds, live)
 
 
+def backend_kind(text: Optional[str]) -> Optional[str]:
+    """The kind of the backend `text` names (`vllm:d1t2` -> serve); None when it names none
+    (off, the policy's, a typo: parse_for says what is wrong with it)."""
+    found = registry.find_backend(str(backend_of(text) or ""))
+    return found.kind if found is not None else None
+
+
 def parse_for(name: str, text: str, kind: Optional[str] = None) -> ModelAllocation:
     """engine `name`'s backend string, parsed and checked against the engine's kind."""
     field = f"{name}.backend" if name in ENGINES else f"components.{name}.backend"
     try:
-        alloc = parse_backend(text)
+        alloc = parse_backend(text, engine=name)
     except AllocationError as exc:
         raise ConfigError(f"{field}: {exc}") from None
     kind = kind or builtin_kind(name) or registry.TRAIN
     if registry.backend_facts(alloc.backend).kind != kind:
-        wanted = ", ".join(registry.backend_names(kind))
+        kinds = builtin_kinds(name) or (kind,)
+        wanted = ", ".join(n for k in kinds for n in registry.backend_names(k))
         example = "vllm:d1 or sglang:d4t2" if kind == registry.SERVE else "fsdp:d2 or megatron:d2p2"
-        word = registry.KIND_WORDS[kind]
+        word = " or ".join(registry.KIND_WORDS[k] for k in kinds)
         article = "an" if word[0] in "aeiou" else "a"
         raise ConfigError(
             f"{field}={text!r}: {name} needs {article} {word} backend ({wanted}), "
@@ -159,13 +175,14 @@ def engines(
             key = name if name in ENGINES else f"components.{name}"
             check_python(f"{key}.python", node.python)
             check_module(f"{key}.server_module", node.server_module)
+            released = node.offload  # a served teacher's: its training keys' offload.weight
             out[name] = Engine(
                 name,
                 alloc,
                 options,
-                bool(node.offload),
+                released.weight if isinstance(released, Offload) else bool(released),
                 extra_args=tuple(str(a) for a in node.extra_args),
-                model_path=model_path,
+                model_path=own_model(node, model_path) if name != PRIMARY else model_path,
                 python=node.python,
                 server_module=node.server_module,
                 server_args=server_flags(f"{key}.server_args", dict(node.server_args)),
@@ -189,10 +206,16 @@ def engines(
                 offload_parts=parts,
                 extra_args=tuple(str(a) for a in extra),
                 inherited_from=inherited.get(name),
-                model_path=model_path,
+                model_path=own_model(node, model_path),
                 training=training,
             )
     return out
+
+
+def own_model(node: Any, model_path: str) -> str:
+    """An engine's own model where it names one (`teacher.model_path`), else the run's."""
+    own = getattr(node, "model_path", None)
+    return os.path.expanduser(str(own)) if own else model_path
 
 
 def with_offload(config: LaunchConfig, names: tuple[str, ...]) -> LaunchConfig:
@@ -227,10 +250,10 @@ def check_unused_options(
     for name in ENGINES:
         text = texts.get(name)
         used = backend_of(text)
-        kind = builtin_kind(name) or registry.TRAIN
+        kinds = builtin_kinds(name)
         if text is None:
             _check_off_engine(name, engine(config, name), engine(defaults, name))
-        for backend in registry.backend_names(kind):
+        for backend in (b for k in kinds for b in registry.backend_names(k)):
             if backend == used:
                 continue
             value = backend_options(name, backend, getattr(engine(config, name), backend))
@@ -271,7 +294,7 @@ def _written(config: LaunchConfig) -> dict[str, Optional[str]]:
 
 
 def _unused_message(key: str, name: str, text: Optional[str], inherited: bool, backend: str) -> str:
-    kind = builtin_kind(name) or registry.TRAIN
+    kind = registry.backend_facts(backend).kind
     fix = f"remove it or use {name}.backend={backend}:{EXAMPLE_DIMS[kind]}"
     if text is None:
         return f"{key} is set but {name} is off ({name}.backend is null); {fix}"

@@ -46,6 +46,7 @@ if TYPE_CHECKING:  # for annotations only: a node's runner code (a Ray actor) lo
 CHECK_MEMORY = ("error", "warn", "off")
 CONSOLE = ("auto", "all")
 MAX_RESTARTS = 1000  # a bound: a typo of many digits is an error, not a loop
+MAX_HOOK_CHARS = 64 * 1024  # launcher.post_exit_hook: one command, not a program
 
 
 @dataclass
@@ -76,6 +77,10 @@ class LauncherBase:
     # experiment trackers the trainers' rank 0 writes rt.log's metrics to (launcher.spec.tracking:
     # tensorboard, wandb, mlflow), one run each for all restarts and requeues; []: none
     tracking: List[str] = field(default_factory=lambda: list(tracking.DEFAULT))
+    # a shell command run once after every process of the run is gone (where the launcher
+    # waits: here, Slurm's batch shell, Ray's driver), with LOG_DIR and AREAL_EXIT_STATUS set;
+    # killed after 600 s; its failure leaves the run's exit code as it was (node/exithook.py)
+    post_exit_hook: Optional[str] = None
 
     def __post_init__(self) -> None:
         tracking.check(self.tracking)
@@ -99,6 +104,12 @@ class LauncherBase:
             problem = seconds_problem(value, allow_zero=zero) if value is not None else ""
             if problem:
                 raise ConfigError(f"launcher.{key}={value}: {problem}")
+        hook = self.post_exit_hook
+        if hook is not None and (len(hook) > MAX_HOOK_CHARS or "\0" in hook):
+            raise ConfigError(
+                f"launcher.post_exit_hook: {len(hook)} characters, or a NUL byte: one shell "
+                f"command of at most {MAX_HOOK_CHARS} characters (put a longer one in a script)"
+            )
         port = self.base_port
         if port is not None and not MIN_PORT <= port <= MAX_PORT:
             raise ConfigError(

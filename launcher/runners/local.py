@@ -107,7 +107,9 @@ class Runner(RunnerBase[Config, LocalJob]):
         made = job.request.folders
         said = [f"{what} {', '.join(paths)}" for what, paths in folder_steps(made) if paths]
         first = f"# first: {'; '.join(said)}\n\n" if said else ""
-        return first + dry_run_text(list(job.procs)) + "\n"
+        hook = job.request.post_exit_hook
+        last = f"\n# last, once every process is gone: post_exit_hook\n{hook}\n" if hook else ""
+        return first + dry_run_text(list(job.procs)) + "\n" + last
 
     def execute(self, job: LocalJob) -> int:
         from launcher.node import keeper
@@ -127,7 +129,12 @@ class Runner(RunnerBase[Config, LocalJob]):
                 cgroup.join()
             return supervise(request, job.procs, node=None, out=out).exit_code
 
-        return keeper.run_tree(supervisor, f"areal-{request.run_id}", request.grace_period_s)
+        code = keeper.run_tree(supervisor, f"areal-{request.run_id}", request.grace_period_s)
+        if request.post_exit_hook:  # every process of the run is gone: the keeper saw to it
+            from launcher.node.exithook import run_hook
+
+            print(run_hook(request.post_exit_hook, request.run_dir, code).line(), flush=True)
+        return code
 
     def status(self, record: RunRecord) -> tuple[str, int]:
         alive = is_alive(record.pid, record.pid_start)

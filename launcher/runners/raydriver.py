@@ -190,6 +190,12 @@ def drive(job: RayJob, say: Callable[[str], None], actor_env: dict[str, str]) ->
     time.sleep(LOG_DRAIN_S)  # the nodes' last lines reach us before the verdict
     for line in verdict.lines:
         say(line)
+    if job.request.post_exit_hook:  # every node actor is gone, and with it its processes
+        from launcher.node.exithook import run_hook
+
+        request = job.request
+        assert request.post_exit_hook is not None
+        say(run_hook(request.post_exit_hook, request.run_dir, verdict.code).line())
     return verdict.code
 
 

@@ -285,6 +285,8 @@ def dry_run_text(job: RayJob, address: str, job_entry: Optional[list[str]]) -> s
     )
     hosts = placeholder_hosts(job)
     lines += [f"node {k}: {shlex.join(job.node_argv(k, hosts))}" for k in range(len(job.bundles))]
+    if job.request.post_exit_hook:
+        lines.append("# the driver, once every node actor is gone: post_exit_hook (in the request)")
     lines.append(f"# {job.request_path} (secrets masked):")
     return "\n".join(lines) + "\n" + job.request.to_json(mask_secrets=True) + "\n"
 

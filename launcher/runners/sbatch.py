@@ -28,6 +28,7 @@ from launcher.spec.request import LaunchRequest
 from launcher.spec.runfolder import LOGS, REQUEST, slurm_output
 
 REQUEUE_MODULE = "launcher.node.requeue"  # what the batch shell runs for launcher.requeue
+EXIT_HOOK_MODULE = "launcher.node.exithook"  # ... and for launcher.post_exit_hook, at its end
 REQUEUE_MARGIN_S = 20  # of the signal's lead, kept for `scontrol requeue` and the stop
 
 
@@ -188,8 +189,8 @@ def _sbatch_lines(opts: Any, request: LaunchRequest, sets: Sequence[NodeSet]) ->
         out += [f"#SBATCH --nodes={len(s.nodes)}", "#SBATCH --ntasks-per-node=1"]
         if s.gpus > 0:
             out.append(f"#SBATCH --gpus-per-node={s.gpus}")
-        if s.whole:  # every GPU of the nodes (or none asked): the nodes' CPUs are ours too
-            out.append("#SBATCH --exclusive")
+        if s.whole or _opt(opts, "exclusive"):  # every GPU of the nodes (or none asked), or
+            out.append("#SBATCH --exclusive")  # asked: the nodes' CPUs are ours too
         if k == 0:
             out += _job_lines(opts, request)
         # Slurm carries account, qos and time over to later components, not these; a CPU-only
@@ -233,7 +234,12 @@ def _job_lines(opts: Any, request: LaunchRequest) -> list[str]:
         ]
     else:
         out.append("#SBATCH --no-requeue")
-    for key, flag in (("account", "account"), ("qos", "qos"), ("time_limit", "time")):
+    for key, flag in (
+        ("account", "account"),
+        ("qos", "qos"),
+        ("time_limit", "time"),
+        ("reservation", "reservation"),
+    ):
         value = _opt(opts, key)
         if value is not None:
             out.append(f"#SBATCH --{flag}={d('launcher.' + key, value)}")
@@ -309,7 +315,19 @@ def _body(
         'if [ "$rc" = 0 ]; then echo "areal-launch: job finished: ok"; else',
         "  echo \"areal-launch: job failed: a node's supervisor exited with $rc (its root cause "
         'is above)"; fi',
+        *_exit_hook_lines(request, host_python),
         'exit "$rc"',
+    ]
+
+
+def _exit_hook_lines(request: LaunchRequest, host_python: str) -> list[str]:
+    """launcher.post_exit_hook at the batch shell's end, once the step (every node's processes)
+    is over: launcher.node.exithook runs it from request.json, in the launcher's interpreter."""
+    if not request.post_exit_hook:
+        return []
+    return [
+        "# launcher.post_exit_hook, once every node's processes are gone (node/exithook.py)",
+        f'{shell_word(host_python)} -m {EXIT_HOOK_MODULE} --run-dir "$RUN_DIR" --status "$rc"',
     ]
 
 

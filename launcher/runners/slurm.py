@@ -70,6 +70,9 @@ class Config(LauncherBase):
     # heterogeneous job), e.g. {cpu: [--partition=cpu]} for a CPU-only group
     group_sbatch: Dict[str, List[str]] = field(default_factory=dict)
     srun_extra: List[str] = field(default_factory=list)  # more options for the srun step
+    reservation: Optional[str] = None  # #SBATCH --reservation (None: the engines' ask, if any)
+    # #SBATCH --exclusive on every node (None: the engines' ask; whole nodes get it anyway)
+    exclusive: Optional[bool] = None
     setup: List[str] = field(default_factory=list)  # shell commands before each node's tasks
     job_name: Optional[str] = None  # None: <experiment_name>-<trial_name>
     # before the time limit, ask the trainers for a checkpoint and requeue the job; it starts

@@ -2,9 +2,10 @@
 
 One job step per node runs every engine's processes, so Slurm gets one value for the whole job
 from the asks (launcher.spec.request.EngineAsk): the most CPUs and memory per GPU any engine
-asks (a note says so when they differ), the one container image, node list and excluded nodes
-they ask (two different ones are an error: the job cannot have both). What the user set as the
-runner's own option (launcher.cpus_per_gpu, mem_per_gpu, container_image) wins, with a note.
+asks (a note says so when they differ), the one container image, node list, excluded nodes,
+reservation and exclusive they ask (two different ones are an error: the job cannot have
+both). What the user set as the runner's own option (launcher.cpus_per_gpu, mem_per_gpu,
+container_image, reservation, exclusive) wins, with a note.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ PER_GPU: dict[str, tuple[str, str, Callable[[int], Any]]] = {
     "mem_gib": ("memory", "mem_per_gpu", lambda gib: f"{gib}G"),
 }
 NODES = {"nodelist": "--nodelist", "exclude": "--exclude"}  # asks -> sbatch's own options
+# asks -> the Slurm runner's own option, which the ask fills where the user left it unset
+JOB_WIDE = {"image": "container_image", "reservation": "reservation", "exclusive": "exclusive"}
 
 
 def job_options(request: LaunchRequest, opts: Any) -> tuple[Any, list[str]]:
@@ -50,11 +53,12 @@ def job_options(request: LaunchRequest, opts: Any) -> tuple[Any, list[str]]:
                 f"{most} for every GPU (one job step per node runs every engine)"
             )
         changes[option] = most
-    image = one_value(request.asks, "image")
-    if image is not None and users_own(opts, "container_image"):
-        notes += _kept(opts, "container_image", image[1], dict([image]))
-    elif image is not None:
-        changes["container_image"] = image[1]
+    for field, option in JOB_WIDE.items():
+        found = one_value(request.asks, field)
+        if found is not None and users_own(opts, option):
+            notes += _kept(opts, option, found[1], dict([found]))
+        elif found is not None:
+            changes[option] = found[1]
     extra = [f"{flag}={v[1]}" for k, flag in NODES.items() if (v := one_value(request.asks, k))]
     if extra:
         changes["sbatch_extra"] = [*opts.sbatch_extra, *extra]
@@ -62,8 +66,12 @@ def job_options(request: LaunchRequest, opts: Any) -> tuple[Any, list[str]]:
 
 
 def asking(asks: Mapping[str, EngineAsk], field: str) -> dict[str, Any]:
-    """Who asks for `field` (where they wrote it), and what."""
-    return {a.key or name: getattr(a, field) for name, a in asks.items() if getattr(a, field)}
+    """Who asks for `field` (where they wrote it), and what (`exclusive` false is an ask)."""
+    return {
+        a.key or name: getattr(a, field)
+        for name, a in asks.items()
+        if getattr(a, field) or (field == "exclusive" and getattr(a, field) is not None)
+    }
 
 
 def one_value(asks: Mapping[str, EngineAsk], field: str) -> Optional[tuple[str, str]]:
@@ -74,6 +82,12 @@ def one_value(asks: Mapping[str, EngineAsk], field: str) -> Optional[tuple[str, 
         return None
     (one, first), *rest = found.items()
     other = next(((k, v) for k, v in rest if v != first), None)
+    if other is not None and isinstance(first, bool):
+        raise ConfigError(
+            f"{one}.{field}={str(first).lower()} but {other[0]}.{field}="
+            f"{str(other[1]).lower()}: the job's nodes are its own or not, for every engine "
+            "(areal-launch runs one job); give both the same"
+        )
     if other is not None:
         raise ConfigError(
             f"{one} asks Slurm for the {field} {first} but {other[0]} for {other[1]}: the job "

@@ -225,12 +225,15 @@ def starts_anonymous(t: SpecText, i: int) -> bool:
     )
 
 
-def read_component(t: SpecText, i: int, names: bool) -> tuple[ModelAllocation, Optional[str], int]:
+def read_component(
+    t: SpecText, i: int, names: bool, own: Optional[str] = None
+) -> tuple[ModelAllocation, Optional[str], int]:
     """Parse `backend[name]:dims` starting at i; return the allocation, the name, the end.
 
-    Names (`fsdp[critic]:d4`) and parts without a backend (`[actor]:d4`, `d2p2`) exist only in
-    the legacy allocation_mode (`names=True`). Stops at the first character that cannot continue
-    the component ('+', '|', end).
+    Names (`fsdp[critic]:d4`) and parts without a backend (`[actor]:d4`, `d2p2`) exist in the
+    legacy allocation_mode (`names=True`); an engine's own backend field may name that engine
+    (`own`: `actor.backend=megatron[actor]:(attn:...|ffn:...)`, AReaL's named hybrid form).
+    Stops at the first character that cannot continue the component ('+', '|', end).
     """
     s, n = t.s, t.n
     anonymous = names and starts_anonymous(t, i)
@@ -241,7 +244,7 @@ def read_component(t: SpecText, i: int, names: bool) -> tuple[ModelAllocation, O
     takes = ANONYMOUS_DIMS if anonymous else registry.backend_dims(backend)
     if takes is None:
         raise _unknown_backend(t, i, j, backend)
-    name, j = _read_name(t, j, names)
+    name, j = _read_name(t, j, names, own)
     if not (anonymous and name is None and j < n and s[j] != ":"):  # else bare dims (`d4`)
         j = _read_colon(t, i, j, backend)
     if j < n and (s[j] == "(" or s.startswith("attn", j)):
@@ -259,15 +262,24 @@ def read_component(t: SpecText, i: int, names: bool) -> tuple[ModelAllocation, O
     return alloc, name, j
 
 
-def _read_name(t: SpecText, j: int, names: bool) -> tuple[Optional[str], int]:
-    """An engine name in brackets at j (`[critic]`), allocation_mode syntax only."""
+def _read_name(
+    t: SpecText, j: int, names: bool, own: Optional[str] = None
+) -> tuple[Optional[str], int]:
+    """An engine name in brackets at j (`[critic]`): allocation_mode syntax, or in an engine's
+    own backend field the name of that engine (`own`)."""
     s = t.s
     if j >= t.n or s[j] != "[":
         return None, j
-    if not names:
-        label = s[j : s.find("]", j) + 1] or "[actor]"
-        raise _several_engines(t, j, f"engine names like {label!r} are allocation_mode syntax")
     k = s.find("]", j)
+    if not names and (own is None or k < 0 or s[j + 1 : k] != own):
+        label = s[j : k + 1] if k >= 0 else "[actor]"
+        if own is not None and k >= 0:
+            raise t.error(
+                j + 1,
+                f"{s[j + 1 : k]!r} names another engine than {own}",
+                f"write {s[:j]}[{own}]{s[k + 1 :]} or leave the name out",
+            )
+        raise _several_engines(t, j, f"engine names like {label!r} are allocation_mode syntax")
     if k < 0:
         raise t.error(j, "unclosed '['", "write the name as fsdp[actor]:d4")
     return s[j + 1 : k], k + 1
@@ -558,8 +570,9 @@ def _several_engines(t: SpecText, i: int, what: str) -> AllocationError:
     )
 
 
-def parse_backend(spec: str) -> ModelAllocation:
-    """Parse one engine's backend string, e.g. `sglang:d4t2`, `megatron:(attn:d4|ffn:e2)`."""
+def parse_backend(spec: str, engine: Optional[str] = None) -> ModelAllocation:
+    """Parse one engine's backend string, e.g. `sglang:d4t2`, `megatron:(attn:d4|ffn:e2)`;
+    `engine`: the engine whose field it is, which the string may name (`megatron[actor]:...`)."""
     if not isinstance(spec, str):
         raise AllocationError(repr(spec), "a backend string must be text", hint="e.g. fsdp:d8")
     t = SpecText(spec)
@@ -569,7 +582,7 @@ def parse_backend(spec: str) -> ModelAllocation:
         )
     t.require_lowercase()
     s = t.s
-    alloc, _, i = read_component(t, 0, names=False)
+    alloc, _, i = read_component(t, 0, names=False, own=engine)
     if i < t.n:
         ch = s[i]
         if ch in "+|":

@@ -23,6 +23,8 @@ class Builtin:
     policy's GPUs when their world sizes match. trainable: it has gradients and optimizer
     state (else it only runs forwards). value_head: it trains a value head (a critic).
     on_when_placed: off by default, on (with the policy's backend) once it is placed.
+    serves: a serving backend makes it a serving component instead (a teacher on vLLM: servers
+    that score the samples' tokens, frozen, so no weight sync feeds them).
     """
 
     name: str
@@ -36,6 +38,12 @@ class Builtin:
     trainable: bool = True
     value_head: bool = False
     on_when_placed: bool = False
+    serves: bool = False
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The kinds it may be, its own first."""
+        return (self.kind, SERVE) if self.serves else (self.kind,)
 
 
 BUILTINS: dict[str, Builtin] = {
@@ -45,7 +53,7 @@ BUILTINS: dict[str, Builtin] = {
         Builtin("actor", TRAIN, "A", "#3b7dd8", policy=True, feeds="rollout"),
         Builtin("critic", TRAIN, "C", "#b04fc4", inherits=True, value_head=True),
         Builtin("ref", TRAIN, "F", "#d08a00", inherits=True, trainable=False),
-        Builtin("teacher", TRAIN, "T", "#1a9fae", inherits=True, trainable=False),
+        Builtin("teacher", TRAIN, "T", "#1a9fae", inherits=True, trainable=False, serves=True),
         Builtin(
             "inference",
             TRAIN,
@@ -64,7 +72,16 @@ POLICY = next(n for n, b in BUILTINS.items() if b.policy)
 PRIMARY = next(n for n, b in BUILTINS.items() if b.primary)
 
 
-def builtin_kind(name: str) -> Optional[str]:
-    """The kind of built-in engine `name`; None for any other name."""
+def builtin_kind(name: str, backend_kind: Optional[str] = None) -> Optional[str]:
+    """The kind of built-in engine `name` (None for any other name): its own, or `backend_kind`
+    (the kind of the backend it runs) where it may be that one (a served teacher)."""
     found = BUILTINS.get(name)
-    return found.kind if found else None
+    if found is None:
+        return None
+    return backend_kind if backend_kind in found.kinds else found.kind
+
+
+def builtin_kinds(name: str) -> tuple[str, ...]:
+    """The kinds built-in engine `name` may be (its own first); () for any other name."""
+    found = BUILTINS.get(name)
+    return found.kinds if found else ()

@@ -74,7 +74,9 @@ class EngineAsk(JsonRecord):
     image; the nodes it must or must not get (Slurm's node lists; None: not asked). Each runner
     honours what it can (Slurm: job-wide values; Ray: each plan node's bundle asks the sum of
     its processes' asks; local: nothing but the CPUs, as thread counts) and says in a note what
-    it does not. `key`: where the user wrote them, for those notes."""
+    it does not. `key`: where the user wrote them, for those notes. Slurm's reservation and
+    whether the job's nodes are its own (`exclusive`: None, not asked) are the job's, one
+    value for all engines."""
 
     cpu: int = 0
     mem_gib: int = 0
@@ -82,6 +84,8 @@ class EngineAsk(JsonRecord):
     nodelist: Optional[str] = None
     exclude: Optional[str] = None
     key: str = ""
+    reservation: Optional[str] = None
+    exclusive: Optional[bool] = None
 
     def asked(self) -> tuple[str, ...]:
         """What it asks for, each named as the notes name it."""
@@ -91,6 +95,8 @@ class EngineAsk(JsonRecord):
             ("image", self.image),
             ("nodelist", self.nodelist),
             ("exclude", self.exclude),
+            ("reservation", self.reservation),
+            ("exclusive", self.exclusive is not None),
         )
         return tuple(name for name, value in named if value)
 
@@ -127,6 +133,8 @@ class LaunchRequest(JsonRecord):
     folders: Optional[Folders] = None  # prepared on every node before anything starts
     flag_check: Optional[FlagCheck] = None  # the user's server flags, checked by the preflight
     asks: Mapping[str, EngineAsk] = field(default_factory=dict)  # engine -> its scheduling_spec's
+    # a shell command run once the run has ended, where the launcher waits (node/exithook.py)
+    post_exit_hook: Optional[str] = None
     processes: tuple[ProcessSpec, ...] = ()  # last in the JSON: the long part
     # written only when set (the plan's node groups with its CPU-only nodes; each other one)
     JSON_OPTIONAL: ClassVar = (
@@ -134,6 +142,7 @@ class LaunchRequest(JsonRecord):
         ("folders",),
         ("flag_check",),
         ("asks",),
+        ("post_exit_hook",),
     )
 
     def cpu_only(self, node: int) -> bool:

@@ -26,6 +26,7 @@ DONE = "done"  # done/node<k>: plan node k's trainers all exited 0
 PREPARED = "prepared"  # prepared/<attempt>: the first node prepared the request's folders
 JOB_SCRIPT = "job.sbatch"  # Slurm: the batch script as submitted
 RAY_JOB = "ray-job.json"  # Ray: the placement and node commands the driver performs
+POST_EXIT_HOOK_LOG = f"{LOGS}/post_exit_hook.log"  # launcher.post_exit_hook's output
 
 CACHE = "areal-launch"  # the folder of areal-launch in the user's cache
 

@@ -42,6 +42,7 @@ from launcher.trainer.objective import write_metrics
 from launcher.trainer.runtime import RuntimePlan, health_ok
 from recipes.grpo import policy as policies
 from recipes.grpo import resume, serving
+from recipes.grpo.distill import TeacherClient
 from recipes.grpo.inference import InferenceClient
 from recipes.grpo.layout import LayoutMismatch
 from recipes.grpo.options import GRPOOptions
@@ -79,6 +80,8 @@ class Session:
     world: Optional[World] = None  # rank 0: where prompts and rewards come from
     inference: Optional[InferenceClient] = None  # the inference engine computes the log-probs
     proximal: Optional[list[list[float]]] = None  # this step's, from it (None: no inference)
+    teacher: Optional[TeacherClient] = None  # a served teacher: the distillation term
+    teacher_logps: Optional[list[list[float]]] = None  # this step's, from it
 
 
 class Engine(resume.Checkpointable, Protocol):
@@ -222,9 +225,16 @@ def open_session(
         policy=pol,
         world=world,
         inference=InferenceClient.from_plan(rt) if pol.train == "actor" else None,
+        teacher=TeacherClient.from_plan(
+            rt, (opts.distill_loss_weight, opts.rl_loss_weight), lambda text: log(rank, text)
+        )
+        if pol.train == "actor"
+        else None,
     )
     if rank == 0:
         root.mkdir(parents=True, exist_ok=True)
+        if s.teacher is not None:
+            s.teacher.wait(rt.health_timeout_s())
         if servers:
             rt.wait_for_servers(rt.health_timeout_s())
         else:
@@ -259,11 +269,26 @@ def rollout(s: Session, step: int) -> tuple[list[Sample], list[float], list[floa
                 rewards,
                 group_advantages(rewards, o.samples_per_prompt),
                 proximal(s, step, samples),
+                teacher_logps(s, step, samples),
             )
         ]
     dist.broadcast_object_list(payload, src=0)
-    samples, rewards, advantages, s.proximal = payload[0]
+    samples, rewards, advantages, s.proximal, s.teacher_logps = payload[0]
     return samples, rewards, advantages
+
+
+def teacher_logps(s: Session, step: int, samples: list[Sample]) -> Optional[list[list[float]]]:
+    """Rank 0: the served teacher's log-probs of every sampled token (None: no teacher)."""
+    if s.teacher is None:
+        return None
+    start = time.monotonic()
+    out = s.teacher.logprobs([token_ids(s, x) for x in samples])
+    log(
+        0,
+        f"grpo: step {step}: teacher log-probs of {len(out)} sample(s) from "
+        f"{len(s.teacher.servers)} server(s) ({time.monotonic() - start:.2f}s)",
+    )
+    return out
 
 
 def draw(s: Session, step: int, prompts: list[str], seed: int) -> list[Sample]:
@@ -561,6 +586,8 @@ def run_steps(s: Session, engine: Engine) -> int:
         confirmed_total += confirmed
         rewards.append(sum(step_rewards) / len(step_rewards))
         kl = f"{stats['kl']:.4f}" if engine.has_ref else "off"
+        if "distill" in stats:
+            kl += f" distill {stats['distill']:+.4f}"
         check = (
             f"confirmed {confirmed}/{len(s.servers)}"
             if opts.verify_reload and s.servers

@@ -34,6 +34,8 @@ class GRPOOptions:
     lr: float
     max_grad_norm: float
     kl_coef: float
+    distill_loss_weight: float
+    rl_loss_weight: float
     seed: int
     weights_dir: Optional[str]
     keep_versions: int

@@ -33,7 +33,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from launcher.spec.errors import LaunchError
 from launcher.trainer.runtime import RuntimePlan, load_plan
 from launcher.trainer.tiny_model import default_path as tiny_model_path
-from recipes.grpo import inference, loop
+from recipes.grpo import distill, inference, loop
 from recipes.grpo import mesh as meshes
 from recipes.grpo import policy as policies
 from recipes.grpo.layout import LayoutMismatch, mismatches, world_mismatch, write_rank_record
@@ -68,7 +68,7 @@ class FSDPEngine:
         mine = loop.my_samples(s, len(samples))
         seqs = [loop.token_ids(s, samples[i]) for i in mine]
         pad = s.tokenizer.pad_token_id
-        per_seqs, kls = [], []
+        per_seqs, kls, terms = [], [], []
         gap = torch.zeros((), device=s.device)
         used = torch.zeros((), device=s.device)  # largest |actor - inference| log-prob
         groups = loop.micro_batches(s, seqs)
@@ -89,11 +89,18 @@ class FSDPEngine:
             if old is not None and weight:
                 used = torch.maximum(used, ((logp.detach() - old).abs() * mask).max())
             per_seq, kl = loop.grpo_loss(logp, mask, adv, ref_logp, s.opts.kl_coef, old)
+            teacher = (
+                None
+                if s.teacher_logps is None
+                else inference.proximal(logp, mask, [s.teacher_logps[i] for i in rows])
+            )
+            per_seq, term = distill.joint(per_seq, logp, mask, teacher, s.teacher)
             # FSDP averages gradients over the data ranks: scale so the sum is the batch mean
             (per_seq.sum() * weight * s.data_world / len(samples)).backward()
             if weight:
                 per_seqs.append(per_seq.detach())
                 kls.append(kl.detach())
+                terms += [] if term is None else [term.detach()]
                 gap = torch.maximum(gap, loop.logp_gap(s, samples, rows, logp, mask))
         if s.opts.max_grad_norm > 0:
             meshes.clip_grad_norm(self.model.parameters(), s.opts.max_grad_norm)
@@ -106,7 +113,8 @@ class FSDPEngine:
                 f"grpo: loss on the inference engine's log-probs ({len(samples)} "
                 f"samples); largest |actor - inference| log-prob {used.item():.1e}",
             )
-        return loop.batch_stats(s, samples, torch.cat(per_seqs), torch.cat(kls), gap)
+        stats = loop.batch_stats(s, samples, torch.cat(per_seqs), torch.cat(kls), gap)
+        return {**stats, **distill.batch_term(s, terms, len(samples))}
 
     def full_state(self) -> dict[str, torch.Tensor]:
         return gather_full_state(self.model)

@@ -114,6 +114,9 @@ def run(rt: RuntimePlan, opts: GRPOOptions, device: torch.device, rank: int, wor
         ps.get_data_parallel_group(),
     )
     s = loop.open_session(rt, opts, device, model_path, slice_, hf_shapes(model_path))
+    if s.teacher is not None:  # the distillation term is the FSDP recipe's (recipes/grpo)
+        log(rank, "grpo: megatron has no distillation term yet: the served teacher is not asked")
+        s.teacher = None
     log(
         rank,
         f"grpo: megatron on {device.type}: {world} rank(s), "

@@ -4,6 +4,7 @@
 #
 #   bash scripts/areal/setup.sh && bash scripts/areal/run.sh [more overrides]
 #   bash scripts/areal/run.sh plan [overrides]   # `plan` and leading --flags go to areal-launch first
+#   AREAL_VERSION=2.0.0 bash scripts/areal/run.sh # AReaL 2.0.0's (.venv-areal2, its source tag)
 #
 # ASSUMES launcher features being built on other branches (issue 19, "Build" 1 and 3); until
 # they are on main this script fails with areal-launch's one-line error naming the key:
@@ -24,9 +25,14 @@
 # that needs AReaL's vLLM (0.19.1, CUDA), not our vLLM CPU build (0.32), so on CPU it fails.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-VENV=${AREAL_VENV:-$ROOT/.venv-areal}
+VERSION=${AREAL_VERSION:-1.0.4}
+case "$VERSION" in
+  1.0.4) VENV=${AREAL_VENV:-$ROOT/.venv-areal} ;;
+  2.0.0) VENV=${AREAL_VENV:-$ROOT/.venv-areal2} ;;
+  *) echo "error: AREAL_VERSION=$VERSION: this script runs 1.0.4 or 2.0.0" >&2; exit 2 ;;
+esac
 ASSETS=${AREAL_ASSETS:-$ROOT/.cache/areal}
-EX=$ASSETS/areal-v1.0.4/examples/math
+EX=$ASSETS/areal-v$VERSION/examples/math
 LAUNCH=${AREAL_LAUNCH:-$ROOT/.venv/bin/areal-launch}
 [ -f "$EX/gsm8k_rl.py" ] && [ -x "$VENV/bin/python" ] || {
   echo "error: AReaL's venv or example missing: run bash scripts/areal/setup.sh first" >&2; exit 2; }

@@ -9,8 +9,13 @@ trainer. Its launcher's keys become ours here:
                                                also cluster.oversubscribe (AReaL's local
                                                scheduler hands GPUs out in turn, wrapping)
     <engine>.scheduling_strategy               cluster.colocate.<engine> / cluster.separate
-    <engine>.scheduling_spec (its first item)  <engine>.resources, <engine>.env, and cpu as
-                                               the thread counts AReaL's launchers set
+    <engine>.scheduling_spec (its first item)  <engine>.resources (reservation and exclusive
+                                               too: Slurm's), <engine>.env, and cpu as the
+                                               thread counts AReaL's launchers set
+    actor.weight_update_mode: awex             with no strategy for rollout: rollout on the
+                                               actor's GPUs, both releasing between phases
+    teacher (1.x and 2.0)                      our teacher (areal_teacher)
+    post_exit_hook                             launcher.post_exit_hook
     cluster.fileroot, cluster.name_resolve     the folders an entry not ours shares (made
                                                before anything starts, this trial's records
                                                cleared), handed to it as overrides when unset
@@ -27,7 +32,13 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from launcher.config.peers import Context, Translation, areal_allocation, areal_servers
+from launcher.config.peers import (
+    Context,
+    Translation,
+    areal_allocation,
+    areal_servers,
+    areal_teacher,
+)
 from launcher.config.peers.edit import drop_empty, get, put, take
 from launcher.config.schema import typed
 from launcher.spec.builtins import ENGINES
@@ -53,6 +64,16 @@ OLD_LAUNCHER = (
     "trainer_env_vars",
 )
 STRATEGIES = ("colocation", "separation")
+# what an experiment config of AReaL's sets (besides the engines); a file with none is not one
+EXPERIMENT_KEYS = (
+    "experiment_name",
+    "allocation_mode",
+    "cluster",
+    "components",
+    "model_path",
+    "runner",  # another peer's experiments set it
+)
+AWEX = "awex"  # actor.weight_update_mode: AReaL's actor and rollout take turns on its GPUs
 NAME_RESOLVE_TYPES = ("nfs", "etcd3", "ray")
 
 
@@ -84,6 +105,8 @@ class SchedulingSpec:
     mount: Optional[str] = None
     nodelist: Optional[str] = None
     exclude: Optional[str] = None
+    reservation: Optional[str] = None
+    exclusive: Optional[bool] = None
     ray_placement_strategy: Optional[str] = None
 
 
@@ -94,6 +117,8 @@ RESOURCES = {
     "image": "image",
     "nodelist": "nodelist",
     "exclude": "exclude",
+    "reservation": "reservation",
+    "exclusive": "exclusive",
 }
 # keys our vocabulary has no word for: what decides instead
 DECIDED = {
@@ -115,15 +140,19 @@ class NameResolve:
 
 def translate(job: Any, context: Context, out: Translation) -> None:
     """AReaL's launcher keys in `job` replaced by ours (see the module's table)."""
+    _not_an_experiment(context)
     _old_launcher(context)
     _cluster(job, out)
     _scheduler(job, out)
     areal_allocation.translate(job, context, out)
+    areal_teacher.translate(job, context, out)
+    _awex(job, out)
     for name in ENGINES:
         _strategy(job, name, out)
         _scheduling_spec(job, name, context, out)
     _model_path(job, context)
     _folders(job, context, out)
+    _exit_hook(job, out)
     areal_servers.translate(job, context, out)
 
 
@@ -196,6 +225,77 @@ def _scheduler(job: Any, out: Translation) -> None:
     if kind == "local":
         put(job, "cluster.oversubscribe", True, "scheduler.type")
         out.spellings["cluster.oversubscribe"] = "scheduler.type=local"
+
+
+def _not_an_experiment(context: Context) -> None:
+    """A file of AReaL's examples that is not an experiment config, named as what it is: a
+    SkyPilot task (`sky launch` runs AReaL's launcher from its `run:`), or a reference file
+    of keys to copy into one (examples/environ_ref.yaml)."""
+    raw = context.raw
+    if raw is None or any(k in raw for k in (*ENGINES, *EXPERIMENT_KEYS)):
+        return
+    if "run" in raw and "resources" in raw:
+        raise ConfigError(
+            "this file is a SkyPilot task (resources, run: SkyPilot's keys), which AReaL runs "
+            "with `sky launch`; areal-launch reads an experiment config: give the one its "
+            "run: command names (its --config)"
+        )
+    keys = ", ".join(sorted(str(k) for k in raw)[:4])
+    raise ConfigError(
+        f"this file sets {keys} but no experiment (none of experiment_name, cluster, actor, "
+        "rollout, allocation_mode): AReaL's reference files are pasted into an experiment "
+        "config, not run"
+    )
+
+
+def _awex(job: Any, out: Translation) -> None:
+    """AReaL's AWEX colocation (`actor.weight_update_mode: awex`, controller v1): actor and
+    rollout take turns on the actor's GPUs, each releasing its memory while the other runs,
+    as AReaL's trainer does whatever the strategy (AReaL's runs leave it at the default,
+    separation); where the rollout is colocated or placed already, that stands. The key stays
+    the entry's."""
+    mode = get(job, "actor.weight_update_mode")
+    if mode != AWEX or str(get(job, "actor._version") or "v1") != "v1":
+        return
+    if get(job, "rollout.backend") is None or get(job, "actor.backend") is None:
+        return
+    placed = {
+        n.strip() for k in dict(get(job, "cluster.component_placement") or {}) for n in k.split(",")
+    }
+    strategy = get(job, "rollout.scheduling_strategy")
+    if (isinstance(strategy, dict) and strategy.get("type") == "colocation") or "rollout" in placed:
+        return
+    if get(job, "cluster.colocate.rollout") is not None:
+        return
+    key = "actor.weight_update_mode"
+    put(job, "cluster.colocate.rollout", "actor", key)
+    put(job, "rollout.offload", True, key)
+    put(job, "actor.offload.weight", True, key)
+    put(job, "actor.offload.optimizer", True, key)
+    out.spellings["cluster.colocate.rollout"] = f"{key}=awex"
+    out.notes.append(
+        f"{key}=awex: actor and rollout take turns on the actor's GPUs, as AReaL's AWEX "
+        "colocation does (cluster.colocate.rollout=actor rollout.offload=true "
+        "actor.offload.weight=true actor.offload.optimizer=true)"
+    )
+
+
+def _exit_hook(job: Any, out: Translation) -> None:
+    """AReaL's `post_exit_hook`: launcher.post_exit_hook (run once every process is gone,
+    with LOG_DIR set; the key stays the entry's too, which ignores it)."""
+    hook = get(job, "post_exit_hook")
+    if hook is None or not str(hook).strip():
+        take(job, "post_exit_hook")
+        return
+    if get(job, "launcher.post_exit_hook") not in (None, "", hook):
+        raise ConfigError(
+            "post_exit_hook and launcher.post_exit_hook are both set, differently: keep one "
+            "(post_exit_hook is AReaL's name for it)"
+        )
+    take(job, "post_exit_hook")
+    # a value, not an interpolation: AReaL escapes its shell variables (`\${ROOT:-/x}`)
+    put(job, "launcher.post_exit_hook", str(hook).replace("${", "\\${"), "post_exit_hook")
+    out.spellings["launcher.post_exit_hook"] = "post_exit_hook"
 
 
 def _strategy(job: Any, name: str, out: Translation) -> None:

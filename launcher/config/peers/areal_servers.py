@@ -11,7 +11,9 @@ where the values differ). AReaL's own keys are not flags: the model (`vllm.model
 `sglang.dp_size` (AReaL's attention-DP size: rollout.sglang.attn_dp_size). The other
 section (`sglang:` on a vLLM run) is one note. Each flag's key is kept (Translation's
 flag_origins), so a flag the engine's parser refuses is said as the key the user wrote.
-For our recipe the sections are an error that says where they go in our keys.
+For our recipe the sections are an error that says where they go in our keys. A served teacher
+of that backend gets the same section (AReaL's trainer starts its servers from it, with the
+teacher's own model): `teacher.<backend>.*` and `teacher.server_args`, its model its own.
 """
 
 from __future__ import annotations
@@ -42,8 +44,9 @@ def translate(job: Any, context: Context, out: Translation) -> None:
         if isinstance(get(job, name), dict)
     }
     backend = backend_of(get(job, "rollout.backend"))
+    teacher = backend_of(get(job, "teacher.backend"))
     for name, section in sections.items():
-        if section and name != backend:
+        if section and name not in (backend, teacher):
             why = (
                 f"the rollout runs {backend} (its servers take {backend}:)"
                 if backend
@@ -52,18 +55,24 @@ def translate(job: Any, context: Context, out: Translation) -> None:
             out.notes.append(f"{name}: not read: {why}")
     if backend is not None and sections.get(backend):
         _apply(job, backend, sections[backend], out)
+    if teacher is not None and sections.get(teacher):
+        _apply(job, teacher, sections[teacher], out, engine="teacher")
 
 
-def _apply(job: Any, backend: str, section: dict[str, Any], out: Translation) -> None:
+def _apply(
+    job: Any, backend: str, section: dict[str, Any], out: Translation, engine: str = "rollout"
+) -> None:
     schema = registry.backend_options(backend)
     refused = registry.refused_flags(backend)
     known = {f.name for f in dataclasses.fields(schema)}
-    options = dict(get(job, f"rollout.{backend}") or {})  # what the user set: it wins
-    server_args = dict(get(job, "rollout.server_args") or {})
-    model_path = get(job, "rollout.model_path")
+    options = dict(get(job, f"{engine}.{backend}") or {})  # what the user set: it wins
+    server_args = dict(get(job, f"{engine}.server_args") or {})
+    model_path = get(job, f"{engine}.model_path")
     for key, value in _areal_keys(backend, section, options).items():
         where = f"{backend}.{key}"
         if key == MODEL_KEYS.get(backend):
+            if engine != "rollout":
+                continue  # the teacher serves its own model (teacher.path)
             if not left_out(value) and str(value) != get(job, "model_path") and model_path is None:
                 model_path = str(value)
             continue
@@ -71,19 +80,20 @@ def _apply(job: Any, backend: str, section: dict[str, Any], out: Translation) ->
             continue
         if key in known:
             typed(backend, schema, {key: value}, f"{backend}'s options")  # its type, as written
-            out.notes += _given(options, key, value, f"rollout.{backend}.{key}", where)
+            out.notes += _given(options, key, value, f"{engine}.{backend}.{key}", where)
             options.setdefault(key, value)
             continue
         flag = flag_of(key)
         if flag in refused:
             raise ConfigError(f"{where}: {flag} {refused[flag]}")
-        out.notes += _given(server_args, key, value, f"rollout.server_args.{key}", where)
+        out.notes += _given(server_args, key, value, f"{engine}.server_args.{key}", where)
         if key not in server_args:
             server_args[key] = value
-            out.flag_origins[flag] = where
-    put(job, f"rollout.{backend}", options, backend)
-    put(job, "rollout.server_args", server_args, backend)
-    if model_path is not None:
+            if engine == "rollout":  # the preflight checks the rollout's flags
+                out.flag_origins[flag] = where
+    put(job, f"{engine}.{backend}", options, backend)
+    put(job, f"{engine}.server_args", server_args, backend)
+    if model_path is not None and engine == "rollout":
         put(job, "rollout.model_path", model_path, f"{backend}.{MODEL_KEYS[backend]}")
 
 

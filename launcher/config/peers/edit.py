@@ -80,10 +80,23 @@ def resolve_in_place(node: Any) -> None:
                 value = node[key]
             except OmegaConfBaseException:
                 continue
-            node[key] = (
+            node[key] = _literal(
                 OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
             )
             continue
         child = node[key]
         if isinstance(child, (DictConfig, ListConfig)):
             resolve_in_place(child)
+
+
+def _literal(value: Any) -> Any:
+    """A resolved value as it must be stored to stay that value: a `${` it holds (an escaped
+    one resolves to it: a shell's `\\${VAR:-x}` in AReaL's post_exit_hook) escaped again, or
+    OmegaConf would read it as an interpolation."""
+    if isinstance(value, str):
+        return value.replace("${", "\\${")
+    if isinstance(value, dict):
+        return {k: _literal(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_literal(v) for v in value]
+    return value
