@@ -160,6 +160,12 @@ def size_run(chosen: Wanted, local_gpus: GPUCount, offer: Optional[NodeOffer]) -
         dims,
     )
     allocs, inherited = _parsed(sizing, chosen.chosen.kinds, inheriting, placement)
+    if not allocs and not chosen.workers:
+        raise ConfigError(
+            "every engine is off and no worker is declared: set rollout.backend and/or "
+            "actor.backend (e.g. rollout.backend=vllm:d1 actor.backend=fsdp:d2), or declare "
+            "a worker (+components.NAME.entry=script.py)"
+        )
     _check_dims(allocs, dims, per_process)
     placement = {**placement, **sizing.placement}
     if cluster is None:
@@ -168,6 +174,11 @@ def size_run(chosen: Wanted, local_gpus: GPUCount, offer: Optional[NodeOffer]) -
         )
         cluster = cpu_cluster(config.cluster, lambda: need)
         _check_offer(cluster, offer)
+    if allocs and cluster.gpu_nodes == 0:
+        raise ConfigError(
+            "cluster.node_groups: every node is CPU-only; the engines need GPU nodes (add "
+            "nodes: raise cluster.num_nodes)"
+        )
     config = resolve.with_offload(config, sizing.release)
     return Sized(config, cluster, allocs, inherited, placement, tuple(warnings), sizing.note)
 
@@ -287,11 +298,6 @@ def _parse(
                 )
             text, inherited[name] = texts[POLICY], POLICY
         allocs[name] = resolve.parse_for(name, str(text), kinds.get(name))
-    if not allocs:
-        raise ConfigError(
-            "every engine is off: set rollout.backend and/or actor.backend (e.g. "
-            "rollout.backend=vllm:d1 actor.backend=fsdp:d2)"
-        )
     return allocs, inherited
 
 
@@ -368,11 +374,6 @@ def _groups(cluster: ClusterConfig) -> tuple[tuple[NodeGroup, ...], int, int]:
     groups, cpu_nodes, nodes = node_groups(
         list(cluster.node_groups), cluster.num_nodes, cluster.gpus_per_node
     )
-    if nodes == cpu_nodes:
-        raise ConfigError(
-            "cluster.node_groups: every node is CPU-only; the engines need GPU nodes (add "
-            "nodes: raise cluster.num_nodes)"
-        )
     _nodes(dataclasses.replace(cluster, num_nodes=nodes))
     return groups, cpu_nodes, nodes
 
@@ -419,7 +420,7 @@ def rank_run(
         for name, a in sized.allocs.items()
     }
     for name, w in chosen.workers.items():
-        components[name] = worker_plan(w, at.get(name), sized.cluster)
+        components[name] = worker_plan(w, at.get(name), sized.cluster, components)
     return components
 
 
