@@ -6,6 +6,8 @@ to a user folder beside empty entry scripts at RLinf's paths; each case costs mi
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from launcher.config.compose import Composer, ConfigSource
 from launcher.config.run import run_spec
 from launcher.planning.build import build_plan
 from launcher.spec.errors import ConfigError
+from tests.areal_launch import run
 
 EMBODIED = "embodiment/train_embodied_agent.py"
 BASE = {
@@ -199,3 +202,69 @@ def test_an_agent_entry_starts_an_agent_loop_beside_each_engine_and_a_tool_worke
     assert got["tool"] == [(0, ())]
     assert "reward" not in got  # searchr1 scores inside its agent loop
     assert any(n.startswith("reward: off, RLinf's searchr1/train.py") for n in notes)
+
+
+# ------------------------------------------------------------------ one real run, on CPU
+COLLECTOR = """import json, os, sys
+out = os.environ["COLLECTED"]
+with open(os.path.join(out, "env-" + os.environ["AREAL_WORKER_INDEX"] + ".json"), "w") as f:
+    json.dump({"argv": sys.argv[1:], "pid": os.getpid()}, f)
+print("collected 3 episodes", flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def workers_only(tmp_path_factory):
+    """RLinf's collect_real_data.py shape, for real: the env on a robot's CPU-only node, no
+    engine, a settings-only reward section; the env worker collects and exits 0."""
+    folder = tmp_path_factory.mktemp("collect")
+    (folder / "embodiment").mkdir()
+    (folder / "embodiment/collect_real_data.py").touch()
+    (folder / "collector.py").write_text(COLLECTOR)
+    cfg = {
+        "cluster": {
+            "num_nodes": 1,
+            "component_placement": {"env": {"node_group": "franka", "placement": 0}},
+            "node_groups": [
+                {
+                    "label": "franka",
+                    "node_ranks": 0,
+                    "hardware": {"type": "Franka", "configs": [{"node_rank": 0}]},
+                    "env_configs": [{"env_vars": [{"COLLECTED": str(folder)}]}],
+                }
+            ],
+        },
+        "env": {"entry": str(folder / "collector.py"), "health_path": None, "seed": 3},
+        "reward": {"use_reward_model": False, "reward_type": "dense"},
+        "actor": {"training_backend": "fsdp"},
+    }
+    (folder / "collect.yaml").write_text(yaml.safe_dump(cfg))
+    run_dir = folder / "run"
+    done = run(
+        "-cd",
+        str(folder),
+        "-cn",
+        "collect",
+        f"trainer.entry={folder / 'embodiment/collect_real_data.py'}",
+        "cluster.device=cpu",
+        f"hydra.run.dir={run_dir}",
+        timeout=300,
+    )
+    return folder, run_dir, done
+
+
+def test_a_run_of_workers_only_runs_and_stops_cleanly(workers_only):
+    folder, run_dir, done = workers_only
+    text = done.stdout + done.stderr
+    assert done.returncode == 0, text[-4000:]
+    assert "every worker exited 0" in text
+    collected = json.loads((folder / "env-0.json").read_text())
+    assert "collected 3 episodes" in (run_dir / "logs" / "env-0.log").read_text()
+    with pytest.raises(ProcessLookupError):
+        os.kill(collected["pid"], 0)  # gone, not left running
+
+
+def test_a_settings_only_reward_section_starts_no_reward_worker_for_real(workers_only):
+    folder, run_dir, done = workers_only
+    assert sorted(p.name for p in (run_dir / "logs").glob("*.log") if "reward" in p.name) == []
+    assert "reward: off, RLinf's embodiment/collect_real_data.py" in done.stdout + done.stderr
