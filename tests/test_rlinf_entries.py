@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -181,9 +182,20 @@ def test_an_entry_whose_workers_we_do_not_plan_is_one_line(tmp_path, entry, need
         planned(tmp_path, BASE, entry)
 
 
-def test_an_api_reward_without_api_base_names_the_sglang_server_rlinf_starts(tmp_path):
-    cfg = with_(BASE, reward={"use_reward_model": True, "worker_type": "api"})
-    with pytest.raises(ConfigError, match="give reward.api.api_base"):
+def test_an_api_reward_without_api_base_starts_rlinfs_sglang_reward_server(tmp_path):
+    reward = {"use_reward_model": True, "worker_type": "api", "model": {"model_path": "/m/vlm"}}
+    cfg = with_(BASE, reward=reward)
+    cfg["cluster"]["component_placement"].update({"reward": "0", "reward_server": "0-1:0"})
+    plan, notes = planned(tmp_path, cfg)
+    server = plan.components["reward_server"]
+    assert (server.kind, str(server.alloc), server.instances[0].gpus) == (
+        "serve",
+        "sglang:t2",
+        (0, 1),
+    )
+    assert any(n.startswith("reward_server: on") for n in notes)
+    del cfg["cluster"]["component_placement"]["reward_server"]
+    with pytest.raises(ConfigError, match="place it .*reward_server. or give reward.api.api_base"):
         planned(tmp_path, cfg)
 
 
@@ -268,3 +280,78 @@ def test_a_settings_only_reward_section_starts_no_reward_worker_for_real(workers
     folder, run_dir, done = workers_only
     assert sorted(p.name for p in (run_dir / "logs").glob("*.log") if "reward" in p.name) == []
     assert "reward: off, RLinf's embodiment/collect_real_data.py" in done.stdout + done.stderr
+
+
+# ------------------------------------------------------------------ rollout rank order
+def collocated_plan(actor: str, rollout: str, gpus: int = 4, nodes: int = 1):
+    composer = Composer(ConfigSource())
+    over = [
+        "cluster.device=cuda",
+        f"cluster.num_nodes={nodes}",
+        f"cluster.gpus_per_node={gpus}",
+        f"actor.backend={actor}",
+        f"rollout.backend={rollout}",
+        "cluster.component_placement.actor=all",
+        "cluster.component_placement.rollout=all",
+    ]
+    return build_plan(run_spec(composer, composer.compose(over, with_hydra=True)).config, 0).plan
+
+
+@pytest.mark.parametrize(
+    "actor, rollout, gpus, instances",
+    [  # every stride ModelParallelComponentPlacement gives (actor tp / rollout tp), and none
+        ("megatron:t4", "vllm:d2t2", 4, [(0, 2), (1, 3)]),
+        ("megatron:d2t4", "vllm:d4t2", 8, [(0, 2), (1, 3), (4, 6), (5, 7)]),
+        ("megatron:t8", "vllm:d4t2", 8, [(0, 4), (1, 5), (2, 6), (3, 7)]),
+        ("megatron:t8", "vllm:d2t4", 8, [(0, 2, 4, 6), (1, 3, 5, 7)]),
+        ("megatron:t4", "vllm:d4", 4, [(0,), (1,), (2,), (3,)]),
+        ("megatron:d2t2", "vllm:d2t2", 4, [(0, 1), (2, 3)]),  # same tp: packed
+        ("megatron:d4", "vllm:d2t2", 4, [(0, 1), (2, 3)]),  # smaller actor tp: packed
+    ],
+)
+def test_collocated_rollout_instances_follow_the_actors_tp_groups(actor, rollout, gpus, instances):
+    plan = collocated_plan(actor, rollout, gpus)
+    assert [i.gpus for i in plan.components["rollout"].instances] == instances
+    actor_on = {r.gpu: r.rank for r in plan.components["actor"].ranks}
+    (sync,) = plan.weight_sync
+    by_shard = {(p.instance, p.tp): p.rank for p in sync.pairs}
+    for inst in plan.components["rollout"].instances:  # every shard from its own GPU's rank
+        for k, gpu in enumerate(inst.gpus):
+            assert by_shard[(inst.index, k)] == actor_on[gpu]
+
+
+def test_a_disaggregated_rollout_stays_packed():
+    composer = Composer(ConfigSource())
+    over = [
+        "cluster.device=cuda",
+        "cluster.gpus_per_node=8",
+        "actor.backend=megatron:t4",
+        "rollout.backend=vllm:d2t2",
+        "cluster.component_placement.actor=0-3",
+        "cluster.component_placement.rollout=4-7",
+    ]
+    plan = build_plan(run_spec(composer, composer.compose(over, with_hydra=True)).config, 0).plan
+    assert [i.gpus for i in plan.components["rollout"].instances] == [(4, 5), (6, 7)]
+
+
+def test_the_gpu_map_shows_the_strided_instances():
+    out = run(
+        "plan",
+        "cluster.device=cuda",
+        "cluster.gpus_per_node=4",
+        "actor.backend=megatron:t4",
+        "rollout.backend=vllm:d2t2",
+        "cluster.component_placement.actor=all",
+        "cluster.component_placement.rollout=all",
+    )
+    assert out.returncode == 0, out.stderr
+    assert re.search(r"rollout +\[R0\] \[R1\] \[R0\] \[R1\]", out.stdout), out.stdout
+
+
+@pytest.mark.torch
+def test_the_default_recipes_weight_push_follows_the_strided_map():
+    from launcher.worker.runtime import RuntimePlan
+    from recipes.grpo.loop import reload_owners
+
+    rt = RuntimePlan(collocated_plan("megatron:t4", "vllm:d2t2").to_dict())
+    assert reload_owners(rt, 2) == {0: 0, 1: 1}  # instance 1's tp rank 0 is on GPU 1: rank 1

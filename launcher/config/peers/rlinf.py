@@ -212,11 +212,7 @@ def _entry_workers(job: Any, entry: Entry, on: Mapping[str, str], out: Translati
     """The workers and engines RLinf's `entry` starts for this config (`on`: name -> why),
     each with a note saying why; what it does not start is off (section, placement out)."""
     if reward_server(_values(job), entry):
-        raise ConfigError(
-            f"reward.worker_type=api without reward.api.api_base: RLinf's {entry.path} starts "
-            f"an SGLang server for the reward model ({REWARD_SERVER}); areal-launch does not "
-            "plan it yet: give reward.api.api_base"
-        )
+        _reward_server(job, entry, out)
     placed = _placed(job)
     for name in (*WORKERS, *RLINF_WORKERS):
         if name in on and (name != "rollout" or entry.rollout == "worker"):
@@ -233,6 +229,26 @@ def _entry_workers(job: Any, entry: Entry, on: Mapping[str, str], out: Translati
         _unplace(job, name)
         if name in placed:
             out.notes.append(f"{name}: off, RLinf's {entry.path} does not start it here")
+
+
+def _reward_server(job: Any, entry: Entry, out: Translation) -> None:
+    """The SGLang server RLinf's embodied entry starts for an API reward model without an
+    api_base: a serving component of ours (no trainer feeds it), on its placement, serving
+    reward.model.model_path; the reward worker finds it as AREAL_REWARD_SERVER_ADDRS."""
+    if REWARD_SERVER not in _placed(job):
+        raise ConfigError(
+            f"reward.worker_type=api without reward.api.api_base: RLinf's {entry.path} starts "
+            f"an SGLang server for the reward model: place it "
+            f"(cluster.component_placement.{REWARD_SERVER}) or give reward.api.api_base"
+        )
+    server: dict[str, Any] = {"kind": "serve", "backend": "sglang"}
+    if get(job, "reward.model.model_path") is not None:
+        server["model_path"] = get(job, "reward.model.model_path")
+    put(job, f"components.{REWARD_SERVER}", server, "reward.worker_type")
+    out.notes.append(
+        f"{REWARD_SERVER}: on, RLinf's {entry.path} starts an SGLang server for the API reward "
+        "model (reward.worker_type=api without reward.api.api_base)"
+    )
 
 
 def _values(job: Any) -> dict:
