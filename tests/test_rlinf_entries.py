@@ -141,13 +141,25 @@ def test_env_configs_for_part_of_a_group_is_one_line(tmp_path):
     cfg["cluster"] = {
         "num_nodes": 2,
         "component_placement": {"actor,env,rollout": "all"},
-        "node_groups": [{"label": "g", "node_ranks": "0-1", "env_configs": [{"node_ranks": 1}]}],
+        "node_groups": [
+            {
+                "label": "g",
+                "node_ranks": "0-1",
+                "env_configs": [{"node_ranks": 1, "env_vars": [{"B": 2}]}],
+            }
+        ],
     }
     with pytest.raises(ConfigError) as err:
         planned(tmp_path, cfg)
     assert "env_configs[0].node_ranks=1: RLinf sets this env for part of the group" in str(
         err.value
     )
+    cfg["cluster"]["node_groups"][0]["env_configs"] = [{"env_vars": [{"A": 1}]}]
+    cfg["cluster"]["node_groups"][0]["env_configs"] += [
+        {"node_ranks": 1, "python_interpreter_path": None}  # sets nothing: RLinf's placeholder
+    ]
+    plan, _ = planned(tmp_path, cfg)
+    assert plan.cluster.groups[0].env == {"A": "1"}
 
 
 def test_rlinf_cluster_keys_not_honoured_are_one_note_each(tmp_path):

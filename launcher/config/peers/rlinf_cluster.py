@@ -98,6 +98,8 @@ def _group(group: Any, i: int, num_nodes: Any) -> Any:
         at = f"{where}.env_configs[{j}]"
         one = _env_config(at, item, num_nodes)
         ranks = one.get("node_ranks")
+        if not one.get("env") and one.get("python") is None:
+            continue  # sets nothing (RLinf's `python_interpreter_path: null`)
         if ranks is not None and _ranks(f"{at}.node_ranks", ranks) != whole:
             raise ConfigError(
                 f"{at}.node_ranks={item['node_ranks']!r}: RLinf sets this env for part of the "
