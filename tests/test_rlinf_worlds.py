@@ -270,7 +270,12 @@ def test_a_wrong_form_on_the_command_line_is_one_error_line():
 
 def test_rlinf_keys_of_a_worker_reach_its_entry_as_options():
     plan = plan_of(
-        ["env.enable_offload=true", "env.simulator_type=textworld", "env.train.max_steps=3"]
+        [
+            "env.processes=1",
+            "env.enable_offload=true",
+            "env.simulator_type=textworld",
+            "env.train.max_steps=3",
+        ]
     )
     assert "env" in plan.components and plan.components["env"].gpus == ()
     assert plan.meta["engine_options"]["env"] == {

@@ -126,16 +126,20 @@ class Composer:
         found = self._mine() or self._in_primary_dir()
         if found is None:
             return source.config_name, None  # Hydra says it is missing, with its search path
-        loaded = peer_bases(found, OmegaConf.load(found))
-        if not isinstance(loaded, DictConfig) or "defaults" in loaded:
+        loaded = peer_bases(found, OmegaConf.load(found))  # AReaL's `base@_global_` merged
+        if not isinstance(loaded, DictConfig) or _starts_from_ours(loaded):
             return source.config_name, None  # a config of ours, with a defaults list
         if source.config_path is not None:
             raise ConfigError(
                 f"--config-path {source.config_path}: {source.config_name!r} is a config of "
-                "another launcher (no defaults list), laid over ours, and -cp replaces ours: "
+                "another launcher, laid over ours, and -cp replaces ours: "
                 "give its folder with --config-dir/-cd instead"
             )
-        raw = OmegaConf.to_container(loaded, resolve=False)
+        raw = (
+            OmegaConf.to_container(loaded, resolve=False)
+            if "defaults" not in loaded
+            else composed_as_written(found)
+        )
         assert isinstance(raw, dict)
         self._register_peer_primary(raw)
         return PEER_PRIMARY, raw
@@ -240,6 +244,45 @@ def _plain(override: str, key: Optional[str]) -> bool:
         and not override.startswith(("+", "~"))
         and (written == key or written.startswith(f"{key}."))
     )
+
+
+OUR_ROOTS = ("config", "base_config")  # a defaults list naming one of these starts from ours
+
+
+def _starts_from_ours(loaded: DictConfig) -> bool:
+    """Whether a file with a defaults list is a config of ours (`defaults: [config, _self_]`)
+    rather than a peer's with its own groups (RLinf's `env/maniskill@env.train`)."""
+    if "defaults" not in loaded:
+        return False
+    entries = OmegaConf.to_container(loaded.defaults, resolve=False)
+    return any(str(e).strip() in OUR_ROOTS for e in entries or [] if isinstance(e, str))
+
+
+def composed_as_written(found: Path) -> dict:
+    """A peer's file with its own defaults list, composed as its launcher composes it (Hydra's
+    public compose from the file's folder, with the file's own search path, as RLinf's
+    `@hydra.main(version_base="1.1")` does), without Hydra's node: the config it means."""
+    import warnings
+
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    held = GlobalHydra.instance().hydra  # ours, if opened: back in place afterwards
+    GlobalHydra.instance().clear()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Hydra's notes on _self_ and on version 1.1
+            # version 1.1: RLinf's, and Hydra's own default for an app that names none (ours)
+            with initialize_config_dir(str(found.parent.absolute()), TASK_NAME, "1.1"):
+                cfg = hydra_compose(config_name=found.stem)
+    finally:
+        GlobalHydra.instance().clear()
+        if held is not None:
+            GlobalHydra.instance().initialize(held)
+    raw = OmegaConf.to_container(cfg, resolve=False)
+    assert isinstance(raw, dict)
+    return raw
 
 
 def without_hydra(cfg: DictConfig) -> DictConfig:

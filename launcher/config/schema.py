@@ -223,6 +223,9 @@ class ComponentConfig:
     offload: bool = False  # releases its GPU memory between phases (where it shares GPUs)
     # handed to the entry point in the plan (`components.<name>.options` in its JSON)
     options: Dict[str, Any] = field(default_factory=dict)
+    # a serving component: one process on the node of each of its instances, CPU-only (an
+    # agent loop per rollout engine); None: placed as above
+    beside: Optional[str] = None
 
 
 # ----------------------------------------------------------------------------- cluster

@@ -428,6 +428,16 @@ class NodeRun:
     def trainers(self) -> list[Started]:
         return [s for s in self.started if not s.is_service]
 
+    def _only_workers(self) -> bool:
+        """A run of workers only on one node (no trainer, no server, no peer): it ends when
+        every worker has exited 0, its work done."""
+        started = self.started
+        return (
+            self.peers is None
+            and bool(started)
+            and all(x.proc.spec.role == "worker" for x in started)
+        )
+
     # ------------------------------------------------------------------ watching
     def watch(self) -> RunResult:
         """Until the end of the run, a failure, a signal, or a peer's trainer restart."""
@@ -441,6 +451,9 @@ class NodeRun:
                 code = s.poll()
                 if code is None or s.name in self.finished:
                     continue
+                if code == 0 and self._only_workers():
+                    self.finished.add(s.name)  # a run of workers only: this one's work is done
+                    continue
                 if s.is_service or code != 0:
                     reason = exit_reason(s.name, code)
                     if s.is_service and (self.trainers or self.peers):
@@ -450,6 +463,8 @@ class NodeRun:
             trainers = self.trainers
             if trainers and len(self.finished) == len(trainers):
                 return RunResult(0, None, "every trainer exited 0")
+            if self._only_workers() and self.finished >= {s.name for s in self.servers}:
+                return RunResult(0, None, "every worker exited 0 (a run of workers only)")
             if not trainers and self.peers is not None and self.peers.all_done():
                 return RunResult(0, None, "the trainers finished on their nodes")
             for s in self.servers:

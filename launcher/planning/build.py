@@ -20,7 +20,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Union
 
-from launcher.config.schema import ClusterConfig, LaunchConfig, engine
+from launcher.config.schema import ClusterConfig, LaunchConfig, declared_kind, engine
 from launcher.planning import resolve
 from launcher.planning.components import Worker, placed_names, split_placement, worker_plan, workers
 from launcher.planning.forms import Placed, engine_sets, read_placement, virtual_slots
@@ -37,6 +37,7 @@ from launcher.spec.errors import ConfigError
 from launcher.spec.gpuset import parse_gpu_set
 from launcher.spec.limits import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_NODES
 from launcher.spec.plan import ComponentPlan, Plan, WeightSync
+from launcher.spec.registry import SERVE
 
 DEFAULT_GPUS_PER_NODE = 8  # planning for cuda where no GPU is visible (a laptop)
 
@@ -160,6 +161,12 @@ def size_run(chosen: Wanted, local_gpus: GPUCount, offer: Optional[NodeOffer]) -
         dims,
     )
     allocs, inherited = _parsed(sizing, chosen.chosen.kinds, inheriting, placement)
+    if not allocs and not chosen.workers:
+        raise ConfigError(
+            "every engine is off and no worker is declared: set rollout.backend and/or "
+            "actor.backend (e.g. rollout.backend=vllm:d1 actor.backend=fsdp:d2), or declare "
+            "a worker (+components.NAME.entry=script.py)"
+        )
     _check_dims(allocs, dims, per_process)
     placement = {**placement, **sizing.placement}
     if cluster is None:
@@ -168,6 +175,11 @@ def size_run(chosen: Wanted, local_gpus: GPUCount, offer: Optional[NodeOffer]) -
         )
         cluster = cpu_cluster(config.cluster, lambda: need)
         _check_offer(cluster, offer)
+    if allocs and cluster.gpu_nodes == 0:
+        raise ConfigError(
+            "cluster.node_groups: every node is CPU-only; the engines need GPU nodes (add "
+            "nodes: raise cluster.num_nodes)"
+        )
     config = resolve.with_offload(config, sizing.release)
     return Sized(config, cluster, allocs, inherited, placement, tuple(warnings), sizing.note)
 
@@ -220,7 +232,8 @@ def engine_dims(config: LaunchConfig, per_process: dict[str, int]) -> Dims:
     process map's GPUs per process (`0-7:0-3`: 2 GPUs an instance)."""
     parallel: dict[str, tuple[int, int, int]] = {}
     said: dict[str, str] = {}
-    for name in ENGINES:
+    declared = [str(n) for n, raw in config.components.items() if declared_kind(raw) == SERVE]
+    for name in (*ENGINES, *declared):
         sizes = dataclasses.asdict(engine(config, name).parallel)
         for axis, v in sizes.items():
             if v is not None and (isinstance(v, bool) or not 1 <= v <= MAX_GPUS_PER_NODE):
@@ -287,11 +300,6 @@ def _parse(
                 )
             text, inherited[name] = texts[POLICY], POLICY
         allocs[name] = resolve.parse_for(name, str(text), kinds.get(name))
-    if not allocs:
-        raise ConfigError(
-            "every engine is off: set rollout.backend and/or actor.backend (e.g. "
-            "rollout.backend=vllm:d1 actor.backend=fsdp:d2)"
-        )
     return allocs, inherited
 
 
@@ -368,11 +376,6 @@ def _groups(cluster: ClusterConfig) -> tuple[tuple[NodeGroup, ...], int, int]:
     groups, cpu_nodes, nodes = node_groups(
         list(cluster.node_groups), cluster.num_nodes, cluster.gpus_per_node
     )
-    if nodes == cpu_nodes:
-        raise ConfigError(
-            "cluster.node_groups: every node is CPU-only; the engines need GPU nodes (add "
-            "nodes: raise cluster.num_nodes)"
-        )
     _nodes(dataclasses.replace(cluster, num_nodes=nodes))
     return groups, cpu_nodes, nodes
 
@@ -413,13 +416,18 @@ def place_run(
 def rank_run(
     chosen: Wanted, sized: Sized, placed: Placement, at: Mapping[str, Placed]
 ) -> dict[str, ComponentPlan]:
-    """Every component's plan: ranks (train), instances (serve) and processes (worker)."""
-    components = {
-        name: component_plan(name, a, placed.gpus[name], sized.cluster, sized.inherited.get(name))
-        for name, a in sized.allocs.items()
-    }
+    """Every component's plan: ranks (train), instances (serve, in the order of the trainer
+    that feeds them) and processes (worker)."""
+    fed_by = {dst: src for src, dst in chosen.chosen.feeds.items()}
+    components: dict[str, ComponentPlan] = {}
+    for name, a in sorted(sized.allocs.items(), key=lambda item: item[1].is_inference):
+        feeder = components.get(fed_by.get(name, ""))
+        components[name] = component_plan(
+            name, a, placed.gpus[name], sized.cluster, sized.inherited.get(name), feeder
+        )
+    components = {name: components[name] for name in sized.allocs}  # in the engines' order
     for name, w in chosen.workers.items():
-        components[name] = worker_plan(w, at.get(name), sized.cluster)
+        components[name] = worker_plan(w, at.get(name), sized.cluster, components)
     return components
 
 

@@ -15,7 +15,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from launcher.config.schema import ENGINE_KINDS, ComponentConfig, LaunchConfig, declared_kind, typed
+from launcher.config.schema import (
+    ENGINE_KINDS,
+    ComponentConfig,
+    LaunchConfig,
+    declared_kind,
+    engine,
+    typed,
+)
 from launcher.planning.forms import Placed
 from launcher.spec import registry
 from launcher.spec.alloc import ModelAllocation
@@ -45,26 +52,30 @@ class Worker:
     offload: bool = False
     options: Mapping[str, Any] = field(default_factory=dict)
     python: Optional[str] = None  # its own interpreter (launcher.spec.entry)
+    beside: Optional[str] = None  # a serving component: one process beside each instance
 
 
 def workers(config: LaunchConfig) -> dict[str, Worker]:
     """The run's workers: `components.*` that are no serving or training engine, in the order
-    written."""
+    written. A built-in engine's name is a worker's while that engine is off (a rollout run
+    as a policy worker per process, no server)."""
     out: dict[str, Worker] = {}
+    on = {n for n in ENGINES if engine(config, n).backend is not None}
     for name, raw in config.components.items():
         name = str(name)
         if declared_kind(raw) in ENGINE_KINDS:
             continue  # a serving or training component: an engine (launcher.planning.resolve)
         key = f"components.{name}"
-        out[name] = _worker(name, typed(key, ComponentConfig, raw, "a component's keys"), key)
+        node = typed(key, ComponentConfig, raw, "a component's keys")
+        out[name] = _worker(name, node, key, on)
     return out
 
 
-def _worker(name: str, node: ComponentConfig, key: str) -> Worker:
-    if name in ENGINES:
+def _worker(name: str, node: ComponentConfig, key: str, engines_on: set[str]) -> Worker:
+    if name in engines_on:
         raise ConfigError(
-            f"{key}: {name} is a built-in engine; set {name}.* instead, or "
-            f"declare the component under another name"
+            f"{key}: {name} is a built-in engine and it is on; set {name}.* instead, turn it "
+            f"off ({name}.backend=null), or declare the component under another name"
         )
     if not _NAME.match(name):
         raise ConfigError(
@@ -101,7 +112,10 @@ def _worker(name: str, node: ComponentConfig, key: str) -> Worker:
             f"{key}.health_path={health!r}: an HTTP path such as /health (or null: no probe)"
         )
     check_python(f"{key}.python", node.python)
+    if node.beside is not None and not _NAME.match(str(node.beside)):
+        raise ConfigError(f"{key}.beside={node.beside!r}: the name of a serving component")
     return Worker(
+        beside=None if node.beside is None else str(node.beside),
         name=name,
         backend=backend,
         entry=entry,
@@ -154,12 +168,20 @@ def _key(name: str) -> str:
     return f"cluster.component_placement.{name}"
 
 
-def worker_plan(worker: Worker, placed: Optional[Placed], cluster: ClusterSpec) -> ComponentPlan:
+def worker_plan(
+    worker: Worker,
+    placed: Optional[Placed],
+    cluster: ClusterSpec,
+    served: Mapping[str, ComponentPlan] = {},
+) -> ComponentPlan:
     """The worker's plan entry: one instance per process, on its GPUs, its process map, its
-    CPU-only nodes, or CPU-only on node 0."""
+    CPU-only nodes, beside each instance of a serving component, or CPU-only on node 0."""
     key = _key(worker.name)
     where = f"components.{worker.name}"
-    if placed is None:
+    if worker.beside is not None:
+        instances = _beside(worker, placed, served)
+        gpus: tuple[int, ...] = ()
+    elif placed is None:
         if worker.processes_per_gpu != 1:
             raise ConfigError(
                 f"{where}.processes_per_gpu={worker.processes_per_gpu} is for a "
@@ -167,7 +189,7 @@ def worker_plan(worker: Worker, placed: Optional[Placed], cluster: ClusterSpec) 
                 f"{where}.processes"
             )
         instances = Runs([(0, worker.processes, (), 0)])
-        gpus: tuple[int, ...] = ()
+        gpus = ()
     else:
         if worker.processes != 1:
             raise ConfigError(
@@ -199,3 +221,15 @@ def worker_plan(worker: Worker, placed: Optional[Placed], cluster: ClusterSpec) 
         instances = Runs(runs)
     alloc = ModelAllocation(worker.backend, dp=len(instances))
     return ComponentPlan(name=worker.name, alloc=alloc, gpus=gpus, instances=instances)
+
+
+def _beside(worker: Worker, placed: Optional[Placed], served: Mapping[str, ComponentPlan]) -> Runs:
+    """One CPU-only process on the first node of each instance of `worker.beside`."""
+    where = f"components.{worker.name}.beside={worker.beside}"
+    target = served.get(str(worker.beside))
+    if target is None or target.kind != registry.SERVE:
+        names = ", ".join(n for n, c in served.items() if c.kind == registry.SERVE) or "none"
+        raise ConfigError(f"{where}: not a serving component of this run (serving: {names})")
+    if placed is not None:
+        raise ConfigError(f"{where} and {_key(worker.name)}: say where once (keep one of them)")
+    return Runs([(i, 1, (), inst.nodes[0]) for i, inst in enumerate(target.instances)])

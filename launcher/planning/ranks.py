@@ -159,16 +159,43 @@ def inference_instances(
     )
 
 
+def fed_order(
+    alloc: ModelAllocation, gpus: Sequence[int], feeder: ComponentPlan
+) -> tuple[int, ...]:
+    """A serving engine's GPUs in instance order. On exactly the GPUs of the trainer that
+    feeds it, with the trainer's tp a multiple s>1 of its own (pp 1): in each block of
+    s*t GPUs, instance j takes every s-th GPU from the j-th, so each of the trainer's tp groups
+    feeds whole instances, each instance one shard from every s consecutive tp ranks (tp 4
+    into tp 2 on GPUs 0-3: instances 0,2 and 1,3), and the weight update needs no reshuffle.
+    Otherwise the GPUs as placed: instance i takes the i-th block."""
+    t, trainer_tp = alloc.tp, feeder.alloc.tp
+    stride = trainer_tp // t
+    if alloc.pp != 1 or stride < 2 or trainer_tp % t or tuple(gpus) != feeder.gpus:
+        return tuple(gpus)
+    span = t * stride
+    if len(gpus) % span:
+        return tuple(gpus)
+    return tuple(
+        gpus[block + j + k * stride]
+        for block in range(0, len(gpus), span)
+        for j in range(stride)
+        for k in range(t)
+    )
+
+
 def component_plan(
     name: str,
     alloc: ModelAllocation,
     gpus: Sequence[int],
     cluster: ClusterSpec,
     inherited_from: Optional[str] = None,
+    feeder: Optional[ComponentPlan] = None,
 ) -> ComponentPlan:
-    """An engine's plan entry: instances for inference backends, ranks for training ones."""
+    """An engine's plan entry: instances for inference backends (in `fed_order` of the
+    trainer that feeds it), ranks for training ones."""
     gpus = tuple(gpus)
     if alloc.is_inference:
+        gpus = gpus if feeder is None else fed_order(alloc, gpus, feeder)
         return ComponentPlan(
             name,
             alloc,
