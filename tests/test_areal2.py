@@ -586,6 +586,6 @@ def test_a_skypilot_task_or_a_reference_file_is_said_not_to_be_an_experiment(tmp
     out = run("plan", "-cd", str(tmp_path), "-cn", "ref", *CUDA)
     assert one_error_line(out) == (
         "error: this file sets env_vars but no experiment (none of experiment_name, cluster, "
-        "actor, rollout, allocation_mode): AReaL's reference files are pasted into an "
-        "experiment config, not run"
+        "actor, rollout, allocation_mode): a file like this (AReaL's reference of keys, a group "
+        "file of RLinf's) is part of an experiment config, not one to run"
     )

@@ -243,8 +243,8 @@ def _not_an_experiment(context: Context) -> None:
     keys = ", ".join(sorted(str(k) for k in raw)[:4])
     raise ConfigError(
         f"this file sets {keys} but no experiment (none of experiment_name, cluster, actor, "
-        "rollout, allocation_mode): AReaL's reference files are pasted into an experiment "
-        "config, not run"
+        "rollout, allocation_mode): a file like this (AReaL's reference of keys, a group "
+        "file of RLinf's) is part of an experiment config, not one to run"
     )
 
 
