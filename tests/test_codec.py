@@ -107,6 +107,8 @@ def test_a_full_request_writes_its_optional_parts_and_reads_back_equal():
             "nodelist": None,
             "exclude": None,
             "key": "",
+            "reservation": None,
+            "exclusive": None,
         }
     }
     assert written["folders"] == {"make": ["/f", "/f/nr"], "clear": ["/f/nr/{user}/exp/trial"]}
