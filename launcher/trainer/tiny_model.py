@@ -21,7 +21,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 ENV_DIR = "AREAL_TINY_MODEL"
 DEFAULT_DIR = "~/.cache/areal-launch/tiny-llama"
@@ -108,30 +108,40 @@ def build(out: Path, seed: int = 0) -> Path:
     )
     tokenizer.chat_template = _CHAT_TEMPLATE
 
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        head_dim=32,
-        max_position_embeddings=512,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=False,
-    )
+    config = LlamaConfig(**shape(tokenizer, head_dim=32))
     # transformers >= 5 names it `dtype`; older releases read `torch_dtype`
     setattr(config, "dtype" if hasattr(config, "dtype") else "torch_dtype", "float32")
-    model = LlamaForCausalLM(config).float()
-    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
-        setattr(model.generation_config, key, getattr(config, key))
+    save(tokenizer, LlamaForCausalLM(config).float(), out)
+    return out
 
+
+def shape(tokenizer: Any, **changes: Any) -> dict[str, Any]:
+    """The tiny model's size, for the demo's Llama and AReaL's Qwen2 alike (scripts/areal):
+    heads of 32, the smallest vLLM's CPU attention takes, and the tokenizer's special ids."""
+    return {
+        "vocab_size": len(tokenizer),
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "max_position_embeddings": 512,
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+        "tie_word_embeddings": False,
+        **changes,
+    }
+
+
+def save(tokenizer: Any, model: Any, out: Path) -> None:
+    """Write `model` and `tokenizer` into `out` (which must not exist), generation ids as the
+    config's, so that servers and trainers stop and pad alike."""
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        setattr(model.generation_config, key, getattr(model.config, key))
     out.mkdir(parents=True)
     tokenizer.save_pretrained(out)
     model.save_pretrained(out, safe_serialization=True)
-    return out
 
 
 def ensure(path: Optional[os.PathLike | str] = None, seed: int = 0, force: bool = False) -> Path:

@@ -40,23 +40,11 @@ def write_model(out: Path) -> None:
         llama = tiny_model.ensure(Path(scratch) / "llama")
         tok = AutoTokenizer.from_pretrained(llama)
         config = Qwen2Config(
-            vocab_size=len(tok),
-            hidden_size=128,
-            intermediate_size=256,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=4096,
-            bos_token_id=tok.bos_token_id,
-            eos_token_id=tok.eos_token_id,
-            pad_token_id=tok.pad_token_id,
-            tie_word_embeddings=False,
+            **tiny_model.shape(tok, num_key_value_heads=2, max_position_embeddings=4096),
             dtype="float32",
         )
-        model = Qwen2ForCausalLM(config).float()
         staging = Path(scratch) / "qwen2"
-        tok.save_pretrained(staging)
-        model.save_pretrained(staging, safe_serialization=True)
+        tiny_model.save(tok, Qwen2ForCausalLM(config).float(), staging)
         shutil.rmtree(out, ignore_errors=True)
         staging.rename(out)
 
