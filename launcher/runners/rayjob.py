@@ -333,17 +333,17 @@ def fit_problem(job: RayJob, nodes: Sequence[RayNode], where: str) -> Optional[s
     )
     want = len(job.bundles)
     gpu_nodes = [n for n in nodes if n.gpus > 0]
-    asking = sum(1 for b in job.bundles if b.get("GPU", 0) > 0)
-    if asking > len(gpu_nodes) and len(gpu_nodes) < len(nodes):  # some have none: apart
+    with_gpus = sum(1 for b in job.bundles if b.get("GPU", 0) > 0)
+    if with_gpus > len(gpu_nodes) and len(gpu_nodes) < len(nodes):  # some have none: apart
         head = next((n for n in nodes if n.head and n.gpus <= 0), None)
         fewer = (
             f"plan for {len(gpu_nodes)} GPU node(s) (cluster.num_nodes="
-            f"{len(gpu_nodes) + want - asking})"
+            f"{len(gpu_nodes) + want - with_gpus})"
             if gpu_nodes
             else "run on cpu (cluster.device=cpu)"
         )
         return (
-            f"{asking} plan node(s) ask GPUs, each on a Ray node of its own, but the Ray "
+            f"{with_gpus} plan node(s) ask GPUs, each on a Ray node of its own, but the Ray "
             f"cluster ({where}) has {len(gpu_nodes)} node(s) with GPUs ({have})"
             + (f"; its head {head.ip} has none: it runs the driver" if head else "")
             + f": add Ray nodes with GPUs, or {fewer}"
