@@ -329,6 +329,38 @@ def test_a_colocated_role_of_another_replica_count_whose_gpus_add_up(tmp_path):
         prepared_in(tmp_path, "grouped", [*CUDA, "rollout.backend=sglang:d8t4"])
 
 
+def test_areals_single_controller_on_slurm_is_not_bounded_by_n_nodes(tmp_path):
+    """AReaL's Slurm scheduler asks each engine's nodes in a job of its own and never reads
+    cluster.n_nodes (examples/swe: engines of 4 + 4 nodes beside n_nodes: 4): planned for what
+    the engines ask, with a note. AReaL's SPMD launchers check n_nodes, and a size given on
+    the command line is the user's: there, too few nodes is the planner's error line."""
+    (tmp_path / "swe.yaml").write_text(
+        "experiment_name: s\ntrial_name: t\ncluster: {n_nodes: 1, n_gpus_per_node: 8}\n"
+        "scheduler: {type: slurm}\nrollout: {backend: 'sglang:d2t4p1'}\n"
+        "actor: {backend: 'megatron:(attn:d2t4|ffn:d2e4)', path: /m}\n"
+        "ref: {backend: '${actor.backend}', scheduling_strategy: {type: colocation, "
+        "target: actor}}\n"
+    )
+    prep = prepared_in(tmp_path, "swe", CUDA)
+    assert prep.plan.cluster.num_nodes == 2
+    assert layout(prep)["rollout"][2] == tuple(range(8))
+    assert layout(prep)["actor"][2] == layout(prep)["ref"][2] == tuple(range(8, 16))
+    assert (
+        "cluster.n_nodes=1: AReaL's single controller on slurm (scheduler.type=slurm) asks "
+        "each engine's nodes apart and does not read n_nodes (areal/infra/scheduler/slurm.py): "
+        "planned for the 2 nodes its engines ask (rollout 1, actor 1, 8 GPUs a node)"
+    ) in prep.planned.notes
+    for given in ("scheduler.type=null", "cluster.n_nodes=1"):
+        with pytest.raises(PlacementError, match=r"16 in all, but the cluster has 8 \(1 node"):
+            prepared_in(tmp_path, "swe", [*CUDA, given])
+    # a ref of its own (AReaL's default strategy) counts where AReaL starts it: kl_ctl > 0
+    apart = ["ref.scheduling_strategy=null", "scheduler.type=ray"]
+    assert prepared_in(tmp_path, "swe", [*CUDA, *apart]).plan.cluster.num_nodes == 3
+    kl0 = prepared_in(tmp_path, "swe", [*CUDA, *apart, "+actor.kl_ctl=0"])
+    assert kl0.plan.cluster.num_nodes == 2
+    assert any("(rollout 1, actor 1, 8 GPUs a node)" in n for n in kl0.planned.notes)
+
+
 # ----------------------------------------------------------------------------- the grammar
 def test_the_named_hybrid_form_in_allocation_mode_and_in_a_backend_field():
     text = "megatron[actor]:(attn:d1p2t4|ffn:d1p2e4)"

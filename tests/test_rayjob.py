@@ -12,15 +12,18 @@ import sys
 
 import pytest
 
+from launcher.cli.launch import counted_request, prepare
 from launcher.config.schema import ClusterConfig
 from launcher.planning.offer import with_offer
 from launcher.runners.rayjob import (
     GIB,
+    HEAD,
     RayJob,
     RayNode,
     dry_run_text,
     entrypoint,
     fit_problem,
+    head_note,
     ray_job,
     ray_offer,
 )
@@ -350,3 +353,68 @@ def test_ray_says_it_does_not_choose_the_nodes_an_engine_asks_for():
         "actor.resources: nodelist, exclude not honoured by the ray runner (Ray picks the nodes "
         "of the placement group)"
     ]
+
+
+# ----------------------------------------------------------------------------- a CPU-only head
+CPU_HEAD = [
+    RayNode("10.0.0.1", 0.0, 16.0, {HEAD: 1.0}, head=True),  # `ray start --head --num-gpus=0`
+    RayNode("10.0.0.2", 8.0, 64.0, {"accelerator_type:H100": 1.0}),
+    RayNode("10.0.0.3", 8.0, 64.0, {"accelerator_type:H100": 1.0}),
+]
+GPU_RUN = [
+    "launcher=ray",
+    "launcher.address=127.0.0.2:9",  # never asked: the described cluster stands for Ray's answer
+    "cluster.num_nodes=2",
+    "rollout.backend=sglang:d8",
+    "actor.backend=fsdp:d8",
+]
+
+
+def test_a_cpu_only_head_runs_the_driver_and_the_engines_go_on_the_gpu_nodes():
+    """AReaL 2.0 accepts a Ray head without GPUs (#1575): here cluster.device=auto plans for
+    the GPU nodes' GPUs, the plan's two GPU nodes fit the two GPU Ray nodes (the head has
+    none), and the plan's notes say the head runs the driver and no engine."""
+    cluster, notes = with_offer(
+        ClusterConfig(device="auto", num_nodes=2), ray_offer(CPU_HEAD, "the Ray cluster at auto")
+    )
+    assert (cluster.device, cluster.gpus_per_node, cluster.gpu_type) == ("cuda", 8, "H100")
+    assert "has 2 node(s) with 8 GPU(s) (H100)" in notes[0]
+    prep = prepare([*GPU_RUN, "cluster.device=cuda", "cluster.gpus_per_node=8"], to_run=False)
+    _, request = counted_request(prep)
+    job = prep.runner.job(request)
+    assert [b["GPU"] for b in job.bundles] == [8.0, 8.0]
+    assert fit_problem(job, CPU_HEAD, "auto") is None
+    assert not any("head" in n for n in prep.runner.notes(request))  # no cluster read yet
+    prep.runner.nodes = CPU_HEAD  # what offer() (device=auto) or check() read from Ray
+    (note,) = [n for n in prep.runner.notes(request) if "head" in n]
+    assert note == (
+        "the Ray cluster's head 10.0.0.1 has no GPU: it runs the driver if this command runs "
+        "there; the 2 plan node(s) with GPUs go on its 2 GPU node(s) (10.0.0.2, 10.0.0.3) only"
+    )
+    prep.runner.nodes = [dataclasses.replace(CPU_HEAD[0], gpus=8.0), *CPU_HEAD[1:]]
+    assert not any("head" in n for n in prep.runner.notes(request))  # a GPU head: nothing said
+
+
+def test_a_gpu_plan_counts_the_gpu_nodes_apart_from_a_cpu_only_head():
+    """Three plan nodes with GPUs on the head and two GPU nodes: refused naming the GPU nodes
+    and the head; a third plan node without GPUs (a CPU-only node group) may take the head."""
+    three = job_of([proc(f"a{k}", "trainer", k, (0,)) for k in range(3)], num_nodes=3)
+    problem = fit_problem(three, CPU_HEAD, "launcher.address=10.0.0.1:6379")
+    assert problem is not None
+    assert "3 plan node(s) ask GPUs" in problem and "has 2 node(s) with GPUs" in problem
+    assert "its head 10.0.0.1 has none: it runs the driver" in problem
+    assert "cluster.num_nodes=2" in problem
+    mixed = job_of(
+        [proc("a0", "trainer", 0, (0,)), proc("a1", "trainer", 1, (0,)), proc("r", "worker", 2)],
+        num_nodes=3,
+    )
+    assert [b.get("GPU", 0) for b in mixed.bundles] == [1.0, 1.0, 0]
+    assert fit_problem(mixed, CPU_HEAD, "auto") is None
+    note = head_note(mixed.request, CPU_HEAD, detach=True)
+    assert note is not None and "it runs the driver (the run's Ray job)" in note
+    assert note.endswith("only, the 1 without may land on the head")
+    no_gpus = fit_problem(three, CPU_HEAD[:1], "auto")
+    assert no_gpus is not None and "run on cpu (cluster.device=cpu)" in no_gpus
+    cpu_plan = job_of([proc(f"a{k}", "trainer", k, (0,)) for k in range(3)], "cpu", num_nodes=3)
+    assert fit_problem(cpu_plan, CPU_HEAD, "auto") is None  # virtual slots: the head takes one
+    assert head_note(cpu_plan.request, CPU_HEAD, detach=False) is None

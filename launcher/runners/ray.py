@@ -32,6 +32,7 @@ from launcher.node.runs import RunRecord, write_private, write_record
 from launcher.runners import LauncherBase, local
 from launcher.runners.base import RunnerBase, unhonoured
 from launcher.runners.rayjob import (
+    HEAD,
     RayJob,
     RayNode,
     custom_resources,
@@ -40,6 +41,7 @@ from launcher.runners.rayjob import (
     first_line,
     fit_problem,
     group_warnings,
+    head_note,
     ray_job,
     ray_offer,
 )
@@ -96,6 +98,10 @@ RAY_CURRENT = "ray_current_cluster"  # where `ray start` writes the address `aut
 class Runner(RunnerBase[Config, RayJob]):
     name = "ray"
 
+    def __init__(self, config: Config):
+        super().__init__(config)
+        self.nodes: Optional[list[RayNode]] = None  # the cluster's alive nodes, once read
+
     def offer(self) -> Optional[NodeOffer]:
         """The cluster's alive nodes (GPUs, Ray's accelerator_type), so that cluster.device=auto
         plans for the nodes the run gets, not for this machine. When no cluster answers, an
@@ -116,19 +122,22 @@ class Runner(RunnerBase[Config, RayJob]):
                 "auto, RAY_ADDRESS unset, none started on this machine)",
             )
         try:
-            nodes = state_api_nodes(self.config.address)
+            self.nodes = state_api_nodes(self.config.address)
         except (LaunchError, UserError) as exc:
             return NodeOffer(where, (), unread=f"{where} did not say its nodes ({exc})")
-        return ray_offer(nodes, where)
+        return ray_offer(self.nodes, where)
 
     def python(self, asks: Mapping[str, EngineAsk] = {}) -> str:
         return self.config.python or sys.executable
 
     def notes(self, request: LaunchRequest) -> list[str]:
         """Each plan node's bundle asks its processes' CPUs and memory, its actor their image;
-        Ray places bundles on nodes it picks."""
+        Ray places bundles on nodes it picks. Once the cluster's nodes are read (device=auto,
+        a launch's check): where the run goes when its head has no GPU."""
         why = "Ray picks the nodes of the placement group"
-        return unhonoured(request, self.name, ("cpu", "memory", "image"), why)
+        said = unhonoured(request, self.name, ("cpu", "memory", "image"), why)
+        head = head_note(request, self.nodes or [], self.config.detach)
+        return said + ([head] if head else [])
 
     def job(self, request: LaunchRequest) -> RayJob:
         return ray_job(
@@ -152,7 +161,7 @@ class Runner(RunnerBase[Config, RayJob]):
         job = self.job(request)
         said = group_warnings(request, self.config.group_resources)
         try:
-            nodes = self.cluster_nodes()
+            self.nodes = nodes = self.cluster_nodes()
         except LaunchError as exc:
             if self.config.dry_run:  # printing needs no cluster; the fit is said to be unchecked
                 return said + [f"{exc}; the dry run did not check that the plan fits a Ray cluster"]
@@ -174,6 +183,7 @@ class Runner(RunnerBase[Config, RayJob]):
                 n["Resources"].get("GPU", 0.0),
                 n["Resources"].get("CPU", 0.0),
                 custom_resources(n["Resources"]),
+                head=HEAD in n["Resources"],
             )
             for n in ray.nodes()
             if n["Alive"]
@@ -363,6 +373,7 @@ def state_api_nodes(address: str) -> list[RayNode]:
             n.resources_total.get("GPU", 0.0),
             n.resources_total.get("CPU", 0.0),
             custom_resources(n.resources_total),
+            head=bool(n.is_head_node),
         )
         for n in found
     ]

@@ -12,6 +12,11 @@ A cpu plan's GPU slots are virtual: its bundles ask Ray for CPUs only (a CPU-onl
 runs it), and STRICT_SPREAD still gives every plan node a Ray node of its own. A plan node of a
 node group asks for that group's custom resources too (launcher.group_resources), so it lands
 on the Ray nodes started with them; a CPU-only node asks for no GPU.
+
+A head node without GPUs (AReaL 2.0 accepts one, #1575: its Ray scheduler reads the device from
+the cluster, not the driver's node) is a node like the others: the plan's nodes that ask GPUs
+can only go on the GPU nodes, so the fit counts those apart, and `head_note` says where the
+driver and the plan nodes go.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from launcher.spec.runfolder import RAY_JOB, REQUEST
 
 STRATEGY = "STRICT_SPREAD"
 MEMORY = "memory"  # Ray's resource of host memory, in bytes
+HEAD = "node:__internal_head__"  # the resource Ray gives its head node alone
 GIB = 1 << 30
 
 
@@ -40,6 +46,9 @@ class RayNode:
     gpus: float
     cpus: float
     custom: Mapping[str, float] = field(default_factory=dict)  # its other resources
+    # the cluster's head: where `ray start --head` ran and a Ray job's entrypoint (a detached
+    # run's driver) runs; Ray's state API says so, ray.nodes() by the resource HEAD
+    head: bool = False
 
 
 def custom_resources(resources: Mapping[str, float]) -> dict[str, float]:
@@ -247,6 +256,24 @@ def group_warnings(request: LaunchRequest, given: Mapping[str, Mapping[str, floa
     ]
 
 
+def head_note(request: LaunchRequest, nodes: Sequence[RayNode], detach: bool) -> Optional[str]:
+    """Where a GPU run goes on a cluster whose head has no GPU (None: the head has GPUs, the
+    plan is on cpu, or no node has GPUs, which fit_problem refuses)."""
+    head = next((n for n in nodes if n.head), None)
+    gpu_nodes = [n.ip for n in nodes if n.gpus > 0]
+    if request.device != "cuda" or head is None or head.gpus > 0 or not gpu_nodes:
+        return None
+    want = request.nodes_needed()
+    asking = sum(1 for k in range(want) if gpus_on_node(request, k))
+    shown = ", ".join(gpu_nodes[:3]) + (", ..." if len(gpu_nodes) > 3 else "")
+    driver = "the driver (the run's Ray job)" if detach else "the driver if this command runs there"
+    return (
+        f"the Ray cluster's head {head.ip} has no GPU: it runs {driver}; the {asking} plan "
+        f"node(s) with GPUs go on its {len(gpu_nodes)} GPU node(s) ({shown}) only"
+        + (f", the {want - asking} without may land on the head" if want > asking else "")
+    )
+
+
 def placeholder_hosts(job: RayJob) -> list[str]:
     """What the dry run shows for the hosts, known only once placed."""
     return [f"HOST{k}" for k in range(len(job.bundles))]
@@ -305,6 +332,22 @@ def fit_problem(job: RayJob, nodes: Sequence[RayNode], where: str) -> Optional[s
         or "none"
     )
     want = len(job.bundles)
+    gpu_nodes = [n for n in nodes if n.gpus > 0]
+    with_gpus = sum(1 for b in job.bundles if b.get("GPU", 0) > 0)
+    if with_gpus > len(gpu_nodes) and len(gpu_nodes) < len(nodes):  # some have none: apart
+        head = next((n for n in nodes if n.head and n.gpus <= 0), None)
+        fewer = (
+            f"plan for {len(gpu_nodes)} GPU node(s) (cluster.num_nodes="
+            f"{len(gpu_nodes) + want - with_gpus})"
+            if gpu_nodes
+            else "run on cpu (cluster.device=cpu)"
+        )
+        return (
+            f"{with_gpus} plan node(s) ask GPUs, each on a Ray node of its own, but the Ray "
+            f"cluster ({where}) has {len(gpu_nodes)} node(s) with GPUs ({have})"
+            + (f"; its head {head.ip} has none: it runs the driver" if head else "")
+            + f": add Ray nodes with GPUs, or {fewer}"
+        )
     if want > len(nodes):
         return (
             f"the plan needs {want} Ray nodes (one per plan node) but the Ray cluster "

@@ -7,7 +7,10 @@ trainer. Its launcher's keys become ours here:
                                                (n_gpus_per_node: 0 is a CPU cluster)
     scheduler.type                             the runner (as launcher= chooses it); `local`
                                                also cluster.oversubscribe (AReaL's local
-                                               scheduler hands GPUs out in turn, wrapping)
+                                               scheduler hands GPUs out in turn, wrapping);
+                                               `slurm`/`ray`: n_nodes does not bound the
+                                               cluster (AReaL's single controller asks each
+                                               engine's nodes apart)
     <engine>.scheduling_strategy               cluster.colocate.<engine> / cluster.separate
     <engine>.scheduling_spec (its first item)  <engine>.resources (reservation and exclusive
                                                too: Slurm's), <engine>.env, and cpu as the
@@ -39,10 +42,11 @@ from launcher.config.peers import (
     areal_servers,
     areal_teacher,
 )
+from launcher.config.peers.areal_allocation import explicit_keys, parse_backend_world
 from launcher.config.peers.edit import drop_empty, get, put, take
 from launcher.config.schema import typed
 from launcher.spec.builtins import ENGINES
-from launcher.spec.errors import ConfigError
+from launcher.spec.errors import ConfigError, UserError
 from launcher.spec.request import USER, Folders
 
 # AReaL's trainer reads it: "started by a launcher, under torchrun" (areal/utils/launcher.py)
@@ -74,6 +78,9 @@ EXPERIMENT_KEYS = (
     "runner",  # another peer's experiments set it
 )
 AWEX = "awex"  # actor.weight_update_mode: AReaL's actor and rollout take turns on its GPUs
+SINGLE_CONTROLLER = ("slurm", "ray")  # scheduler.type whose scheduler sizes each engine's nodes
+SIZE = "n_nodes"  # AReaL's cluster size: its single controller's schedulers never read it
+KL_DEFAULT = 0.1  # AReaL's actor.kl_ctl: above 0, its trainer starts the ref
 NAME_RESOLVE_TYPES = ("nfs", "etcd3", "ray")
 
 
@@ -143,6 +150,7 @@ def translate(job: Any, context: Context, out: Translation) -> None:
     _not_an_experiment(context)
     _old_launcher(context)
     _cluster(job, out)
+    scheduler = get(job, "scheduler.type")
     _scheduler(job, out)
     areal_allocation.translate(job, context, out)
     areal_teacher.translate(job, context, out)
@@ -150,6 +158,7 @@ def translate(job: Any, context: Context, out: Translation) -> None:
     for name in ENGINES:
         _strategy(job, name, out)
         _scheduling_spec(job, name, context, out)
+    _controller_nodes(job, scheduler, context, out)
     _model_path(job, context)
     _folders(job, context, out)
     _exit_hook(job, out)
@@ -225,6 +234,46 @@ def _scheduler(job: Any, out: Translation) -> None:
     if kind == "local":
         put(job, "cluster.oversubscribe", True, "scheduler.type")
         out.spellings["cluster.oversubscribe"] = "scheduler.type=local"
+
+
+def _controller_nodes(job: Any, scheduler: Any, context: Context, out: Translation) -> None:
+    """AReaL's single controller on Slurm or Ray asks each engine's nodes apart (a Slurm job,
+    a placement group per engine: ceil(GPUs / n_gpus_per_node) nodes each; none for an engine
+    colocated with another, nor for a ref with actor.kl_ctl 0, which its trainer does not
+    start: areal/trainer/rl_trainer.py) and never reads cluster.n_nodes (areal/infra/
+    scheduler/slurm.py, ray.py; AReaL's help: the Slurm hostname suffix). So n_nodes does not
+    bound the plan: where the engines ask more nodes than it says, the cluster has what they
+    ask, with a note. Runners ask only the nodes the plan's processes use; where our plan
+    needs more still (a ref placed apart that AReaL would not start), the planner says so."""
+    if str(scheduler) not in SINGLE_CONTROLLER or f"cluster.{SIZE}" in explicit_keys(
+        context.overrides
+    ):
+        return
+    given, per_node = get(job, "cluster.num_nodes"), get(job, "cluster.gpus_per_node")
+    placed = get(job, "cluster.component_placement")
+    if not isinstance(given, int) or not isinstance(per_node, int) or per_node < 1 or placed:
+        return
+    colocated = dict(get(job, "cluster.colocate") or {})
+    kl = get(job, "actor.kl_ctl", KL_DEFAULT)
+    asked: dict[str, int] = {}
+    for name in ENGINES:
+        text = get(job, f"{name}.backend")
+        if text is None or name in colocated or (name == "ref" and not float(kl or 0) > 0):
+            continue
+        try:
+            asked[name] = max(1, -(-parse_backend_world(text) // per_node))
+        except UserError:  # the planner names a bad backend, with its column
+            return
+    if sum(asked.values()) <= given:
+        return
+    put(job, "cluster.num_nodes", sum(asked.values()), f"cluster.{SIZE}")
+    each = ", ".join(f"{name} {n}" for name, n in asked.items())
+    out.notes.append(
+        f"cluster.{SIZE}={given}: AReaL's single controller on {scheduler} (scheduler.type="
+        f"{scheduler}) asks each engine's nodes apart and does not read {SIZE} (areal/infra/"
+        f"scheduler/{scheduler}.py): planned for the {sum(asked.values())} nodes its engines "
+        f"ask ({each}, {per_node} GPUs a node)"
+    )
 
 
 def _not_an_experiment(context: Context) -> None:
