@@ -9,7 +9,7 @@ says what each process is doing (starting, healthy, running, exited); not on a t
 no longer echoed (its shutdown chatter stays in its log). A summary table ends the run.
 
 Rich draws the terminal's console only: plain lines are written here, so a node agent (a Slurm
-task's log is never a terminal) does not import rich (~30 ms of CPU on every node).
+task's log is never a terminal) does not import rich (~40 ms of CPU on every node).
 """
 
 from __future__ import annotations
