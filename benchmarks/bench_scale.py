@@ -261,8 +261,8 @@ class Run:
         self.runner, self.nodes, self.per_node, self.env = runner, nodes, per_node, env
         self.run_dir = work / f"{runner}{nodes}-{time.monotonic_ns()}"
         self.want = expected(nodes, per_node)
-        code = env.get("PYTHONPATH", str(ROOT))
-        self.argv = launch_argv(runner, nodes, per_node, self.run_dir, list(extra), code)
+        self.code = env.get("PYTHONPATH", str(ROOT))
+        self.argv = launch_argv(runner, nodes, per_node, self.run_dir, list(extra), self.code)
         self.procs = RunProcs(f"{self.run_dir}/request.json", b"")
         self.sampler = Sampler(self.procs)
         self.cli_cpu = 0.0
@@ -274,8 +274,12 @@ class Run:
     def start(self) -> float:
         """Seconds from the command to every stand-in running."""
         self.begun = begun = time.time()
-        proc = subprocess.Popen(
-            self.argv, env=self.env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        proc = subprocess.Popen(  # in the checkout measured: its node agents start there too
+            self.argv,  # (a job's cwd is its submitter's; `python -m` looks there first)
+            env=self.env,
+            cwd=self.code,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
         )
         self.proc = proc
         if self.runner == "slurm":
