@@ -57,7 +57,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # the stand-in's module, tests/scale_standin.py
+sys.path.insert(0, str(ROOT))  # the stand-in's module (tests/scale_standin.py), the keeper's
+from launcher.node.keeper import descendants  # noqa: E402  (the keeper's own walk)
 from tests.scale_standin import GPUS  # noqa: E402  (one home: how a run of stand-ins launches)
 from tests.scale_standin import overrides as standin_overrides  # noqa: E402
 
@@ -528,24 +529,13 @@ def agent_cpu(code: str, request: Path, per_node: int) -> tuple[float, float]:
             lambda: len(started(run_dir / "standin", 0)) == per_node, 60, "the node's stand-ins"
         )
         time.sleep(SAMPLE_S)  # past their start
-        tree = subtree(agent.pid)
+        tree = [agent.pid, *descendants(agent.pid)]
         ours = [p for p in tree if str(request).encode() in read(f"/proc/{p}/cmdline")]
         theirs = [cpu_of(p) or 0.0 for p in tree if p not in ours]
         return sum(cpu_of(p) or 0.0 for p in ours), statistics.mean(theirs)
     finally:
         agent.terminate()
         agent.wait(60)
-
-
-def subtree(root: int) -> list[int]:
-    """root and its descendants (/proc's children of every thread)."""
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        for task in os.listdir(f"/proc/{pid}/task") if os.path.isdir(f"/proc/{pid}/task") else ():
-            todo += [int(c) for c in read(f"/proc/{pid}/task/{task}/children").split()]
-    return out
 
 
 def run_agents(args, work: Path) -> None:
