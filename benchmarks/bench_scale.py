@@ -22,7 +22,15 @@ stand-ins too, but torchrun itself imports torch). Measured, each the median of 
 Beside each, what Slurm alone takes on the same nodes: an sbatch whose srun runs one task a
 node (`true` that writes its start stamp) to every task running; SIGKILL of one task of an
 `srun --kill-on-bad-exit` to no task left; scancel to no task left; `scontrol requeue` to
-every task running again. The launcher's share is the difference.
+every task running again. Beside Ray's start, what Ray alone takes: a driver that places the
+launcher's bundles (STRICT_SPREAD, one a node) and starts an actor on each that starts one
+process writing its start stamp, to every such process running. The launcher's share is the
+difference.
+
+Bytecode is cached as in any install (a pip install compiles it): PYTHONDONTWRITEBYTECODE is
+dropped for everything the script starts and the launcher compiled before the first run, or
+every node agent would compile the launcher from source (0.06-0.16 s of CPU each, times the
+nodes).
 
 Usage: python benchmarks/bench_scale.py [--slurm 2,4,8,16,32] [--ray 2,4,8] [--repeat 3]
     [--per-node 4] [--doc]   (--doc writes the table into docs/benchmarks.md)
@@ -37,6 +45,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -48,10 +57,12 @@ from pathlib import Path
 from typing import Callable, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # the stand-in's module, tests/scale_standin.py
+sys.path.insert(0, str(ROOT))  # the stand-in's module (tests/scale_standin.py), the keeper's
+from launcher.node.keeper import descendants  # noqa: E402  (the keeper's own walk)
 from tests.scale_standin import GPUS  # noqa: E402  (one home: how a run of stand-ins launches)
 from tests.scale_standin import overrides as standin_overrides  # noqa: E402
 
+STANDIN = "tests/scale_standin.py"
 PY = sys.executable
 CLI = str(Path(PY).parent / "areal-launch")
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -208,12 +219,25 @@ def expected(nodes: int, per_node: int) -> set[str]:
     return workers | {f"actor-node{k}.rank{k}" for k in range(ranks)}
 
 
-def launch_argv(runner: str, nodes: int, per_node: int, run_dir: Path, extra: list[str]):
-    ranks = min(nodes, RANK_NODES)
+def launch_argv(
+    runner: str,
+    nodes: int,
+    per_node: int,
+    run_dir: Path,
+    extra: list[str],
+    code: str,
+    ranks: Optional[int] = None,
+) -> list[str]:
+    """The launch (`ranks`: the torchrun job's nodes, default up to RANK_NODES); the stand-in
+    is the measured checkout's `code` own (a node's preflight reads an entry from outside its
+    checkout with an interpreter start more: --baseline's would)."""
+    ranks = min(nodes, RANK_NODES) if ranks is None else ranks
+    here, there = str(ROOT / STANDIN), str(Path(code) / STANDIN)
+    own = there if os.path.isfile(there) else here
     return [
         CLI,
         f"launcher={runner}",
-        *standin_overrides(nodes, per_node, ranks, str(run_dir)),
+        *(o.replace(here, own) for o in standin_overrides(nodes, per_node, ranks, str(run_dir))),
         "+launcher.env.OMP_NUM_THREADS=1",
         *extra,
     ]
@@ -238,7 +262,8 @@ class Run:
         self.runner, self.nodes, self.per_node, self.env = runner, nodes, per_node, env
         self.run_dir = work / f"{runner}{nodes}-{time.monotonic_ns()}"
         self.want = expected(nodes, per_node)
-        self.argv = launch_argv(runner, nodes, per_node, self.run_dir, list(extra))
+        self.code = env.get("PYTHONPATH", str(ROOT))
+        self.argv = launch_argv(runner, nodes, per_node, self.run_dir, list(extra), self.code)
         self.procs = RunProcs(f"{self.run_dir}/request.json", b"")
         self.sampler = Sampler(self.procs)
         self.cli_cpu = 0.0
@@ -250,8 +275,12 @@ class Run:
     def start(self) -> float:
         """Seconds from the command to every stand-in running."""
         self.begun = begun = time.time()
-        proc = subprocess.Popen(
-            self.argv, env=self.env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        proc = subprocess.Popen(  # in the checkout measured: its node agents start there too
+            self.argv,  # (a job's cwd is its submitter's; `python -m` looks there first)
+            env=self.env,
+            cwd=self.code,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
         )
         self.proc = proc
         if self.runner == "slurm":
@@ -420,6 +449,12 @@ def floor_stamps(folder: Path, since: float) -> dict[str, float]:
     return out
 
 
+def stamps_of(folder: Path, nodes: int, begun: float, what: str) -> float:
+    """Seconds from `begun` to the last of `nodes` start stamps in `folder`."""
+    wait_until(lambda: len(floor_stamps(folder, begun)) == nodes, 120, what)
+    return max(floor_stamps(folder, begun).values()) - begun
+
+
 def tagged(marker: bytes) -> list[int]:
     return [
         int(e)
@@ -440,8 +475,7 @@ def slurm_alone(nodes: int, event: str, work: Path, env: dict) -> tuple[float, f
         ["sbatch", "--parsable", str(script)], env=env, capture_output=True, text=True, check=True
     ).stdout.strip()
     try:
-        wait_until(lambda: len(floor_stamps(folder, begun)) == nodes, 120, "Slurm's tasks")
-        start_s = max(floor_stamps(folder, begun).values()) - begun
+        start_s = stamps_of(folder, nodes, begun, "Slurm's tasks")
         time.sleep(HOLD_S)
         t0 = time.time()
         if event == "kill":
@@ -458,6 +492,111 @@ def slurm_alone(nodes: int, event: str, work: Path, env: dict) -> tuple[float, f
     finally:
         subprocess.run(["scancel", job], env=env, capture_output=True)
         wait_until(lambda: not tagged(marker), 120, "Slurm's tasks gone")
+
+
+# ----------------------------------------------------------------------------- one agent
+def node_request(code: str, per_node: int, work: Path) -> Path:
+    """The request.json of a 4-node run of stand-ins (the torchrun job on node 0 alone), as
+    the Slurm runner writes it (its dry run prints it)."""
+    run_dir = work / f"agent-{time.monotonic_ns()}"
+    argv = launch_argv("slurm", 4, per_node, run_dir, ["launcher.dry_run=true"], code, 1)
+    out = subprocess.run(
+        argv, env={**os.environ, "PYTHONPATH": code}, capture_output=True, text=True, check=True
+    ).stdout
+    path = run_dir.with_name(run_dir.name + ".json")
+    path.write_text(out.split("(secrets masked):\n", 1)[1])
+    return path
+
+
+def agent_cpu(code: str, request: Path, per_node: int) -> tuple[float, float]:
+    """(the CPU of one node agent, its keeper and supervisor from its start to its node's
+    stand-ins running; a stand-in's own CPU by then), plan node 1 started as Slurm starts it
+    (--peers, node 0's clearing said)."""
+    run_dir = Path(json.loads(request.read_text())["run_dir"])
+    (run_dir / "prepared").mkdir(parents=True)
+    (run_dir / "prepared" / "0").write_text("ok\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    agent = subprocess.Popen(
+        [PY, "-m", "launcher.node.agent", str(request), "--node", "1", "--peers"]
+        + ["--hosts", ",".join(["127.0.0.1"] * 4)],
+        env={**env, "PYTHONPATH": code},
+        cwd=code,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until(
+            lambda: len(started(run_dir / "standin", 0)) == per_node, 60, "the node's stand-ins"
+        )
+        time.sleep(SAMPLE_S)  # past their start
+        tree = [agent.pid, *descendants(agent.pid)]
+        ours = [p for p in tree if str(request).encode() in read(f"/proc/{p}/cmdline")]
+        theirs = [cpu_of(p) or 0.0 for p in tree if p not in ours]
+        return sum(cpu_of(p) or 0.0 for p in ours), statistics.mean(theirs)
+    finally:
+        agent.terminate()
+        agent.wait(60)
+
+
+def run_agents(args, work: Path) -> None:
+    """--agent-cpu: one node agent's CPU, each checkout's in turn, the median of the runs."""
+    requests = {code: node_request(code, args.per_node, work) for _, code in codes(args)}
+    seen: dict[str, list[tuple[float, float]]] = {code: [] for code in requests}
+    for _ in range(args.agent_cpu):
+        for code, request in requests.items():
+            shutil.rmtree(Path(json.loads(request.read_text())["run_dir"]), ignore_errors=True)
+            seen[code].append(agent_cpu(code, request, args.per_node))
+    for label, code in codes(args):
+        print(
+            f"one node agent{' (' + label + ')' if label else ''}: "
+            f"{med([a for a, _ in seen[code]]):.3f} s of CPU to its {args.per_node} stand-ins "
+            f"running (each {1000 * med([b for _, b in seen[code]]):.0f} ms), "
+            f"median of {args.agent_cpu}"
+        )
+
+
+# ----------------------------------------------------------------------------- Ray alone
+RAY_FLOOR = """
+import subprocess, sys, ray
+from ray.util.placement_group import placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+nodes, folder, gpus = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+ray.init(logging_level="ERROR")
+pg = placement_group([{"CPU": 1.0, "GPU": gpus}] * nodes, strategy="STRICT_SPREAD")
+@ray.remote
+class Node:
+    def run(self, k):
+        return subprocess.run(["sh", "-c", 'date +%s.%N > "$0/$1.$$"', folder, str(k)]).returncode
+strategy = PlacementGroupSchedulingStrategy
+actors = [
+    Node.options(num_cpus=1, num_gpus=gpus, scheduling_strategy=strategy(pg, k)).remote()
+    for k in range(nodes)
+]
+sys.exit(max(ray.get([a.run.remote(k) for k, a in enumerate(actors)])))
+"""
+
+
+def ray_alone(nodes: int, work: Path, env: dict) -> tuple[float, float]:
+    """(the command to every node's process running, nan) for Ray alone: the launcher's
+    bundles (runners/rayjob.py: one a node, every GPU, one CPU) placed as it places them, an
+    actor on each starting one process, as the launcher's node actors start its agents."""
+    folder = work / f"rayfloor{time.monotonic_ns()}"
+    folder.mkdir()
+    begun = time.time()
+    driver = subprocess.Popen(
+        [PY, "-c", RAY_FLOOR, str(nodes), str(folder), str(GPUS)],
+        env=env,
+        cwd=work,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        start_s = stamps_of(folder, nodes, begun, "Ray's processes")
+    finally:
+        _, err = driver.communicate(timeout=120)
+    if driver.returncode != 0:
+        raise RuntimeError(f"Ray alone exited {driver.returncode}: {err.decode()[-2000:]}")
+    return start_s, float("nan")
 
 
 # ----------------------------------------------------------------------------- clusters
@@ -561,7 +700,7 @@ HEADER = [
     "runner",
     "nodes",
     "processes",
-    "start s (Slurm alone)",
+    "start s (Slurm or Ray alone)",
     "launcher's share s",
     "workers running s",
     "kill s (Slurm alone)",
@@ -640,6 +779,18 @@ def codes(args) -> list[tuple[str, str]]:
     return [("", str(ROOT))] + ([("baseline", args.baseline)] if args.baseline else [])
 
 
+def cache_bytecode(args) -> None:
+    """Bytecode as any install has it: none of the script's processes told not to write it,
+    and each measured launcher's compiled before the first run pays for it."""
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    for _, code in codes(args):
+        subprocess.run(
+            [PY, "-m", "compileall", "-q", str(Path(code) / "launcher")],
+            check=True,
+            capture_output=True,
+        )
+
+
 def run_slurm(args, work: Path) -> list[Row]:
     counts = sizes(args.slurm)
     if not counts:
@@ -680,11 +831,15 @@ def run_ray(args, work: Path) -> list[Row]:
     state = Path(tempfile.mkdtemp(prefix="rs.", dir="/tmp"))
     try:
         env = ray_cluster(max(counts), state)
-        return [
-            Row("ray", n, measure("ray", n, args, work, {**env, "PYTHONPATH": code}), {}, label)
-            for n in counts
-            for label, code in codes(args)
-        ]
+        rows = []
+        for n in counts:
+            alone = {}
+            if not args.no_alone:  # Ray has no kill or cancel of its own beside ours
+                alone["start"] = [ray_alone(n, work, env) for _ in range(args.repeat)]
+            for label, code in codes(args):
+                ours = measure("ray", n, args, work, {**env, "PYTHONPATH": code})
+                rows.append(Row("ray", n, ours, alone, label))
+        return rows
     finally:
         stop_ray(state)
 
@@ -698,12 +853,19 @@ def main() -> None:
     ap.add_argument("--requeue-repeat", type=int, default=1, help="requeues are slow: fewer")
     ap.add_argument("--cases", default="kill,cancel,requeue", help="which events to measure")
     ap.add_argument("--baseline", default="", help="another checkout, measured alongside")
-    ap.add_argument("--no-alone", action="store_true", help="skip what Slurm alone takes")
+    ap.add_argument("--no-alone", action="store_true", help="skip what Slurm or Ray alone take")
     ap.add_argument("--keep", action="store_true", help="leave the Slurm cluster running")
+    ap.add_argument(
+        "--agent-cpu", type=int, default=0, help="N: one node agent's CPU, N runs; no cluster"
+    )
     ap.add_argument("--save", default="", help="write every sample to this JSON file")
     ap.add_argument("--doc", action="store_true", help="write docs/benchmarks.md's section")
     ap.add_argument("--note", default="", help="what the machine was doing, for the doc")
     args = ap.parse_args()
+    cache_bytecode(args)
+    if args.agent_cpu:
+        with tempfile.TemporaryDirectory(prefix="bench-agent-") as tmp:
+            return run_agents(args, Path(tmp))
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
         work = Path(tmp)
         os.environ["XDG_CACHE_HOME"] = str(work / "cache")  # job ids: this cluster's own index
@@ -728,7 +890,7 @@ def doc_section(text: str, notes: list[str], args) -> str:
         "(beyond Slurm's own) by at most 2x; the same at 8 Ray nodes. Script: "
         f"`.venv/bin/python benchmarks/bench_scale.py --repeat {args.repeat} "
         f"--per-node {args.per_node} --doc` (see its docstring for what each column is). "
-        "Medians of the runs; in brackets what Slurm alone takes on the same nodes. "
+        "Medians of the runs; in brackets what Slurm (or Ray) alone takes on the same nodes. "
         f"{args.note} {machine()}.\n\n"
         f"{text}\n\n" + "".join(f"- {n}\n" for n in notes)
     )

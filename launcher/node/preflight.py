@@ -20,7 +20,6 @@ import ast
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from functools import lru_cache
@@ -28,7 +27,6 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from launcher.spec import registry, tracking
-from launcher.spec.entry import python_key
 from launcher.spec.request import FlagCheck, Materialized
 
 PROJECT = Path(__file__).resolve().parents[2]  # launcher/ and recipes/: entries of our own
@@ -116,6 +114,8 @@ def interpreter_problem(python: str) -> str:
     """Why `python` cannot run a process here ('' when it can)."""
     if python == sys.executable:
         return ""
+    import shutil  # here: shutil and its compressors are ~4 ms of every node's start
+
     if os.sep in python:
         if not os.path.isfile(python):
             return "does not exist"
@@ -138,9 +138,12 @@ def interpreter_problem(python: str) -> str:
 def foreign_entry(proc: Materialized) -> tuple[str, ...]:
     """The entry of `proc` when it is someone else's (`(script,)` or `("-m", module)`): not
     a file of this project, nor a backend's own server module; () otherwise."""
-    from launcher.backends.torchrun import entry_in  # the backends only where a check needs them
+    if proc.argv[1:2] == ("-m",):  # maybe torchrun's, whose own flags come before the entry
+        from launcher.backends.torchrun import entry_in  # the backends only where they may be
 
-    entry = entry_in(proc.argv)
+        entry = entry_in(proc.argv)
+    else:  # `python script ...`: the backends are ~20 ms of CPU a node
+        entry = proc.argv[1:2]
     if not entry:
         return ()
     if entry[0] == "-m":
@@ -173,6 +176,14 @@ def entry_missing(
         return None, ()
 
 
+def python_key(proc: Materialized) -> str:
+    """The key that chooses `proc`'s interpreter, for a problem's line (spec.entry and the
+    engines' names it reads: only when there is a problem to say)."""
+    from launcher.spec.entry import python_key as key_of
+
+    return key_of(proc.spec.role, proc.spec.component)
+
+
 def problems(
     procs: Sequence[Materialized], paths: Sequence[str], flags: Optional[FlagCheck] = None
 ) -> list[str]:
@@ -190,13 +201,12 @@ def problems(
         modules, entry = needs(proc), foreign_entry(proc)
         if not modules and not entry:  # nothing Python to ask of it (a shell's process)
             continue
-        key = python_key(proc.spec.role, proc.spec.component)
         wrong = interpreter_problem(python)
         if wrong:
             if (python, "") not in seen:
                 seen.add((python, ""))
                 out.append(
-                    f"{proc.name}: the interpreter {python} {wrong}: set {key} to a "
+                    f"{proc.name}: the interpreter {python} {wrong}: set {python_key(proc)} to a "
                     "Python that has what it runs"
                 )
             continue
@@ -210,7 +220,7 @@ def problems(
                 how = install_hints().get(module, f"pip install {module}")
                 out.append(
                     f"{proc.name} needs {module!r}, which {python} cannot import: {how}"
-                    f" (or set {key} to an interpreter that has it)"
+                    f" (or set {python_key(proc)} to an interpreter that has it)"
                 )
         if lacks or not entry or (python, " ".join(entry)) in seen:
             continue
@@ -221,8 +231,8 @@ def problems(
             more = f" (and {len(missing) - 1} more of its imports)" if len(missing) > 1 else ""
             out.append(
                 f"{proc.name}: {python} cannot import {module!r}, which {where}"
-                f"{more}: install it for that interpreter or set {key} to one that "
-                "has it"
+                f"{more}: install it for that interpreter or set {python_key(proc)} to one "
+                "that has it"
             )
     return out
 
