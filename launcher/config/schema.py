@@ -257,7 +257,7 @@ class ProfilingConfig:
     steps: Optional[List[int]] = None  # global step numbers (1 first); None / []: every step
     output_dir: Optional[str] = None  # None: <run folder>/profiles
     options: Dict[str, Any] = field(default_factory=dict)  # nsight: nsys profile's options
-    flags: List[str] = field(default_factory=list)  # nsight: its bare flags (python-backtrace)
+    flags: Any = field(default_factory=list)  # nsight: its bare flags, a list or one (as RLinf)
 
 
 @dataclass

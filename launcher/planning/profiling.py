@@ -188,7 +188,10 @@ def _nsys(cfg: ProfilingConfig) -> tuple[dict[str, str], tuple[str, ...]]:
         if value is None or isinstance(value, (dict, list)):
             raise ConfigError(f"{where}={value!r}: give one value (a flag goes in {KEY}.flags)")
         options[name] = str(value).lower() if isinstance(value, bool) else str(value)
-    flags = tuple(str(f) for f in cfg.flags or ())
+    given = cfg.flags or ()
+    if not isinstance(given, (str, list, tuple)):
+        raise ConfigError(f"{KEY}.flags={given!r}: a list of nsys's flags (python-backtrace)")
+    flags = (given,) if isinstance(given, str) else tuple(str(f) for f in given)
     for flag in flags:
         if not _NAME.match(flag):
             raise ConfigError(f"{KEY}.flags: {flag!r} is not an nsys flag name")

@@ -2,7 +2,7 @@
 to its processes, and the two ways of recording it:
 
     nsight   the named components' processes run under `nsys profile` (RLinf's rendering of
-             options and flags), one report per process: <output_dir>/<process>-<pid>
+             options and flags), one report per process: <output_dir>/<process>-<pid>.nsys-rep
     torch    the default recipe records torch.profiler's chrome trace of each named step on
              each trainer rank: <output_dir>/<component>-rank<r>-step<s>.json
 
@@ -21,6 +21,7 @@ BACKENDS = (TORCH, NSIGHT)
 PROFILES = "profiles"  # <run folder>/profiles: where the reports go unless output_dir says
 META_KEY = "profiling"  # the plan's run fact that holds the record
 NSYS = ("nsys", "profile")
+OUTPUT = "--output="  # nsys's -o, written long: the last token of nsys's own (unwrapped)
 MAX_STEP = 10**7  # a step number past any run's
 MAX_STEPS_LISTED = 4096
 # the options that gate nsys on the trainers' cudaProfilerStart/Stop around the named steps
@@ -55,8 +56,8 @@ class Profiling(JsonRecord):
 
     def nsys_argv(self, process: str, argv: Sequence[str], trainer: bool) -> tuple[str, ...]:
         """`argv` under `nsys profile` as RLinf renders it (flags, then options: a one-letter
-        name `-t v`, a longer one `--name=v`), its report named after the process (and its
-        pid: a restart writes another). A trainer's capture is gated on the recipe's
+        name `-t v`, a longer one `--name=v`, then the report's name: `--output=` the process's
+        name and its pid, so a restart writes another). A trainer's capture is gated on the recipe's
         cudaProfilerStart/Stop around the named steps; a server's or worker's is its life."""
         options = dict(self.options)
         if self.steps and trainer:
@@ -65,7 +66,7 @@ class Profiling(JsonRecord):
         tokens = [f"--{f}" if len(f) > 1 else f"-{f}" for f in self.flags]
         for name, value in options.items():
             tokens += [f"--{name}={value}"] if len(name) > 1 else [f"-{name}", value]
-        return (*NSYS, *tokens, "-o", f"{self.output_dir}/{process}-%p", *argv)
+        return (*NSYS, *tokens, f"{OUTPUT}{self.output_dir}/{process}-%p", *argv)
 
     @classmethod
     def of_plan(cls, meta: Mapping[str, Any]) -> Optional["Profiling"]:
@@ -82,9 +83,7 @@ def unwrapped(argv: Sequence[str]) -> tuple[str, ...]:
     the preflight asks of its interpreter and entry."""
     if tuple(argv[: len(NSYS)]) != NSYS:
         return tuple(argv)
-    i = len(NSYS)
-    while i < len(argv):
-        if argv[i] == "-o":
-            return tuple(argv[i + 2 :])
-        i += 2 if len(argv[i]) == 2 and argv[i].startswith("-") else 1  # `-t cuda`: two tokens
+    for i, token in enumerate(argv):
+        if token.startswith(OUTPUT):
+            return tuple(argv[i + 1 :])
     return tuple(argv)

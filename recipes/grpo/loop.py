@@ -47,7 +47,7 @@ from recipes.grpo.inference import InferenceClient
 from recipes.grpo.layout import LayoutMismatch
 from recipes.grpo.options import GRPOOptions
 from recipes.grpo.phases import RolloutPhases
-from recipes.grpo.profile import StepProfiler
+from recipes.grpo.profiling import StepProfiler
 from recipes.grpo.reward import group_advantages
 from recipes.grpo.rollout_client import RolloutError, RolloutServer, Sample, sample_all
 from recipes.grpo.weights import prune_versions, sample_from_folder, write_weights

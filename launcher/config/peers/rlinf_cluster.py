@@ -76,28 +76,20 @@ def _profiling(job: Any, out: Translation) -> None:
             "cluster.profiling.backend=rocprof_sys: RLinf's AMD profiler; areal-launch runs "
             "nsight (nsys profile) or torch (torch.profiler in the default recipe)"
         )
-    enabled = section.get("enabled")
+    take(job, "cluster.profiling.worker_groups")
     components = _profiled(job, section.get("worker_groups"), out)
-    if enabled is False or not components:
-        put(job, "cluster.profiling", {"enabled": False}, "cluster.profiling")
+    if section.get("enabled") is False or not components:
+        put(job, "cluster.profiling.enabled", False, "cluster.profiling.enabled")
         return
-    steps = _steps(section.get("steps"), out)
-    put(
-        job,
-        "cluster.profiling",
-        {
-            "enabled": True,
-            "backend": backend,
-            "components": components,
-            "steps": steps,
-            "output_dir": section.get("output_dir"),
-            "options": _options(section.get("options")),
-            "flags": [section["flags"]]
-            if isinstance(section.get("flags"), str)
-            else section.get("flags") or [],
-        },
-        "cluster.profiling",
-    )
+    ours_now = {
+        "enabled": True,
+        "backend": backend,
+        "components": components,
+        "steps": _steps(section.get("steps"), out),
+        "options": _options(section.get("options")),
+    }
+    for key, value in ours_now.items():
+        put(job, f"cluster.profiling.{key}", value, f"cluster.profiling.{key}")
     out.spellings.setdefault("cluster.profiling.components", "cluster.profiling.worker_groups")
 
 

@@ -6,6 +6,9 @@ is recorded from its rollout to its weight push.
              step: <output_dir>/<component>-rank<r>-step<s>.json
     nsight   the launcher ran this job under `nsys profile` gated on the CUDA profiler API:
              the recipe opens nsys's capture window around the step (cudaProfilerStart/Stop)
+
+(Named so, not `profile`: train.py runs as a script, its folder first on sys.path, and a
+`profile` there would shadow the standard library's, which torch imports.)
 """
 
 from __future__ import annotations
