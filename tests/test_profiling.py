@@ -204,6 +204,9 @@ def test_rlinfs_profiling_without_worker_groups_profiles_nothing_and_all_is_ever
     prep, plan = rlinf_prep(tmp_path / "none", {"backend": "nsight"})
     assert "profiling" not in plan.meta
     assert any("RLinf profiles no worker group" in n for n in prep.planned.notes)
+    prep, plan = rlinf_prep(tmp_path / "unset", {})  # no section: nothing said of it
+    assert "profiling" not in plan.meta
+    assert not any("profil" in n for n in prep.planned.notes), prep.planned.notes
     _, plan = rlinf_prep(tmp_path / "all", {"backend": "nsight", "worker_groups": "all"})
     assert Profiling.of_plan(plan.meta).components == ("actor", "env", "rollout")
     with pytest.raises(ConfigError, match="backend=rocprof_sys: RLinf's AMD profiler"):

@@ -55,8 +55,8 @@ def _profiling(job: Any, out: Translation) -> None:
     is 0) our step numbers (the recipe's first is 1), nsight its default backend. A section
     of ours (no `worker_groups`, in a config that is not RLinf's) is left as it is."""
     section = get(job, "cluster.profiling")
-    if not isinstance(section, Mapping):
-        return
+    if not isinstance(section, Mapping) or all(v in (None, [], {}) for v in section.values()):
+        return  # not written (our schema's defaults)
     ours = {f.name for f in dataclasses.fields(ProfilingConfig)}
     if "worker_groups" not in section and not (_groups(job) and not section.get("components")):
         return
