@@ -1,6 +1,6 @@
 """`cluster.profiling` in the default recipe, as the plan carries it (launcher.spec.profiling):
 on each trainer rank of a profiled component, each named step (every step when none is named)
-is recorded from its rollout to its weight push.
+is recorded from its rollout to its weight push (the inference job: its forward pass).
 
     torch    torch.profiler's chrome trace (CPU, and CUDA on GPUs), one file per rank per
              step: <output_dir>/<component>-rank<r>-step<s>.json
