@@ -253,7 +253,7 @@ class ProfilingConfig:
     enabled: Optional[bool] = None
     backend: Optional[str] = None  # torch (None): torch.profiler traces in the default
     # recipe's trainer ranks; nsight: the processes run under `nsys profile`
-    components: List[str] = field(default_factory=list)  # [] / None: every trainer
+    components: List[str] = field(default_factory=list)  # []: every trainer
     steps: Optional[List[int]] = None  # global step numbers (1 first); None / []: every step
     output_dir: Optional[str] = None  # None: <run folder>/profiles
     options: Dict[str, Any] = field(default_factory=dict)  # nsight: nsys profile's options
