@@ -205,7 +205,17 @@ STEP = re.compile(
 
 
 def test_grpo_loop_trains_and_confirms_every_reload(vllm_server, tiny_model, tmp_path):
+    """And records torch.profiler's trace of step 2, as `cluster.profiling.backend=torch
+    cluster.profiling.steps=[2]` plans it (tests/test_profiling.py): one per rank, step 2 only,
+    each opened by torch's own trace reader."""
+    from torch.profiler._trace_validator import validate_trace
+
+    from launcher.spec.profiling import Profiling
+
     plan = write_plan(tmp_path / "run", Path(tiny_model), vllm_server, {"steps": 2})
+    profiles = tmp_path / "run" / "profiles"
+    record = Profiling("torch", ("actor",), str(profiles), (2,))
+    plan.write_text(json.dumps({**json.loads(plan.read_text()), **record.as_meta()}))
     result, wall = run_trainers(trainer_env(plan, [vllm_server]))
     print(f"trainers: {wall:.1f}s\n{result.stdout[-2000:]}")
     assert result.returncode == 0, result.stdout[-4000:]
@@ -216,6 +226,13 @@ def test_grpo_loop_trains_and_confirms_every_reload(vllm_server, tiny_model, tmp
     assert "reloads confirmed 2/2" in result.stdout
     assert weight_version(vllm_server) == "v2"
     assert (tmp_path / "run" / "weights" / "v2" / "model.safetensors").is_file()
+    traces = sorted(p.name for p in profiles.iterdir())
+    assert traces == ["actor-rank0-step2.json", "actor-rank1-step2.json"], traces
+    for name in traces:
+        assert json.loads((profiles / name).read_text())["traceEvents"]
+        ok, violations = validate_trace(str(profiles / name))
+        assert ok, violations
+    assert "grpo: step 2 profiled (torch.profiler)" in result.stdout
 
 
 def test_server_serving_other_weights_fails_the_run(vllm_server, tiny_model, tmp_path):

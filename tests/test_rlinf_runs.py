@@ -37,7 +37,8 @@ HYBRID = (
 )
 DISAGGREGATED = (
     "cluster: {num_nodes: 1, device: cpu, component_placement: "
-    "{rollout: 0, inference: 1, actor: 2, rollout2: 3, actor2: 4}}\n"
+    "{rollout: 0, inference: 1, actor: 2, rollout2: 3, actor2: 4}, "
+    "profiling: {backend: torch, components: [actor, inference], steps: [2]}}\n"
     "components:\n"
     "  rollout2: {kind: serve, backend: vllm}\n"
     "  actor2: {kind: train, backend: fsdp, feeds: rollout2}\n" + RECIPE
@@ -147,6 +148,20 @@ def test_disaggregated_loss_uses_the_inference_engines_logprobs(disaggregated):
         "inference": [1],
         "actor": [2],
     }
+
+
+def test_profiling_leaves_the_named_step_s_trace_of_each_named_component(disaggregated):
+    """cluster.profiling.backend=torch (issue 31): step 2's chrome trace on the actor's and the
+    inference job's ranks only, each opened by torch.profiler's own trace reader."""
+    from torch.profiler._trace_validator import validate_trace
+
+    run_dir, _, _ = disaggregated
+    profiles = run_dir / "profiles"
+    traces = sorted(p.name for p in profiles.iterdir())
+    assert traces == ["actor-rank0-step2.json", "inference-rank0-step2.json"], traces
+    for name in traces:
+        assert json.loads((profiles / name).read_text())["traceEvents"]
+        assert validate_trace(str(profiles / name))[0]
 
 
 def test_two_policies_train_each_pushing_to_its_own_servers(disaggregated):

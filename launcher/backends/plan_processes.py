@@ -10,14 +10,17 @@ from typing import TYPE_CHECKING, Optional, Sequence
 from launcher.backends.context import LaunchContext
 from launcher.backends.kinds import serve_backend, worker_backend
 from launcher.backends.torchrun import trainer_processes
+from launcher.spec.builtins import ENGINES
 from launcher.spec.plan import (
     CONTRACT_PREFIX,
     MAX_ENV_ADDRS,
+    WORKERS,
     Plan,
     ProcessSpec,
     component_addrs_env,
     host_placeholder,
 )
+from launcher.spec.profiling import NSIGHT, Profiling
 from launcher.spec.registry import TRAIN
 
 if TYPE_CHECKING:
@@ -71,9 +74,46 @@ def build_processes(
     names = [p.name for p in processes]
     if len(set(names)) != len(names):  # a bug here, not a user mistake
         raise AssertionError(f"duplicate process names: {names}")
+    profiled, said = profiling_of(planned, processes, entry, ctx.run_dir)
+    meta = dict(plan.meta)
+    if profiled is not None:
+        meta.update(profiled.as_meta())
+        if profiled.backend == NSIGHT:
+            processes = tuple(under_nsys(profiled, p) for p in processes)
     return dataclasses.replace(
-        plan, processes=processes, warnings=tuple(plan.warnings) + tuple(warnings)
+        plan,
+        processes=processes,
+        warnings=tuple(plan.warnings) + tuple(warnings) + tuple(said),
+        meta=meta,
     )
+
+
+def profiling_of(
+    planned: Planned, processes: Sequence[ProcessSpec], entry: str, run_dir: str
+) -> tuple[Optional[Profiling], list[str]]:
+    """cluster.profiling checked against this plan (launcher.planning.profiling)."""
+    from launcher.config.handoff import ours_entry
+    from launcher.planning.profiling import profiling
+
+    config = planned.config
+    known = {*ENGINES, *WORKERS, *map(str, config.components)}
+    steps = getattr(config.recipe, "steps", None)
+    return profiling(
+        config.cluster.profiling,
+        planned.plan,
+        processes,
+        run_dir,
+        known,
+        None if ours_entry(entry) else entry,
+        steps if isinstance(steps, int) and not isinstance(steps, bool) else None,
+    )
+
+
+def under_nsys(profiled: Profiling, p: ProcessSpec) -> ProcessSpec:
+    """`p` run under `nsys profile` when its component is profiled (nsight)."""
+    if not profiled.covers(p.component):
+        return p
+    return dataclasses.replace(p, argv=profiled.nsys_argv(p.name, p.argv, p.is_trainer))
 
 
 def coordination(workers: Sequence[ProcessSpec], servers: dict[str, list[str]]) -> dict[str, str]:

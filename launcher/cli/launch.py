@@ -27,6 +27,7 @@ from launcher.spec import registry
 from launcher.spec.builtins import ENGINES, POLICY, PRIMARY
 from launcher.spec.errors import ConfigError, LaunchError, PlacementError, UserError
 from launcher.spec.plan import Plan
+from launcher.spec.profiling import Profiling
 from launcher.spec.request import FlagCheck, Folders, LaunchRequest
 from launcher.spec.runfolder import ENTRY_CONFIG, PLAN
 from launcher.spec.tracking import Identity, check
@@ -293,7 +294,7 @@ def build_request(
         console=str(config.launcher.console),
         node_groups=plan.cluster.groups,
         cpu_nodes=plan.cluster.cpu_nodes,
-        folders=shared_folders(prep, run_dir) if trains else None,
+        folders=with_profiles(shared_folders(prep, run_dir) if trains else None, plan),
         flag_check=flag_check(prep),
         asks=dict(prep.run.asks),
         post_exit_hook=(config.launcher.post_exit_hook or "").strip() or None,
@@ -345,6 +346,16 @@ def shared_folders(prep: Prepared, run_dir: Path) -> Optional[Folders]:
         tuple(at_run(p, run_dir) for p in found.make),
         tuple(at_run(p, run_dir) for p in found.clear),
     )
+
+
+def with_profiles(folders: Optional[Folders], plan: Plan) -> Optional[Folders]:
+    """`folders` and cluster.profiling's output folder, made on every node before anything
+    starts (nsys writes its reports there, and does not make it)."""
+    found = Profiling.of_plan(plan.meta)
+    if found is None:
+        return folders
+    base = folders or Folders()
+    return Folders((*base.make, found.output_dir), base.clear)
 
 
 def at_run(text: str, run_dir: Path) -> str:

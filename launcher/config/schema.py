@@ -244,6 +244,23 @@ class NodeGroupConfig:
 
 
 @dataclass
+class ProfilingConfig:
+    """cluster.profiling: what the run profiles (launcher.planning.profiling checks it, the
+    plan carries it to the processes, launcher.spec.profiling says how each backend records).
+    On when `enabled` is true, or when it is unset and another key here is set (as RLinf reads
+    its section)."""
+
+    enabled: Optional[bool] = None
+    backend: Optional[str] = None  # torch (None): torch.profiler traces in the default
+    # recipe's trainer ranks; nsight: the processes run under `nsys profile`
+    components: List[str] = field(default_factory=list)  # []: every trainer
+    steps: Optional[List[int]] = None  # global step numbers (1 first); None / []: every step
+    output_dir: Optional[str] = None  # None: <run folder>/profiles
+    options: Dict[str, Any] = field(default_factory=dict)  # nsight: nsys profile's options
+    flags: Any = field(default_factory=list)  # nsight: its bare flags, a list or one (as RLinf)
+
+
+@dataclass
 class ClusterConfig:
     num_nodes: Optional[int] = None  # None: this machine (1), or what the plan needs on cpu
     gpus_per_node: Optional[int] = None  # None: the GPUs this machine shows
@@ -263,6 +280,7 @@ class ClusterConfig:
     # GPUs), else `gpu_type`'s from launcher/memory/capacity.py's table (e.g. h100), else unknown
     gpu_memory_gib: Optional[float] = None
     gpu_type: Optional[str] = None
+    profiling: ProfilingConfig = field(default_factory=ProfilingConfig)
 
 
 # ----------------------------------------------------------------------------- the run

@@ -17,6 +17,7 @@ imports name must be there for that interpreter (launcher.node.entry_imports, ru
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import os
 import re
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from launcher.spec import registry, tracking
+from launcher.spec.profiling import NSYS, unwrapped
 from launcher.spec.request import FlagCheck, Materialized
 
 PROJECT = Path(__file__).resolve().parents[2]  # launcher/ and recipes/: entries of our own
@@ -135,6 +137,22 @@ def interpreter_problem(python: str) -> str:
     return ""
 
 
+def profiler_problems(procs: Sequence[Materialized]) -> list[str]:
+    """One line when processes run under `nsys profile` (cluster.profiling.backend=nsight) on
+    a node without nsys."""
+    wrapped = [p.name for p in procs if unwrapped(p.argv) != tuple(p.argv)]
+    if not wrapped:
+        return []
+    import shutil  # only when something is wrapped (see python_problems)
+
+    if shutil.which(NSYS[0]) is not None:
+        return []
+    return [
+        f"{', '.join(wrapped)}: {NSYS[0]} is not on PATH here (cluster.profiling.backend=nsight "
+        "runs them under `nsys profile`): install Nsight Systems, or profile with backend torch"
+    ]
+
+
 def foreign_entry(proc: Materialized) -> tuple[str, ...]:
     """The entry of `proc` when it is someone else's (`(script,)` or `("-m", module)`): not
     a file of this project, nor a backend's own server module; () otherwise."""
@@ -194,6 +212,8 @@ def problems(
         for path in paths
         if not os.path.exists(path)
     ]
+    out += profiler_problems(procs)
+    procs = [dataclasses.replace(p, argv=unwrapped(p.argv)) for p in procs]  # nsys's, unwrapped
     out += flag_problems(procs, flags)
     seen: set[tuple[str, str]] = set()
     for proc in procs:

@@ -23,6 +23,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from launcher.trainer.runtime import RuntimePlan
+from recipes.grpo.profiling import StepProfiler
 
 POLL_S = 0.05
 
@@ -152,6 +153,7 @@ def serve(rt: RuntimePlan, say: Callable[[str], None]) -> int:
     model: Any = None
     loaded: Optional[str] = None
     served = 0
+    profiler = StepProfiler.from_plan(rt, "inference", rank, device, say)
     while True:
         pending = sorted(
             (p for p in root.glob("step-*.json") if ".rank-" not in p.name),
@@ -166,6 +168,7 @@ def serve(rt: RuntimePlan, say: Callable[[str], None]) -> int:
             time.sleep(POLL_S)
             continue
         request = json.loads(todo[0].read_text())
+        recording = profiler.start(int(request["step"]))
         start = time.monotonic()
         rt.heartbeat(request["step"], "inference")
         if loaded != request["weights"]:
@@ -197,6 +200,7 @@ def serve(rt: RuntimePlan, say: Callable[[str], None]) -> int:
                 "seconds": time.monotonic() - start,
             },
         )
+        profiler.stop(int(request["step"]), recording)
         served += 1
         say(
             f"grpo: inference step {request['step']}: log-probs of {len(rows)} sequence(s) on "

@@ -47,6 +47,7 @@ from recipes.grpo.inference import InferenceClient
 from recipes.grpo.layout import LayoutMismatch
 from recipes.grpo.options import GRPOOptions
 from recipes.grpo.phases import RolloutPhases
+from recipes.grpo.profiling import StepProfiler
 from recipes.grpo.reward import group_advantages
 from recipes.grpo.rollout_client import RolloutError, RolloutServer, Sample, sample_all
 from recipes.grpo.weights import prune_versions, sample_from_folder, write_weights
@@ -550,7 +551,11 @@ def run_steps(s: Session, engine: Engine) -> int:
     first = start_or_resume(s, engine)
     rewards: list[float] = []
     confirmed_total = 0
+    profiler = StepProfiler.from_plan(
+        rt, s.policy.train, s.rank, s.device, lambda text: log(s.rank, text)
+    )
     for step in range(first, opts.steps + 1):
+        recording = profiler.start(step)
         start = time.monotonic()
         took: dict[str, float] = {}
         rt.heartbeat(step, "rollout")
@@ -611,6 +616,7 @@ def run_steps(s: Session, engine: Engine) -> int:
                 stats if engine.has_ref else {k: v for k, v in stats.items() if k != "kl"},
                 {**took, "step_time_s": time.monotonic() - start},
             )
+        profiler.stop(step, recording)
         resume.at_step_end(s, engine, step, lambda text: log(s.rank, text))
     ran = len(rewards)
     since = (

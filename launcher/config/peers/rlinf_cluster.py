@@ -6,18 +6,22 @@ cluster.py and its managers): node groups, profiling, and the keys we do not hon
                                             the group: refused, one line)
     node_groups[*].hardware                 hardware (its type); CPU-only unless the group
                                             gives gpus_per_node
-    profiling, net_emulation, tracer, the   one note each: not honoured (profiling's keys
-      dynamic scheduler's use_*_policy keys checked: RLinf's only)
+    profiling                               ours (cluster.profiling): worker_groups as our
+                                            components, step indices + 1, nsight by default
+    net_emulation, tracer, the dynamic      one note each: not honoured
+      scheduler's use_*_policy keys
 RLinf ignores a cluster key it does not know; here such a key is the entry's (handed to it)
 or an error for our recipe, never dropped without a word.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping
 
 from launcher.config.peers import Translation
 from launcher.config.peers.edit import get, has, put, take
+from launcher.config.schema import ProfilingConfig
 from launcher.spec.cluster import ClusterSpec
 from launcher.spec.errors import ConfigError, PlacementError
 from launcher.spec.gpuset import parse_gpu_set
@@ -45,23 +49,112 @@ def translate(job: Any, out: Translation) -> None:
 
 
 def _profiling(job: Any, out: Translation) -> None:
-    """RLinf 0.3's `cluster.profiling`: one note that no profile is recorded."""
-    section = take(job, "cluster.profiling")
-    if section is None:
+    """RLinf 0.3's `cluster.profiling` in our keys (launcher.config.schema.ProfilingConfig):
+    its worker groups are our components (each section's `group_name`; `all`: every group the
+    config has; none: nothing is profiled, as RLinf does), its step indices (RLinf's first step
+    is 0) our step numbers (the recipe's first is 1), nsight its default backend. A section
+    of ours (no `worker_groups`, in a config that is not RLinf's) is left as it is."""
+    section = get(job, "cluster.profiling")
+    if not isinstance(section, Mapping) or all(v in (None, [], {}) for v in section.values()):
+        return  # not written (our schema's defaults)
+    ours = {f.name for f in dataclasses.fields(ProfilingConfig)}
+    if "worker_groups" not in section and not (_groups(job) and not section.get("components")):
         return
-    if not isinstance(section, Mapping):
-        raise ConfigError(f"cluster.profiling={section!r}: a mapping ({{backend: nsight, ...}})")
-    unknown = sorted(set(map(str, section)) - set(PROFILING_KEYS))
+    unknown = sorted(set(map(str, section)) - set(PROFILING_KEYS) - ours)
     if unknown:
         raise ConfigError(
             f"cluster.profiling.{unknown[0]}: not one of RLinf's keys ({', '.join(PROFILING_KEYS)})"
         )
-    if not section.get("enabled", True):
-        return  # RLinf's own default: nothing is profiled
+    if section.get("components"):
+        raise ConfigError(
+            "cluster.profiling: worker_groups (RLinf's) and components (ours) both set; give "
+            "one of them"
+        )
+    backend = str(section.get("backend") or "nsight")
+    if backend == "rocprof_sys":
+        raise ConfigError(
+            "cluster.profiling.backend=rocprof_sys: RLinf's AMD profiler; areal-launch runs "
+            "nsight (nsys profile) or torch (torch.profiler in the default recipe)"
+        )
+    take(job, "cluster.profiling.worker_groups")
+    components = _profiled(job, section.get("worker_groups"), out)
+    if section.get("enabled") is False or not components:
+        put(job, "cluster.profiling.enabled", False, "cluster.profiling.enabled")
+        return
+    ours_now = {
+        "enabled": True,
+        "backend": backend,
+        "components": components,
+        "steps": _steps(section.get("steps"), out),
+        "options": _options(section.get("options")),
+    }
+    for key, value in ours_now.items():
+        put(job, f"cluster.profiling.{key}", value, f"cluster.profiling.{key}")
+    out.spellings.setdefault("cluster.profiling.components", "cluster.profiling.worker_groups")
+
+
+def _groups(job: Any) -> dict[str, str]:
+    """RLinf's worker group names in `job` (lower case) -> the section (component) of each."""
+    return {
+        str(value["group_name"]).lower(): str(key)
+        for key, value in (job.items() if hasattr(job, "items") else ())
+        if isinstance(value, Mapping) and value.get("group_name")
+    }
+
+
+def _profiled(job: Any, given: Any, out: Translation) -> list[str]:
+    """The components of RLinf's `worker_groups`; a group this config has no section for is
+    one note (RLinf profiles nothing of it either)."""
+    groups = _groups(job)
+    names = [given] if isinstance(given, str) else list(given or [])
+    if not names:
+        out.notes.append(
+            "cluster.profiling: no worker_groups; RLinf profiles no worker group, and nothing "
+            "is profiled here (name the groups, `all`, or our cluster.profiling.components)"
+        )
+        return []
+    if any(str(n).lower() == "all" for n in names):
+        return sorted(set(groups.values()))
+    found = [groups[str(n).lower()] for n in names if str(n).lower() in groups]
+    missing = [str(n) for n in names if str(n).lower() not in groups]
+    if missing:
+        out.notes.append(
+            f"cluster.profiling.worker_groups: no worker group {', '.join(missing)} in this "
+            "config (RLinf's channel workers run in no process of their own here); nothing of "
+            "it is profiled"
+        )
+    return list(dict.fromkeys(found))
+
+
+def _steps(steps: Any, out: Translation) -> Any:
+    """RLinf's step indices (0 first) as the recipe's step numbers (1 first)."""
+    if steps is None:
+        return None
+    values = steps if isinstance(steps, list) else [steps]
+    if any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in values):
+        raise ConfigError(f"cluster.profiling.steps={steps!r}: RLinf's step indices (0, 1, ...)")
+    ours = [s + 1 for s in values]
     out.notes.append(
-        f"cluster.profiling (backend {section.get('backend') or 'nsight'}): not honoured "
-        "(RLinf runs the named worker groups under `nsys profile`); no profile is recorded"
+        f"cluster.profiling.steps={values}: RLinf counts steps from 0, the recipe from 1: "
+        f"steps {ours} here"
     )
+    return ours
+
+
+def _options(options: Any) -> Any:
+    """nsys's options, RLinf's `stop-on-range-end` alias read as RLinf reads it."""
+    if not isinstance(options, Mapping) or "stop-on-range-end" not in options:
+        return options or {}
+    out = {k: v for k, v in options.items() if k != "stop-on-range-end"}
+    if "capture-range-end" in out:
+        raise ConfigError(
+            "cluster.profiling.options: stop-on-range-end and capture-range-end both set; give one"
+        )
+    value = str(options["stop-on-range-end"]).strip().lower()
+    out["capture-range-end"] = {"true": "stop", "1": "stop", "yes": "stop", "on": "stop"}.get(
+        value, "none" if value in ("false", "0", "no", "off") else str(options["stop-on-range-end"])
+    )
+    return out
 
 
 def _node_groups(job: Any) -> None:
