@@ -185,7 +185,7 @@ def test_an_unknown_profiling_key_is_one_line(tmp_path):
 @pytest.mark.parametrize(
     "entry, needle",
     [
-        ("wideseek_r1/train.py", "a rollout group per agent role"),
+        ("calc_x/main.py", "Agent Lightning's own trainer"),
         ("coding_online_rl/main_coding_online_rl.py", "an online router"),
     ],
 )
