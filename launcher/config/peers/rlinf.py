@@ -15,7 +15,9 @@ rlinf/scheduler/placement/*, rlinf/scheduler/cluster/*, examples/**/config/*.yam
                                             components. With RLinf's entry as trainer.entry,
                                             on when that entry starts it (rlinf_entries: the
                                             embodied entries' rollout is a worker too, the
-                                            agent entries add agentloop and tool); else on
+                                            agent entries add agentloop and tool, and
+                                            wideseek_r1 its tool groups and judge:
+                                            rlinf_entries.Extra); else on
                                             when placed or when a key of ours is set under
                                             it. A section of RLinf's settings only starts
                                             nothing; a note says why each is on or off.
@@ -26,6 +28,8 @@ rlinf/scheduler/placement/*, rlinf/scheduler/cluster/*, examples/**/config/*.yam
       .net_emulation, .tracer, ...          hardware; one note for each key not honoured
     cluster.auto_scheduler: true            refused: placement is decided before anything
                                             starts
+    an engine on a hardware group's device  refused: RLinf runs it on the device's node
+                                            with that node's GPUs; ours run on GPUs placed
 
 Placement forms (GPU sets, process maps, `{node_group, placement}`, node groups) are ours too
 and need no translation (launcher.planning.forms, launcher.planning.nodes).

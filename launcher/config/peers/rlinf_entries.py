@@ -31,8 +31,8 @@ class Extra:
 class Entry:
     """One of RLinf's entry scripts: what it starts (`starts`), how its rollout runs
     (`serve`: SGLang/vLLM engines, `worker`: a policy worker per process, "": none), and what
-    it starts that areal-launch cannot yet plan (one line, or ""), and the groups it starts
-    beyond those (`extra`)."""
+    it starts that areal-launch cannot yet plan (one line, or ""); `extra`: the groups it
+    starts that have no section or engine of ours (an agent loop, tool groups, a judge)."""
 
     path: str
     rollout: str
