@@ -186,7 +186,6 @@ def test_an_unknown_profiling_key_is_one_line(tmp_path):
     "entry, needle",
     [
         ("calc_x/main.py", "Agent Lightning's own trainer"),
-        ("coding_online_rl/main_coding_online_rl.py", "an online router"),
     ],
 )
 def test_an_entry_whose_workers_we_do_not_plan_is_one_line(tmp_path, entry, needle):

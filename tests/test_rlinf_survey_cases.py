@@ -111,3 +111,26 @@ def test_an_actor_on_a_robots_device_is_one_line_naming_what_rlinf_does(tmp_path
         "the node of a DualFranka device, seeing that node's GPUs"
     )
     assert "\n" not in str(err.value)
+
+
+def test_online_coding_rl_starts_its_router_and_server_rollout_on_gpu_0(tmp_path):
+    """coding_online_rl's qwen2.5-1.5b-ppo shape: disaggregated, recompute_logprobs."""
+    placement = {"rollout": "0-3", "inference": "4-5", "actor": "6-7", "reward": "0-3"}
+    cfg = {
+        "cluster": {"num_nodes": 1, "component_placement": placement},
+        "rollout": {"rollout_backend": "sglang", "tensor_parallel_size": 1},
+        "actor": {"training_backend": "megatron"},
+        "algorithm": {"recompute_logprobs": True},
+        "reward": {"reward_type": "coding"},
+        "critic": {"use_critic_model": False},
+    }
+    entry = "coding_online_rl/main_coding_online_rl.py"
+    plan, notes = planned(tmp_path, cfg, entry, GPUS8)
+    got = where(plan)
+    assert got["online_router"] == got["server_rollout"] == [(0, (0,))]
+    assert got["rollout"] == [(0, (g,)) for g in range(4)]
+    assert got["inference"] == [(0, (4,)), (0, (5,))] and got["actor"] == [(0, (6,)), (0, (7,))]
+    assert "reward" not in got
+    assert any(n.startswith("online_router: on, RLinf's " + entry) for n in notes)
+    cfg["algorithm"]["recompute_logprobs"] = False
+    assert "inference" not in where(planned(tmp_path, cfg, entry, GPUS8)[0])

@@ -98,6 +98,23 @@ def _model_parallel(cfg: Config, path: str, reward: bool, agents: bool, tool: bo
     return out
 
 
+# RLinf's online coding entry: the router its users' requests reach and the server rollout
+# worker behind it, by our component names and their RLinf modules
+ONLINE_SERVERS = {
+    "online_router": "online_router_worker",
+    "server_rollout": "server_rollout_worker",
+}
+
+
+def _online_coding(cfg: Config, path: str) -> Why:
+    """main_coding_online_rl.py: rollout engines, the (PPO) actor, and a forward-only
+    inference copy when disaggregated with recompute_logprobs; no reward group, no critic."""
+    out = {"rollout": f"{path} always starts it", "actor": f"{path} always starts it"}
+    if not collocated(cfg) and _get(cfg, "algorithm.recompute_logprobs", False):
+        out["inference"] = "disaggregated with algorithm.recompute_logprobs: true"
+    return out
+
+
 def _only(*names: str) -> Callable[[Config], Why]:
     return lambda cfg: {n: "the entry always starts it" for n in names}
 
@@ -153,8 +170,15 @@ ENTRIES = {
         Entry(
             "coding_online_rl/main_coding_online_rl.py",
             "serve",
-            _only(),
-            "an online router and a server rollout worker (online_router, rollout_server)",
+            lambda c: _online_coding(c, "main_coding_online_rl.py"),
+            extra=lambda c: {
+                name: Extra(
+                    {"entry": f"-m rlinf.workers.rollout.server.{module}"},
+                    "0",
+                    "one process on GPU 0 (PackedPlacementStrategy(0, 0))",
+                )
+                for name, module in ONLINE_SERVERS.items()
+            },
         ),
         Entry(
             "wideseek_r1/train.py",
