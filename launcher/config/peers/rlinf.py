@@ -105,7 +105,7 @@ def translate(job: Any, context: Context, out: Translation) -> None:
     else:
         _entry_workers(job, entry, on, out)
         _extra(job, entry, out)
-    _engines_on_devices(job)
+        _engines_on_devices(job)
 
 
 def _rlinf_section(job: Any, context: Context, name: str) -> dict:
