@@ -50,6 +50,14 @@ def _get(cfg: Config, key: str, default: Any = None) -> Any:
     return default if node is None else node
 
 
+def _count(cfg: Config, key: str) -> int:
+    """A count RLinf's entry reads (a tp size, a node count): 1 when unset."""
+    value = _get(cfg, key, 1)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{key}={value!r}: a whole number from 1")
+    return value
+
+
 def _use_reward_model(cfg: Config) -> bool:
     return bool(_get(cfg, "reward.use_reward_model", False))
 
@@ -226,7 +234,7 @@ def _wideseek(cfg: Config, path: str) -> dict[str, Extra]:
         judge: dict[str, Any] = {
             "kind": "serve",
             "backend": str(_get(cfg, "rollout.rollout_backend", "sglang")).lower(),
-            "parallel": {"tp": int(_get(cfg, "rollout.tensor_parallel_size", 1))},
+            "parallel": {"tp": _count(cfg, "rollout.tensor_parallel_size")},
         }
         if _get(cfg, "rollout_judge.model.model_path") is not None:
             judge["model_path"] = str(_get(cfg, "rollout_judge.model.model_path"))
@@ -238,7 +246,7 @@ def _wideseek(cfg: Config, path: str) -> dict[str, Extra]:
         )
     online = path.endswith("eval.py") and _get(cfg, "tools.online", False) is True
     per_node = 1 if online else 32
-    nodes = int(_get(cfg, "cluster.num_nodes", 1) or 1)
+    nodes = _count(cfg, "cluster.num_nodes")
     ranks = "0" if nodes == 1 else f"0-{nodes - 1}"
     spread = {"node_group": "node", "placement": f"{ranks}:0-{nodes * per_node - 1}"}
     for name in WIDESEEK_TOOLS:
