@@ -185,8 +185,7 @@ def test_an_unknown_profiling_key_is_one_line(tmp_path):
 @pytest.mark.parametrize(
     "entry, needle",
     [
-        ("wideseek_r1/train.py", "a rollout group per agent role"),
-        ("coding_online_rl/main_coding_online_rl.py", "an online router"),
+        ("calc_x/main.py", "Agent Lightning's own trainer"),
     ],
 )
 def test_an_entry_whose_workers_we_do_not_plan_is_one_line(tmp_path, entry, needle):

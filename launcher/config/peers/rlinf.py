@@ -15,7 +15,9 @@ rlinf/scheduler/placement/*, rlinf/scheduler/cluster/*, examples/**/config/*.yam
                                             components. With RLinf's entry as trainer.entry,
                                             on when that entry starts it (rlinf_entries: the
                                             embodied entries' rollout is a worker too, the
-                                            agent entries add agentloop and tool); else on
+                                            agent entries add agentloop and tool, and
+                                            wideseek_r1 its tool groups and judge:
+                                            rlinf_entries.Extra); else on
                                             when placed or when a key of ours is set under
                                             it. A section of RLinf's settings only starts
                                             nothing; a note says why each is on or off.
@@ -26,6 +28,8 @@ rlinf/scheduler/placement/*, rlinf/scheduler/cluster/*, examples/**/config/*.yam
       .net_emulation, .tracer, ...          hardware; one note for each key not honoured
     cluster.auto_scheduler: true            refused: placement is decided before anything
                                             starts
+    an engine on a hardware group's device  refused: RLinf runs it on the device's node
+                                            with that node's GPUs; ours run on GPUs placed
 
 Placement forms (GPU sets, process maps, `{node_group, placement}`, node groups) are ours too
 and need no translation (launcher.planning.forms, launcher.planning.nodes).
@@ -100,6 +104,8 @@ def translate(job: Any, context: Context, out: Translation) -> None:
         _workers(job, context, out)
     else:
         _entry_workers(job, entry, on, out)
+        _extra(job, entry, out)
+        _engines_on_devices(job)
 
 
 def _rlinf_section(job: Any, context: Context, name: str) -> dict:
@@ -229,6 +235,52 @@ def _entry_workers(job: Any, entry: Entry, on: Mapping[str, str], out: Translati
         _unplace(job, name)
         if name in placed:
             out.notes.append(f"{name}: off, RLinf's {entry.path} does not start it here")
+
+
+def _engines_on_devices(job: Any) -> None:
+    """An engine placed on a node group's devices (a robot, `hardware`): RLinf runs its one
+    process on the device's node, seeing that node's GPUs; ours run on GPUs they are given."""
+    groups = {
+        str(g.get("label")): str(g["hardware"])
+        for g in get(job, "cluster.node_groups") or []
+        if isinstance(g, Mapping) and g.get("hardware") is not None and not g.get("gpus_per_node")
+    }
+    placement = get(job, "cluster.component_placement") or {}
+    for key, value in placement.items():
+        items = value if isinstance(value, (list, tuple)) else [value]
+        label = next((str(i.get("node_group")) for i in items if isinstance(i, Mapping)), None)
+        for name in (p.strip() for p in str(key).split(",")):
+            if label in groups and name in ENGINES and get(job, f"{name}.backend") is not None:
+                raise ConfigError(
+                    f"cluster.component_placement.{name}={{node_group: {label}, ...}}: RLinf "
+                    f"runs the {name} on the node of a {groups[label]} device, seeing that "
+                    f"node's GPUs; areal-launch runs an engine on the GPUs its placement "
+                    f"names, not on a device: place {name} on GPUs (a GPU set such as 0-3)"
+                )
+
+
+def _extra(job: Any, entry: Entry, out: Translation) -> None:
+    """The groups `entry` starts beyond the sections it shares with ours (rlinf_entries.Extra):
+    each our component, on its placement, with a note saying why."""
+    for name, extra in entry.extra(_values(job)).items():
+        if has(job, f"components.{name}"):
+            raise ConfigError(
+                f"components.{name}: RLinf's {entry.path} starts its own {name}; leave it out"
+            )
+        put(job, f"components.{name}", dict(extra.component), entry.path)
+        if extra.placement is not None:
+            if name in _placed(job):
+                raise ConfigError(
+                    f"cluster.component_placement.{name}: RLinf's {entry.path} places its "
+                    f"{name} itself ({extra.why}); leave it out"
+                )
+            put(job, f"cluster.component_placement.{name}", extra.placement, entry.path)
+        elif extra.component.get("beside") is None and name not in _placed(job):
+            raise ConfigError(
+                f"cluster.component_placement.{name} is not set: RLinf's {entry.path} starts "
+                f"{name} ({extra.why}) on its placement: place it"
+            )
+        out.notes.append(f"{name}: on, RLinf's {entry.path} starts it ({extra.why})")
 
 
 def _reward_server(job: Any, entry: Entry, out: Translation) -> None:

@@ -10,20 +10,35 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any, Callable, Mapping, Optional
 
+from launcher.spec.errors import ConfigError
+
 Why = dict[str, str]  # component -> why RLinf's entry starts it (for the plan's notes)
 Config = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Extra:
+    """A group RLinf's entry starts beyond the engines and sections it shares with ours: our
+    component (`components.<name>`), its placement (None: the config's own, or `beside`),
+    and why it is on (for the plan's note)."""
+
+    component: Mapping[str, Any]
+    placement: Any
+    why: str
 
 
 @dataclass(frozen=True)
 class Entry:
     """One of RLinf's entry scripts: what it starts (`starts`), how its rollout runs
     (`serve`: SGLang/vLLM engines, `worker`: a policy worker per process, "": none), and what
-    it starts that areal-launch cannot yet plan (one line, or "")."""
+    it starts that areal-launch cannot yet plan (one line, or ""); `extra`: the groups it
+    starts that have no section or engine of ours (an agent loop, tool groups, a judge)."""
 
     path: str
     rollout: str
     starts: Callable[[Config], Why]
     missing: str = ""
+    extra: Callable[[Config], dict[str, Extra]] = lambda cfg: {}
 
 
 def _get(cfg: Config, key: str, default: Any = None) -> Any:
@@ -33,6 +48,14 @@ def _get(cfg: Config, key: str, default: Any = None) -> Any:
             return default
         node = node[part]
     return default if node is None else node
+
+
+def _count(cfg: Config, key: str) -> int:
+    """A count RLinf's entry reads (a tp size, a node count): 1 when unset."""
+    value = _get(cfg, key, 1)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{key}={value!r}: a whole number from 1")
+    return value
 
 
 def _use_reward_model(cfg: Config) -> bool:
@@ -80,6 +103,23 @@ def _model_parallel(cfg: Config, path: str, reward: bool, agents: bool, tool: bo
         out["inference"] = "disaggregated with algorithm.recompute_logprobs: true"
     if _get(cfg, "critic.use_critic_model", False):
         out["critic"] = "critic.use_critic_model: true"
+    return out
+
+
+# RLinf's online coding entry: the router its users' requests reach and the server rollout
+# worker behind it, by our component names and their RLinf modules
+ONLINE_SERVERS = {
+    "online_router": "online_router_worker",
+    "server_rollout": "server_rollout_worker",
+}
+
+
+def _online_coding(cfg: Config, path: str) -> Why:
+    """main_coding_online_rl.py: rollout engines, the (PPO) actor, and a forward-only
+    inference copy when disaggregated with recompute_logprobs; no reward group, no critic."""
+    out = {"rollout": f"{path} always starts it", "actor": f"{path} always starts it"}
+    if not collocated(cfg) and _get(cfg, "algorithm.recompute_logprobs", False):
+        out["inference"] = "disaggregated with algorithm.recompute_logprobs: true"
     return out
 
 
@@ -138,22 +178,27 @@ ENTRIES = {
         Entry(
             "coding_online_rl/main_coding_online_rl.py",
             "serve",
-            _only(),
-            "an online router and a server rollout worker (online_router, rollout_server)",
+            lambda c: _online_coding(c, "main_coding_online_rl.py"),
+            extra=lambda c: {
+                name: Extra(
+                    {"entry": f"-m rlinf.workers.rollout.server.{module}"},
+                    "0",
+                    "one process on GPU 0 (PackedPlacementStrategy(0, 0))",
+                )
+                for name, module in ONLINE_SERVERS.items()
+            },
         ),
         Entry(
             "wideseek_r1/train.py",
             "serve",
-            _only(),
-            "a rollout group per agent role (rollout_judge, rollout_fixed_worker), tool workers "
-            "per node and agent loops over several engines",
+            _only("rollout", "actor"),
+            extra=lambda c: _wideseek(c, "wideseek_r1/train.py"),
         ),
         Entry(
             "wideseek_r1/eval.py",
             "serve",
-            _only(),
-            "a rollout group per agent role (rollout_judge, rollout_fixed_worker), tool workers "
-            "per node and agent loops over several engines",
+            _only("rollout"),
+            extra=lambda c: _wideseek(c, "wideseek_r1/eval.py"),
         ),
         Entry(
             "calc_x/main.py",
@@ -163,6 +208,57 @@ ENTRIES = {
         ),
     )
 }
+WIDESEEK_TOOLS = ("search", "access")  # its tool groups, by the names it launches them with
+
+
+def _wideseek(cfg: Config, path: str) -> dict[str, Extra]:
+    """WideSeek-R1's groups beside its rollout (and, training, its actor): an agent loop on the
+    node of each rollout instance, a judge engine on `rollout_judge`'s GPUs when
+    `agentloop.use_local_judge` (the rollout's backend, one instance per rollout tp GPUs),
+    and its two tool groups (search, access) on every node: one process a node each for an
+    online eval (`tools.online`), else 32."""
+    if path.endswith("eval.py") and _get(cfg, "rollout.use_fixed_worker", False):
+        raise ConfigError(
+            f"rollout.use_fixed_worker=true: RLinf's {path} splits the rollout's GPUs in halves "
+            "between two engines (rollout, rollout_fixed_worker); areal-launch does not plan "
+            "this yet (set rollout.use_fixed_worker=false for one engine)"
+        )
+    out = {
+        "agentloop": Extra(
+            {"entry": "-m rlinf.agents.wideseek_r1.wideseek_r1", "beside": "rollout"},
+            None,
+            "one agent loop on the node of each rollout instance",
+        )
+    }
+    if _get(cfg, "agentloop.use_local_judge", False):
+        judge: dict[str, Any] = {
+            "kind": "serve",
+            "backend": str(_get(cfg, "rollout.rollout_backend", "sglang")).lower(),
+            "parallel": {"tp": _count(cfg, "rollout.tensor_parallel_size")},
+        }
+        if _get(cfg, "rollout_judge.model.model_path") is not None:
+            judge["model_path"] = str(_get(cfg, "rollout_judge.model.model_path"))
+        out["rollout_judge"] = Extra(
+            judge,
+            None,
+            "agentloop.use_local_judge: true; a judge engine of the rollout's backend, on "
+            "its placement",
+        )
+    online = path.endswith("eval.py") and _get(cfg, "tools.online", False) is True
+    per_node = 1 if online else 32
+    nodes = _count(cfg, "cluster.num_nodes")
+    ranks = "0" if nodes == 1 else f"0-{nodes - 1}"
+    spread = {"node_group": "node", "placement": f"{ranks}:0-{nodes * per_node - 1}"}
+    for name in WIDESEEK_TOOLS:
+        out[name] = Extra(
+            {"entry": "-m rlinf.agents.wideseek_r1.tools", "options": {"tool_names": [name]}},
+            spread,
+            f"{per_node} {name} tool worker(s) on every node"
+            + ("; tools.online" if online else ""),
+        )
+    return out
+
+
 # the embodied entry starts an SGLang server for an API reward model it hosts itself
 REWARD_SERVER = "reward_server"
 
