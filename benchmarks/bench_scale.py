@@ -25,7 +25,10 @@ node (`true` that writes its start stamp) to every task running; SIGKILL of one 
 every task running again. Beside Ray's start, what Ray alone takes: a driver that places the
 launcher's bundles (STRICT_SPREAD, one a node) and starts an actor on each that starts one
 process writing its start stamp, to every such process running. The launcher's share is the
-difference.
+difference. And Slurm alone starting the same processes (same_script: bash on each node starts
+the stand-ins and the torchrun job as the launcher would): on one machine the work's own start
+(torchrun's torch import) grows with the nodes, which `true` does not show; the share beyond it
+is the launcher's own.
 
 Bytecode is cached as in any install (a pip install compiles it): PYTHONDONTWRITEBYTECODE is
 dropped for everything the script starts and the launcher compiled before the first run, or
@@ -494,6 +497,67 @@ def slurm_alone(nodes: int, event: str, work: Path, env: dict) -> tuple[float, f
         wait_until(lambda: not tagged(marker), 120, "Slurm's tasks gone")
 
 
+def same_script(nodes: int, per_node: int, folder: Path, tag: str) -> Path:
+    """The launcher's processes started by Slurm and bash alone: on every node `per_node`
+    stand-ins and, on the first min(nodes, RANK_NODES), a torchrun of one stand-in rank (a
+    static rendezvous on node 0's port), named as the launcher names them, so that the start
+    of the same work is beside ours: torchrun's torch import (~2 s of CPU each, 2 of them at 2
+    nodes and 8 at 32) is the work's, not the launcher's, and on one machine of 2 cores it
+    grows with the nodes."""
+    ranks = min(nodes, RANK_NODES)
+    port = 20000 + int(tag[-6:]) % 20000
+    standin = ROOT / STANDIN
+    node = (
+        f"for i in $(seq 0 {per_node - 1}); do "
+        f"AREAL_LAUNCH_PROCESS=beat-$((SLURM_NODEID*{per_node}+i)) {PY} {standin} & done; "
+        f"if [ $SLURM_NODEID -lt {ranks} ]; then AREAL_LAUNCH_PROCESS=actor-node$SLURM_NODEID "
+        f"{PY} -m torch.distributed.run --nnodes {ranks} --node-rank $SLURM_NODEID "
+        f"--nproc-per-node 1 --master-addr 127.0.0.1 --master-port {port} {standin} & fi; wait"
+    )
+    path = folder / "same.sbatch"
+    path.write_text(
+        "\n".join(
+            [
+                "#!/bin/bash",
+                f"#SBATCH --nodes={nodes}",
+                "#SBATCH --ntasks-per-node=1",
+                f"#SBATCH --gpus-per-node={GPUS}",
+                "#SBATCH --exclusive",
+                f"#SBATCH --output={folder}/slurm-%j.out",
+                "#SBATCH --no-requeue",
+                f"export STANDIN_DIR={folder} OMP_NUM_THREADS=1",
+                f"srun --kill-on-bad-exit=1 --gpus-per-node={GPUS} env FLOOR_TAG={tag} "
+                f"bash -c '{node}'",
+                "",
+            ]
+        )
+    )
+    return path
+
+
+def slurm_same(nodes: int, per_node: int, work: Path, env: dict) -> float:
+    """sbatch to every process of same_script running."""
+    tag = f"same{time.monotonic_ns()}"
+    folder = work / tag
+    folder.mkdir()
+    marker = f"FLOOR_TAG={tag}\0".encode()
+    want = expected(nodes, per_node)
+    begun = time.time()
+    job = subprocess.run(
+        ["sbatch", "--parsable", str(same_script(nodes, per_node, folder, tag))],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    try:
+        wait_until(lambda: want <= set(started(folder, begun)), 180, "Slurm's same processes")
+        return max(started(folder, begun)[name] for name in want) - begun
+    finally:
+        subprocess.run(["scancel", job], env=env, capture_output=True)
+        wait_until(lambda: not tagged(marker), 120, "Slurm's same processes gone")
+
+
 # ----------------------------------------------------------------------------- one agent
 def node_request(code: str, per_node: int, work: Path) -> Path:
     """The request.json of a 4-node run of stand-ins (the torchrun job on node 0 alone), as
@@ -659,6 +723,7 @@ class Row:
     ours: dict[str, list[Sample]]
     alone: dict[str, list[tuple[float, float]]]
     label: str = ""  # "baseline": --baseline's code
+    same: list[float] = field(default_factory=list)  # Slurm alone starting the same processes
 
 
 def med(values: list[float]) -> float:
@@ -686,6 +751,7 @@ def row_cells(r: Row, per_node: int) -> list[str]:
         str(r.nodes * per_node + min(r.nodes, RANK_NODES) * 2),  # workers, torchruns, ranks
         f"{start:.2f} ({floor:.2f})" if r.alone else f"{start:.2f}",
         f"{start - floor:.2f}" if r.alone else "-",
+        f"{med(r.same):.2f} ({start - med(r.same):.2f})" if r.same else "-",
         f"{med([s.phases[2] for s in every]):.2f}",
         event("kill"),
         event("cancel"),
@@ -702,6 +768,7 @@ HEADER = [
     "processes",
     "start s (Slurm or Ray alone)",
     "launcher's share s",
+    "Slurm alone, same processes s (launcher's share beyond it)",
     "workers running s",
     "kill s (Slurm alone)",
     "cancel s (Slurm alone)",
@@ -748,6 +815,12 @@ def ratios(rows: list[Row]) -> list[str]:
                 for e, r in ((ea, a), (eb, b))
             ]
             line += f" (of the workers' start {workers[1] / workers[0]:.2f}x)"
+        if a.same and b.same:
+            beyond = [med([s.start_s for s in e]) - med(r.same) for e, r in ((ea, a), (eb, b))]
+            line += (
+                f"; beyond Slurm alone starting the same processes {beyond[1] / beyond[0]:.2f}x "
+                f"({beyond[0]:.2f} -> {beyond[1]:.2f} s)"
+            )
         out.append(line)
     return out
 
@@ -813,8 +886,11 @@ def run_slurm(args, work: Path) -> list[Row]:
                     ]
                     for e in ours
                 }
+                rows[-1].same = [
+                    slurm_same(n, args.per_node, work, env) for _ in range(args.repeat)
+                ]
                 for r in rows[-len(codes(args)) :]:
-                    r.alone = rows[-1].alone
+                    r.alone, r.same = rows[-1].alone, rows[-1].same
     finally:
         if not args.keep:
             stop_slurm()
