@@ -415,10 +415,9 @@ def measure(runner: str, nodes: int, args, work: Path, env: dict) -> dict[str, l
 FLOOR_TASK = 'date +%s.%N > "$FLOOR_DIR/$SLURM_NODEID.$$"; exec sleep 600'
 
 
-def floor_script(nodes: int, folder: Path, tag: str, requeue: bool) -> Path:
-    """One task a node, as the launcher's job asks (whole nodes, every GPU), each writing its
-    start stamp and then waiting: Slurm's own start, kill, cancel and requeue."""
-    path = folder / "floor.sbatch"
+def alone_script(path: Path, nodes: int, tag: str, requeue: bool, exports: str, task: str) -> Path:
+    """A batch script as the launcher's job asks (whole nodes, every GPU) whose srun runs
+    `task` once a node under bash, tagged FLOOR_TAG=`tag` (how its processes are found)."""
     path.write_text(
         "\n".join(
             [
@@ -427,16 +426,24 @@ def floor_script(nodes: int, folder: Path, tag: str, requeue: bool) -> Path:
                 "#SBATCH --ntasks-per-node=1",
                 f"#SBATCH --gpus-per-node={GPUS}",
                 "#SBATCH --exclusive",
-                f"#SBATCH --output={folder}/slurm-%j.out",
+                f"#SBATCH --output={path.parent}/slurm-%j.out",
                 "#SBATCH --requeue" if requeue else "#SBATCH --no-requeue",
-                f"export FLOOR_DIR={folder}",
+                f"export {exports}",
                 f"srun --kill-on-bad-exit=1 --gpus-per-node={GPUS} env FLOOR_TAG={tag} "
-                f"bash -c '{FLOOR_TASK}'",
+                f"bash -c '{task}'",
                 "",
             ]
         )
     )
     return path
+
+
+def floor_script(nodes: int, folder: Path, tag: str, requeue: bool) -> Path:
+    """One task a node, as the launcher's job asks (whole nodes, every GPU), each writing its
+    start stamp and then waiting: Slurm's own start, kill, cancel and requeue."""
+    return alone_script(
+        folder / "floor.sbatch", nodes, tag, requeue, f"FLOOR_DIR={folder}", FLOOR_TASK
+    )
 
 
 def floor_stamps(folder: Path, since: float) -> dict[str, float]:
@@ -514,25 +521,8 @@ def same_script(nodes: int, per_node: int, folder: Path, tag: str) -> Path:
         f"{PY} -m torch.distributed.run --nnodes {ranks} --node-rank $SLURM_NODEID "
         f"--nproc-per-node 1 --master-addr 127.0.0.1 --master-port {port} {standin} & fi; wait"
     )
-    path = folder / "same.sbatch"
-    path.write_text(
-        "\n".join(
-            [
-                "#!/bin/bash",
-                f"#SBATCH --nodes={nodes}",
-                "#SBATCH --ntasks-per-node=1",
-                f"#SBATCH --gpus-per-node={GPUS}",
-                "#SBATCH --exclusive",
-                f"#SBATCH --output={folder}/slurm-%j.out",
-                "#SBATCH --no-requeue",
-                f"export STANDIN_DIR={folder} OMP_NUM_THREADS=1",
-                f"srun --kill-on-bad-exit=1 --gpus-per-node={GPUS} env FLOOR_TAG={tag} "
-                f"bash -c '{node}'",
-                "",
-            ]
-        )
-    )
-    return path
+    exports = f"STANDIN_DIR={folder} OMP_NUM_THREADS=1"
+    return alone_script(folder / "same.sbatch", nodes, tag, False, exports, node)
 
 
 def slurm_same(nodes: int, per_node: int, work: Path, env: dict) -> float:
