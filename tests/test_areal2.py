@@ -359,6 +359,8 @@ def test_areals_single_controller_on_slurm_is_not_bounded_by_n_nodes(tmp_path):
     kl0 = prepared_in(tmp_path, "swe", [*CUDA, *apart, "+actor.kl_ctl=0"])
     assert kl0.plan.cluster.num_nodes == 2
     assert any("(rollout 1, actor 1, 8 GPUs a node)" in n for n in kl0.planned.notes)
+    with pytest.raises(ConfigError, match=r"^actor.kl_ctl='abc': a number \(AReaL's KL"):
+        prepared_in(tmp_path, "swe", [*CUDA, *apart, "+actor.kl_ctl=abc"])
 
 
 # ----------------------------------------------------------------------------- the grammar

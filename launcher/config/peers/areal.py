@@ -255,10 +255,16 @@ def _controller_nodes(job: Any, scheduler: Any, context: Context, out: Translati
         return
     colocated = dict(get(job, "cluster.colocate") or {})
     kl = get(job, "actor.kl_ctl", KL_DEFAULT)
+    try:
+        kl = float(kl or 0)
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"actor.kl_ctl={kl!r}: a number (AReaL's KL coefficient; 0: its trainer starts no ref)"
+        ) from None
     asked: dict[str, int] = {}
     for name in ENGINES:
         text = get(job, f"{name}.backend")
-        if text is None or name in colocated or (name == "ref" and not float(kl or 0) > 0):
+        if text is None or name in colocated or (name == "ref" and not kl > 0):
             continue
         try:
             asked[name] = max(1, -(-parse_backend_world(text) // per_node))
