@@ -150,12 +150,15 @@ class RunConsole:
             if log.name in names:
                 log.muted = muted
 
-    def pump(self, final: bool = False) -> None:
-        """Print every line the processes wrote since the last call."""
+    def pump(self, final: bool = False) -> int:
+        """Print every line the processes wrote since the last call; how many were read."""
+        n = 0
         for log in self.logs:
             for line in log.read_lines(final):
+                n += 1
                 if not log.muted:
                     self._print((f"{log.name:<{self.width}} | ", log.style), (line, ""))
+        return n
 
     def say(self, text: str, style: str = "bold") -> None:
         self._print((text, style))

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import select
 import signal
 import sys
 import threading
@@ -36,6 +35,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Optional
+
+from launcher.node.wakeup import Wakeup
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -344,21 +345,18 @@ def _keeper(
     holder = os.getppid()
     holder_gone = False
     ended: Optional[int] = None
-    while ended is None:
-        for pid, status in _reap():
-            if pid == supervisor:
-                ended = exit_code(status)
-        if ended is not None:
-            break
-        if not holder_gone:
-            try:
-                ready, _, _ = select.select([holder_fd], [], [], POLL_S)
-            except InterruptedError:
+    with Wakeup() as wake:  # the supervisor's exit, an orphan's, a signal: SIGCHLD wakes us
+        while ended is None:
+            for pid, status in _reap():
+                if pid == supervisor:
+                    ended = exit_code(status)
+            if ended is not None:
+                break
+            ready = wake.wait(False, () if holder_gone else (holder_fd,))
+            if holder_gone:
                 continue
             if (ready and not os.read(holder_fd, 64)) or os.getppid() != holder:
                 holder_gone = True  # the holder died (even by SIGKILL): stop the run
                 tell(signal.SIGTERM, None)
-        else:
-            time.sleep(POLL_S)
     sweep(me, cgroup, grace_s)
     return ended

@@ -41,6 +41,7 @@ from launcher.node import keeper, restarts
 from launcher.node.console import RunConsole, tail
 from launcher.node.failures import TRACEBACK_LINES, node_ranks, torchrun_root_cause
 from launcher.node.tracebacks import FirstErrors, Printed
+from launcher.node.wakeup import Wakeup
 from launcher.spec.plan import ENV_PROCESS, ENV_RESTART, ENV_RUN_MARKER
 from launcher.spec.request import LaunchRequest, Materialized, materialize
 from launcher.spec.runfolder import LOGS, status_file
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
     from launcher.node.silence import SilentWatch
     from launcher.node.watchdog import Watchdog
 
-TICK_S = 0.05  # how often exits are checked: bounds the delay from a failure to the stop
+TICK_S = 0.05  # how often a stop and a pause look again (the watch: wakeup.py)
 PROBE_EVERY_S = 0.5
 SHOW_EVERY_S = 0.25
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -355,6 +356,7 @@ class NodeRun:
         self.run_dir = Path(request.run_dir)
         self.logs = self.run_dir / LOGS
         self.stop = StopRequest()
+        self.wakeup = Wakeup()
         self.done = threading.Event()
         self.begun = time.monotonic()
         self.started: list[Started] = []
@@ -443,7 +445,7 @@ class NodeRun:
         """Until the end of the run, a failure, a signal, or a peer's trainer restart."""
         out, request = self.out, self.request
         while True:
-            out.pump()
+            busy = out.pump() > 0
             if self.stop.signum is not None:
                 name = signal.Signals(self.stop.signum).name
                 return RunResult(128 + self.stop.signum, None, f"got {name}; run stopped")
@@ -451,6 +453,7 @@ class NodeRun:
                 code = s.poll()
                 if code is None or s.name in self.finished:
                     continue
+                busy = True
                 if code == 0 and self._only_workers():
                     self.finished.add(s.name)  # a run of workers only: this one's work is done
                     continue
@@ -469,7 +472,7 @@ class NodeRun:
                 return RunResult(0, None, "the trainers finished on their nodes")
             for s in self.servers:
                 if s.healthy_at is not None and not s.announced:
-                    s.announced = True
+                    s.announced = busy = True
                     out.say(f"{s.name} healthy after {s.healthy_at:.1f} s", "green")
                 if (
                     s.healthy_at is None
@@ -489,7 +492,7 @@ class NodeRun:
             hung = self._hang()
             if hung is not None:
                 return hung
-            time.sleep(TICK_S)
+            self.wakeup.wait(busy)
 
     def _peer_restart(self) -> Optional[RunResult]:
         """Another node's supervisor restarted the trainers: ours restart with them."""
@@ -839,7 +842,7 @@ def _to_the_end(run: NodeRun, status: NodeStatus) -> RunResult:
     """Start the node's processes, watch them and restart what may be restarted until the run
     ends, then stop them all; how it ended."""
     out = run.out
-    with stop_signals_recorded(run.stop):
+    with stop_signals_recorded(run.stop), run.wakeup:
         result = None
         try:
             result = run.start_all()
