@@ -5,6 +5,9 @@
 #   bash scripts/areal/setup.sh && bash scripts/areal/run.sh [more overrides]
 #   bash scripts/areal/run.sh plan [overrides]   # `plan` and leading --flags go to areal-launch first
 #   AREAL_VERSION=2.0.0 bash scripts/areal/run.sh # AReaL 2.0.0's (.venv-areal2, its source tag)
+#   AREAL_VERSION=2.0.0 AREAL_ENTRY=boba_grpo bash scripts/areal/run.sh
+#       # 2.0.0's examples/math/boba_grpo.py instead, with the same yaml: its RLVRWorkflow runs
+#       # under a launcher's torchrun, where gsm8k_rl.py's agent workflow stops (README.md)
 #
 # ASSUMES launcher features being built on other branches (issue 19, "Build" 1 and 3); until
 # they are on main this script fails with areal-launch's one-line error naming the key:
@@ -34,8 +37,18 @@ esac
 ASSETS=${AREAL_ASSETS:-$ROOT/.cache/areal}
 EX=$ASSETS/areal-v$VERSION/examples/math
 LAUNCH=${AREAL_LAUNCH:-$ROOT/.venv/bin/areal-launch}
-[ -f "$EX/gsm8k_rl.py" ] && [ -x "$VENV/bin/python" ] || {
-  echo "error: AReaL's venv or example missing: run bash scripts/areal/setup.sh first" >&2; exit 2; }
+ENTRY=${AREAL_ENTRY:-gsm8k_rl}
+case "$ENTRY" in
+  gsm8k_rl) DATA=(train_dataset.path="$ASSETS/gsm8k" valid_dataset.path="$ASSETS/gsm8k") ;;
+  # boba's reward is named by module path (examples.math.boba_grpo.boba_reward_fn), imported
+  # in the ranks: AReaL's source root on their path, as when it runs from its checkout
+  boba_grpo) DATA=(train_dataset.path="$ASSETS/boba/train.jsonl")
+    export PYTHONPATH="$ASSETS/areal-v$VERSION${PYTHONPATH:+:$PYTHONPATH}" ;;
+  *) echo "error: AREAL_ENTRY=$ENTRY: this script runs gsm8k_rl or boba_grpo" >&2; exit 2 ;;
+esac
+[ -f "$EX/$ENTRY.py" ] && [ -x "$VENV/bin/python" ] || {
+  echo "error: AReaL's venv or example $ENTRY.py missing: run bash scripts/areal/setup.sh first" >&2
+  exit 2; }
 
 PRE=()
 if [ "${1:-}" = plan ]; then PRE+=(plan); shift; fi
@@ -46,7 +59,7 @@ if [ "${AREAL_SERVER:-0}" = 1 ]; then
 fi
 cd "$ROOT"
 exec "$LAUNCH" "${PRE[@]}" -cd "$EX" -cn gsm8k_grpo_cpu \
-  trainer.python="$VENV/bin/python" trainer.entry="$EX/gsm8k_rl.py" \
-  actor.path="$ASSETS/tiny-qwen2" train_dataset.path="$ASSETS/gsm8k" valid_dataset.path="$ASSETS/gsm8k" \
+  trainer.python="$VENV/bin/python" trainer.entry="$EX/$ENTRY.py" \
+  actor.path="$ASSETS/tiny-qwen2" "${DATA[@]}" \
   actor.backend=fsdp:d2 rollout.backend=vllm:d1 actor.weight_update_mode=disk \
   "${SERVER[@]}" "$@"

@@ -54,8 +54,8 @@ DEPS=(
 )
 if [ "$VERSION" = 2.0.0 ]; then
   DEPS+=(msgspec 'httpx>=0.28.1' 'fastapi>=0.115.12' uvicorn pydantic blosc regex json5
-    python-dotenv setproctitle zstandard)
-  IMPORTS="from areal import PPOTrainer; import areal.reward.gsm8k, areal.workflow.openai.math_agent, peft"
+    python-dotenv setproctitle zstandard openai-agents)
+  IMPORTS="from areal import PPOTrainer; import areal.reward.gsm8k, areal.workflow.openai.math_agent, areal.workflow.rlvr, peft"
 else
   IMPORTS="from areal import PPOTrainer; import areal.reward.gsm8k, areal.workflow.rlvr, peft"
 fi
@@ -91,10 +91,11 @@ $IMPORTS"
   touch "$VENV/.areal-setup-complete"
 fi
 
-if [ -f "$ASSETS/tiny-qwen2/model.safetensors" ] && [ -f "$ASSETS/gsm8k/main/train.jsonl" ]; then
-  step "tiny Qwen2 and dataset in $ASSETS: present"
+if [ -f "$ASSETS/tiny-qwen2/model.safetensors" ] && [ -f "$ASSETS/gsm8k/main/train.jsonl" ] \
+  && [ -f "$ASSETS/boba/train.jsonl" ]; then
+  step "tiny Qwen2 and datasets in $ASSETS: present"
 else
-  step "tiny Qwen2 and GSM8K-format dataset into $ASSETS"
+  step "tiny Qwen2, GSM8K- and boba-format datasets into $ASSETS"
   PYTHONPATH="$ROOT" "$VENV/bin/python" "$ROOT/scripts/areal/make_assets.py" "$ASSETS"
 fi
 
