@@ -12,7 +12,6 @@ imports none of them. Pure: names and strings only.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Iterable, Mapping, Optional
@@ -116,6 +115,8 @@ class Identity:
 def sweep_id(sweep_dir: str) -> str:
     """A sweep's id from its folder (Hydra's `multirun/<date>/<time>`, its last two parts
     readable, the whole path hashed): the same for every point, different for every sweep."""
+    import hashlib  # here: a node agent imports this module and never names a sweep
+
     path = PurePath(sweep_dir)
     digest = hashlib.sha1(str(path).encode()).hexdigest()[:6]
     return "sweep-" + "_".join(path.parts[-2:]) + "-" + digest
