@@ -250,8 +250,8 @@ def test_server_serving_other_weights_fails_the_run(vllm_server, tiny_model, tmp
     result, _ = run_trainers(trainer_env(plan, [vllm_server]))
     assert result.returncode != 0
     # after the push of v1; or already before step 1's rollout, when the server still serves
-    # another test's weights and is given this trainer's start model ("default") first
-    assert re.search(r"does not serve (v1|default) after its reload", result.stdout), result.stdout[
+    # another test's weights and is given this trainer's start model ("v0") first
+    assert re.search(r"does not serve (v1|v0) after its reload", result.stdout), result.stdout[
         -4000:
     ]
 

@@ -19,6 +19,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -108,7 +109,9 @@ def trained_folder(tiny_model: str, folder: Path) -> Path:
     return folder
 
 
-def session(server: Server, tiny_model: str, policy_dir: Path, version: str, run_dir: Path):
+def session(
+    server: Server, tiny_model: str, policy_dir: Path, version: Optional[str], run_dir: Path
+):
     """What rank 0 holds for serving.refresh: the servers, the current version and folder."""
     import torch
     from transformers import AutoTokenizer
@@ -222,3 +225,26 @@ def test_a_restarted_trainer_pushes_its_checkpoints_weights_before_the_first_rol
     assert "serves weight version" not in out  # no stale server met at the rollout check
     assert "step 3/4 " in out and "step 4/4 " in out and "reloads confirmed 2/2" in out
     assert server.weight_version() == "v4"
+
+
+def test_before_its_first_update_a_trainer_gives_its_start_model_to_a_server_holding_a_push(
+    server, tiny_model, tmp_path
+):
+    """Its own push of the start model is labelled v0, never "default" (a fresh server's label):
+    a server that kept an earlier push under it (another attempt's, or a reload that failed its
+    check: other weights) is given this trainer's start model before step 1, then left alone."""
+    from recipes.grpo import serving
+    from recipes.grpo.rollout_client import RolloutServer
+
+    other = trained_folder(tiny_model, tmp_path / "weights" / "other")
+    RolloutServer(server.addr, "vllm", "policy").reload(str(other), serving.START_PUSH)
+    s = session(server, tiny_model, Path(tiny_model), None, tmp_path)
+    said: list[str] = []
+    assert serving.refresh(s, 1, said.append) == [server.addr]  # confirmed, else it raises
+    assert said == [
+        f"grpo: rollout server {server.addr} serves weight version 'v0', not the start model "
+        f"(v0): pushing {tiny_model} to it again"
+    ]
+    assert s.version == "v0" == server.weight_version()
+    said.clear()
+    assert serving.refresh(s, 1, said.append) == [] and said == []  # current: left alone

@@ -3,11 +3,11 @@ current weights before each rollout (docs/architecture.md §11).
 
 A server restarted alone comes back serving the model it started from, and says so: vLLM's
 /weight_info and SGLang's /model_info answer "default" after a fresh start, while a reload
-labels it with the trainer's version (v<step>). Before each rollout phase rank 0 asks every
-server: one that is down is waited for (its /health, for the plan's health timeout) rather than
-failing the run at once; one that answers another version than the trainer's current one is
-told to load the current weights folder again, then checked like any push, with one log line
-naming it.
+labels it with the trainer's version (v<step>; v0 for the start model). Before each rollout
+phase rank 0 asks every server: one that is down is waited for (its /health, for the plan's
+health timeout) rather than failing the run at once; one that answers another version than the
+trainer's current one is told to load the current weights folder again, then checked like any
+push, with one log line naming it.
 """
 
 from __future__ import annotations
@@ -24,6 +24,10 @@ if TYPE_CHECKING:
     from recipes.grpo.loop import Session
 
 START_LABELS = (None, "", "default")  # what a server that loaded no push calls its weights
+# The start model's label when the trainer pushes it itself (before its first update), as the
+# Megatron recipe labels it: never a fresh server's, so a server that kept an earlier push under
+# a start label (another attempt's, or a reload that failed its check) is not taken for fresh.
+START_PUSH = "v0"
 
 
 def stale(served: Optional[str], current: Optional[str]) -> bool:
@@ -123,11 +127,13 @@ def _refresh_one(
     served = server.weight_version()
     if not stale(served, s.version):
         return False
-    version = s.version or "default"
+    version = s.version or START_PUSH
+    wanted = s.version or f"the start model ({START_PUSH})"
     say(
         f"grpo: rollout server {server.addr} serves weight version {served!r}, not "
-        f"{version}: pushing {s.policy_dir} to it again"
+        f"{wanted}: pushing {s.policy_dir} to it again"
     )
     server.reload(s.policy_dir, version)
     confirm(s, Path(s.policy_dir), version, [server], say)
+    s.version = version  # from now on every server must say so
     return True
