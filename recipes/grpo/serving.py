@@ -24,9 +24,10 @@ if TYPE_CHECKING:
     from recipes.grpo.loop import Session
 
 START_LABELS = (None, "", "default")  # what a server that loaded no push calls its weights
-# The start model's label when the trainer pushes it itself (before its first update), as the
-# Megatron recipe labels it: never a fresh server's, so a server that kept an earlier push under
-# a start label (another attempt's, or a reload that failed its check) is not taken for fresh.
+# The start model's label when the trainer pushes it itself (before its first update; the
+# Megatron recipe's CPU check pushes its loaded weights under it too): never a fresh server's,
+# so a server that kept an earlier push under a start label (another attempt's, or a reload
+# that failed its check) is not taken for fresh.
 START_PUSH = "v0"
 
 

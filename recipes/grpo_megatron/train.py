@@ -41,6 +41,7 @@ from recipes.grpo import loop
 from recipes.grpo.layout import LayoutMismatch, mismatches, world_mismatch, write_rank_record
 from recipes.grpo.loop import log
 from recipes.grpo.options import GRPOOptions, load_options
+from recipes.grpo.serving import START_PUSH
 from recipes.grpo.weights import hf_shapes
 from recipes.grpo_megatron import model as models
 from recipes.grpo_megatron import parallel
@@ -127,16 +128,16 @@ def run(rt: RuntimePlan, opts: GRPOOptions, device: torch.device, rank: int, wor
     if device.type != "cuda":
         log(
             rank,
-            f"grpo: {CPU_STOP}: pushing the loaded weights once (v0) through the HF "
+            f"grpo: {CPU_STOP}: pushing the loaded weights once ({START_PUSH}) through the HF "
             "export instead of training",
         )
         state = models.gather_hf(module, shape)
         if s.rank == 0:
             s.phases.before_push()
-        _, confirmed = loop.push_weights(s, state, "v0")
+        _, confirmed = loop.push_weights(s, state, START_PUSH)
         log(
             rank,
-            f"grpo done (megatron, cpu): layout checked, weights v0 pushed in the HF "
+            f"grpo done (megatron, cpu): layout checked, weights {START_PUSH} pushed in the HF "
             f"layout, reload confirmed {confirmed}/{len(s.servers)}; no training step",
         )
         dist.barrier()
