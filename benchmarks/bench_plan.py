@@ -32,7 +32,8 @@ from launcher.planning.ranks import component_plan, weight_sync
 from launcher.runners.rayjob import RayNode, fit_problem, ray_job
 from launcher.spec.alloc import parse_backend
 from launcher.spec.cluster import ClusterSpec
-from launcher.spec.plan import Plan, ProcessSpec
+from launcher.spec.plan import Plan
+from launcher.spec.process import ProcessSpec
 from launcher.spec.request import LaunchRequest
 
 

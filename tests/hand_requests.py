@@ -8,7 +8,8 @@ from typing import Sequence
 
 from launcher.node.runs import write_private
 from launcher.spec.cluster import ClusterSpec, NodeGroup
-from launcher.spec.plan import Plan, ProcessSpec
+from launcher.spec.plan import Plan
+from launcher.spec.process import ProcessSpec
 from launcher.spec.request import LaunchRequest
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from launcher.node.ports import PortReserver
 from launcher.node.runs import make_run_dir
 from launcher.runners import local
-from launcher.spec.plan import ProcessSpec
+from launcher.spec.process import ProcessSpec
 from launcher.spec.request import USER, Folders
 
 # the repository, not tests/ (whose requests.py would hide the `requests` package Ray uses)

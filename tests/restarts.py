@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 from typing import Optional
 
-from launcher.spec.plan import ENV_RESTART, fill_hosts
+from launcher.spec.process import ENV_RESTART, fill_hosts
 
 ROOT = Path(__file__).resolve().parent.parent
 

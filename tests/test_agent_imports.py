@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from launcher.node.runs import write_private
-from launcher.spec.plan import ProcessSpec
+from launcher.spec.process import ProcessSpec
 from tests.hand_requests import request_for
 
 ROOT = Path(__file__).resolve().parent.parent

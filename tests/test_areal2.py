@@ -19,7 +19,7 @@ from launcher.cli.launch import build_request, prepare
 from launcher.node.ports import counted_ports
 from launcher.spec.alloc import AllocationError, parse_backend
 from launcher.spec.errors import ConfigError, PlacementError
-from launcher.spec.plan import host_placeholder
+from launcher.spec.process import host_placeholder
 from tests.areal_launch import one_error_line, prepared_in, run
 from tests.stand_in_areal import assert_ran_under, seen_by
 

@@ -13,7 +13,7 @@ import pytest
 
 from launcher.node.runs import read_record
 from launcher.runners import slurm
-from launcher.spec.plan import ProcessSpec
+from launcher.spec.process import ProcessSpec
 from tests.hand_requests import request_for, write_plan
 
 EXE = str(Path(sys.executable).parent / "areal-launch")

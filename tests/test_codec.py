@@ -9,7 +9,8 @@ from typing import ClassVar, Mapping, Optional
 
 from launcher.spec.cluster import ClusterSpec, NodeGroup
 from launcher.spec.codec import JsonRecord, from_json, json_key, to_json
-from launcher.spec.plan import Plan, ProcessSpec, Runs, SyncPair, WeightSync
+from launcher.spec.plan import Plan, Runs, SyncPair, WeightSync
+from launcher.spec.process import ProcessSpec
 from launcher.spec.request import EngineAsk, FlagCheck, Folders, LaunchRequest
 from tests.plans import plan_dict
 

@@ -19,7 +19,8 @@ from launcher.spec import request
 from launcher.spec.alloc import ModelAllocation
 from launcher.spec.cluster import ClusterSpec
 from launcher.spec.errors import ConfigError, LaunchError
-from launcher.spec.plan import ComponentPlan, Instance, Plan, ProcessSpec, Rank
+from launcher.spec.plan import ComponentPlan, Instance, Plan, Rank
+from launcher.spec.process import ProcessSpec
 from tests import plans
 
 
@@ -515,7 +516,7 @@ def test_resolved_backends_win_over_the_config_fields():
 def test_servers_listen_on_their_node_address_only_when_it_is_loopback():
     """Nodes on one machine (127.0.0.2, 127.0.0.3: the Ray test cluster) stay on loopback; a
     real node's server listens on every interface, so other nodes reach it by any name."""
-    from launcher.spec.plan import bind_placeholder, fill_hosts
+    from launcher.spec.process import bind_placeholder, fill_hosts
 
     assert fill_hosts(bind_placeholder(1), ["127.0.0.2", "127.0.0.3"]) == "127.0.0.3"
     assert fill_hosts(bind_placeholder(0), ["::1"]) == "::1"

@@ -26,7 +26,7 @@ from launcher.node import keeper
 from launcher.node.ports import PortReserver
 from launcher.node.runs import write_private
 from launcher.runners.local import dry_run_text
-from launcher.spec.plan import ENV_RUN_MARKER, ProcessSpec
+from launcher.spec.process import ENV_RUN_MARKER, ProcessSpec
 from launcher.spec.request import materialize
 from tests.processes import survivors, wait_until
 

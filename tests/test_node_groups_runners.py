@@ -16,7 +16,7 @@ from launcher.runners.rayjob import RayNode, fit_problem, group_warnings, ray_jo
 from launcher.runners.sbatch import cpu_warning, node_sets, render_sbatch
 from launcher.spec.cluster import NodeGroup
 from launcher.spec.errors import UserError
-from launcher.spec.plan import ProcessSpec
+from launcher.spec.process import ProcessSpec
 from tests.areal_launch import ROOT, one_error_line, run
 from tests.hand_requests import request_for
 

@@ -17,7 +17,7 @@ import pytest
 
 from launcher.cli.main import main
 from launcher.config.schema import DEFAULT_MODEL_PATH
-from launcher.spec.plan import fill_hosts
+from launcher.spec.process import fill_hosts
 
 CUDA = ["cluster.device=cuda", "cluster.gpus_per_node=8"]
 CORPUS = {

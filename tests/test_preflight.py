@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from launcher.node.preflight import declared_requires, problems
-from launcher.spec.plan import ProcessSpec
+from launcher.spec.process import ProcessSpec
 from launcher.spec.request import materialize
 from tests.areal_launch import ROOT, one_error_line, run
 

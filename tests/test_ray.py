@@ -24,7 +24,7 @@ from typing import Optional
 
 import pytest
 
-from launcher.spec.plan import ProcessSpec, bind_placeholder, host_placeholder
+from launcher.spec.process import ProcessSpec, bind_placeholder, host_placeholder
 from tests.node_groups import group_overrides, node_reports
 from tests.processes import survivors, wait_until
 from tests.stand_in_areal import assert_ran_under, seen_by

@@ -27,7 +27,7 @@ from launcher.runners.rayjob import (
     ray_job,
     ray_offer,
 )
-from launcher.spec.plan import ProcessSpec
+from launcher.spec.process import ProcessSpec
 from launcher.spec.request import EngineAsk, LaunchRequest
 from tests.areal_launch import one_error_line, run
 from tests.hand_requests import request_for

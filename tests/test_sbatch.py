@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from launcher.runners import slurm
 from launcher.runners.sbatch import render_sbatch, shell_word
 from launcher.spec.errors import ConfigError, LaunchError
-from launcher.spec.plan import ProcessSpec
+from launcher.spec.process import ProcessSpec
 from launcher.spec.request import EngineAsk
 from tests.hand_requests import request_for
 

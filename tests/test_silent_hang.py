@@ -326,7 +326,7 @@ def test_silence_while_a_server_on_another_node_is_not_up_yet_is_waiting_not_a_h
     from launcher.node.agent import remote_health
     from launcher.node.console import plain_console
     from launcher.node.supervisor import materialize_node, supervise
-    from launcher.spec.plan import ProcessSpec, host_placeholder
+    from launcher.spec.process import ProcessSpec, host_placeholder
     from tests.hand_requests import request_for
 
     with socket.socket() as sock:

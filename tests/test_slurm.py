@@ -22,7 +22,7 @@ import pytest
 from launcher.node.runs import find_run, read_record
 from launcher.runners import slurm
 from launcher.spec.errors import LaunchError
-from launcher.spec.plan import ProcessSpec, host_placeholder
+from launcher.spec.process import ProcessSpec, host_placeholder
 from launcher.spec.runfolder import JOB_SCRIPT
 from tests.hand_requests import request_for, write_plan
 from tests.node_groups import group_overrides, node_reports

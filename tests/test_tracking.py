@@ -20,7 +20,7 @@ import pytest
 from launcher.cli.launch import counted_request, prepare
 from launcher.node.preflight import problems
 from launcher.spec import tracking
-from launcher.spec.plan import ENV_RUN_MARKER, ProcessSpec
+from launcher.spec.process import ENV_RUN_MARKER, ProcessSpec
 from launcher.spec.request import materialize
 from launcher.trainer import plot
 from launcher.trainer.tracking import Trackers, read_metrics

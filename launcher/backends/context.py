@@ -16,7 +16,7 @@ class LaunchContext:
 
     next_port: returns a fresh port each call (local runner: reserved and locked; plans and
     Slurm scripts: counts up from a base). Hosts are not here: backends write the placeholder
-    of node k (launcher.spec.plan.host_placeholder) and each node's supervisor fills it in.
+    of node k (launcher.spec.process.host_placeholder) and each node's supervisor fills it in.
     cpus: the CPU ids one node lets its processes use (local runner: os.sched_getaffinity);
     vLLM's CPU build binds each tp rank to a share of them. Empty: one CPU per GPU slot,
     numbered from 0.

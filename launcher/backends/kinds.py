@@ -24,7 +24,7 @@ from launcher.spec import registry
 from launcher.spec.backend_facts import BackendFacts
 from launcher.spec.errors import ConfigError
 from launcher.spec.offload import Offload
-from launcher.spec.plan import (
+from launcher.spec.process import (
     DEFAULT_SERVED_MODEL,
     ENV_COMPONENT,
     ENV_PLAN,

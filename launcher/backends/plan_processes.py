@@ -11,11 +11,10 @@ from launcher.backends.context import LaunchContext
 from launcher.backends.kinds import serve_backend, worker_backend
 from launcher.backends.torchrun import trainer_processes
 from launcher.spec.builtins import ENGINES
-from launcher.spec.plan import (
+from launcher.spec.plan import WORKERS, Plan
+from launcher.spec.process import (
     CONTRACT_PREFIX,
     MAX_ENV_ADDRS,
-    WORKERS,
-    Plan,
     ProcessSpec,
     component_addrs_env,
     host_placeholder,

@@ -17,7 +17,7 @@ from launcher.backends.kinds import NoOptions, WorkerBackend
 from launcher.backends.servers import local_gpus
 from launcher.backends.torchrun import entry_argv
 from launcher.spec.backend_facts import BUILTIN_BACKENDS
-from launcher.spec.plan import (
+from launcher.spec.process import (
     ENV_COMPONENT,
     ENV_PLAN,
     ENV_RUN_DIR,

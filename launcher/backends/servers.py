@@ -11,10 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
-from launcher.spec.plan import bind_placeholder
+from launcher.spec.process import bind_placeholder
 
 if TYPE_CHECKING:
-    from launcher.spec.plan import ComponentPlan, Instance, Plan, ProcessSpec
+    from launcher.spec.plan import ComponentPlan, Instance, Plan
+    from launcher.spec.process import ProcessSpec
 
 
 @dataclass(frozen=True)

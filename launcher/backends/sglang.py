@@ -23,7 +23,7 @@ from launcher.backends.kinds import ServeBackend
 from launcher.backends.servers import HttpCall, ServerClient, ServerSet, listen_args
 from launcher.spec.backend_facts import BUILTIN_BACKENDS
 from launcher.spec.errors import ConfigError
-from launcher.spec.plan import host_placeholder
+from launcher.spec.process import host_placeholder
 
 if TYPE_CHECKING:
     from launcher.backends.context import LaunchContext

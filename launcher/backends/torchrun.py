@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
 from launcher.backends.common import layered_env
 from launcher.backends.kinds import train_backend
-from launcher.spec.plan import (
+from launcher.spec.process import (
     ENV_COMPONENT,
     ENV_PLAN,
     ENV_RUN_DIR,

@@ -24,7 +24,7 @@ from launcher.backends.servers import HttpCall, ServerClient, ServerSet, listen_
 from launcher.spec.backend_facts import BUILTIN_BACKENDS
 from launcher.spec.errors import ConfigError
 from launcher.spec.gpuset import format_gpu_set
-from launcher.spec.plan import host_placeholder
+from launcher.spec.process import host_placeholder
 
 if TYPE_CHECKING:
     from launcher.backends.context import LaunchContext

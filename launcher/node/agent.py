@@ -28,7 +28,7 @@ from launcher.node.preflight import problems
 from launcher.node.runs import make_folders, prepare_folders
 from launcher.node.supervisor import Peers, materialize_node, supervise
 from launcher.spec.errors import LaunchError
-from launcher.spec.plan import ENV_HOSTS, fill_hosts
+from launcher.spec.process import ENV_HOSTS, fill_hosts
 from launcher.spec.request import LaunchRequest, visible_gpus
 from launcher.spec.runfolder import DONE
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
-from launcher.spec.plan import ENV_RUN_DIR
+from launcher.spec.process import ENV_RUN_DIR
 from launcher.spec.runfolder import LOGS, POST_EXIT_HOOK_LOG, REQUEST
 
 HOOK_TIMEOUT_S = 600.0  # AReaL's bound

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from launcher.spec.plan import ProcessSpec
+from launcher.spec.process import ProcessSpec
 from launcher.spec.request import LaunchRequest
 
 TRACEBACK_LINES = 20

@@ -27,7 +27,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional, Sequence
 
-from launcher.spec import registry, tracking
+from launcher.spec import tracking
 from launcher.spec.profiling import NSYS, unwrapped
 from launcher.spec.request import FlagCheck, Materialized
 
@@ -82,6 +82,8 @@ def declared_requires(entry: Path) -> list[str]:
 @lru_cache(maxsize=None)
 def install_hints() -> dict[str, str]:
     """package -> how to install it: every backend's INSTALL, then the recipes' packages."""
+    from launcher.spec import registry  # here: only a missing package needs its hint
+
     hints = dict(RECIPE_INSTALL)
     hints.update(
         {package: how for t, how in tracking.INSTALL.items() for package in tracking.PACKAGES[t]}
@@ -270,6 +272,7 @@ def flag_problems(procs: Sequence[Materialized], check: Optional[FlagCheck]) -> 
     if check is None:
         return []
     from launcher.backends.checks import check_argvs
+    from launcher.spec import registry
 
     package = registry.backend_facts(check.backend).install
     from launcher.backends.kinds import serve_backend

@@ -42,7 +42,7 @@ from launcher.node.console import RunConsole, tail
 from launcher.node.failures import TRACEBACK_LINES, node_ranks, torchrun_root_cause
 from launcher.node.tracebacks import FirstErrors, Printed
 from launcher.node.wakeup import Wakeup
-from launcher.spec.plan import ENV_PROCESS, ENV_RESTART, ENV_RUN_MARKER
+from launcher.spec.process import ENV_PROCESS, ENV_RESTART, ENV_RUN_MARKER
 from launcher.spec.request import LaunchRequest, Materialized, materialize
 from launcher.spec.runfolder import LOGS, status_file
 

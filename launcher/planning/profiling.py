@@ -10,7 +10,8 @@ from typing import Any, Collection, Optional, Sequence
 
 from launcher.config.schema import ProfilingConfig
 from launcher.spec.errors import ConfigError
-from launcher.spec.plan import Plan, ProcessSpec
+from launcher.spec.plan import Plan
+from launcher.spec.process import ProcessSpec
 from launcher.spec.profiling import (
     BACKENDS,
     MAX_STEP,

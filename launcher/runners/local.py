@@ -32,7 +32,7 @@ from launcher.node.runs import RunRecord, make_folders, write_record
 from launcher.runners import LauncherBase
 from launcher.runners.base import RunnerBase, unhonoured
 from launcher.spec.errors import UserError
-from launcher.spec.plan import mask_env
+from launcher.spec.process import mask_env
 from launcher.spec.request import Folders, LaunchRequest, Materialized, visible_gpus
 from launcher.spec.runfolder import STATUS
 

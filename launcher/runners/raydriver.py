@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from launcher.node.runs import make_folders, write_private
 from launcher.spec.errors import LaunchError
-from launcher.spec.plan import ENV_GPUS
+from launcher.spec.process import ENV_GPUS
 from launcher.spec.request import Folders
 from launcher.spec.runfolder import status_file
 

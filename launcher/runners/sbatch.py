@@ -23,7 +23,7 @@ from typing import Any, Optional, Sequence
 
 from launcher.runners.base import NODE_MODULE
 from launcher.spec.errors import UserError
-from launcher.spec.plan import ENV_GPUS
+from launcher.spec.process import ENV_GPUS
 from launcher.spec.request import LaunchRequest
 from launcher.spec.runfolder import LOGS, REQUEST, slurm_output
 

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Mapping, Optional, Sequence
 from launcher.spec.cluster import NodeGroup
 from launcher.spec.codec import JsonRecord, from_json, to_json
 from launcher.spec.errors import LaunchError, UserError
-from launcher.spec.plan import (
+from launcher.spec.process import (
     ENV_GPUS,
     ENV_HOSTS,
     ENV_RUN_MARKER,

@@ -35,7 +35,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from launcher.planning.ranks import AXES
 from launcher.spec.errors import LaunchError
-from launcher.spec.plan import (  # noqa: F401
+from launcher.spec.plan import SCHEMA, ComponentPlan, Plan, Rank, plan_meta
+from launcher.spec.process import (
     DEFAULT_SERVED_MODEL,
     ENV_COMPONENT,
     ENV_HOSTS,
@@ -44,13 +45,8 @@ from launcher.spec.plan import (  # noqa: F401
     ENV_RUN_DIR,
     ENV_SERVED_MODEL,
     ENV_SERVER_ADDRS,
-    SCHEMA,
-    ComponentPlan,
-    Plan,
     ProcessSpec,
-    Rank,
     fill_hosts,
-    plan_meta,
 )
 from launcher.spec.request import HEALTH_TIMEOUT_S
 from launcher.trainer import checkpoints, progress, tracking

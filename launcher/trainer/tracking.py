@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping, Optional, Protocol
 
 from launcher.spec import tracking as spec
 from launcher.spec.errors import LaunchError
-from launcher.spec.plan import ENV_RUN_MARKER
+from launcher.spec.process import ENV_RUN_MARKER
 
 
 class Writer(Protocol):

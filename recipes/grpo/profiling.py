@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from launcher.spec.plan import ENV_COMPONENT
+from launcher.spec.process import ENV_COMPONENT
 from launcher.spec.profiling import NSIGHT, TORCH, Profiling
 from launcher.trainer.runtime import RuntimePlan
 

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional, Sequence
 
-from launcher.spec.plan import component_addrs_env
+from launcher.spec.process import component_addrs_env
 from launcher.trainer.runtime import RuntimePlan, wait_for_servers
 from recipes.grpo.rollout_client import RolloutError, post_json
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import IO, Any, Callable, Optional, Sequence
 
 from launcher.spec.errors import ConfigError
-from launcher.spec.plan import Plan, ProcessSpec, fill_hosts
+from launcher.spec.plan import Plan
+from launcher.spec.process import ProcessSpec, fill_hosts
 
 SOURCE_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
