@@ -12,6 +12,18 @@ from pathlib import Path
 import pytest
 
 
+# ----------------------------------------------------------------------------- Ctrl-C
+def pytest_configure(config):
+    """The tests send SIGINT to launchers they start, as a user's Ctrl-C at a terminal. A suite
+    started with SIGINT ignored (a background job of a non-interactive shell, `nohup`) would
+    hand that to every launcher (an ignored signal stays ignored across exec), and Python then
+    ignores Ctrl-C: handled here instead, a child starts with SIGINT at its default."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 # ----------------------------------------------------------------------------- xdist groups
 def pytest_itemcollected(item):
     """For `make test` (pytest -n 2 --dist loadgroup): the tests on the Slurm and the Ray test
