@@ -6,7 +6,9 @@ multiple-slurmd, scripts/slurm/start-slurm.sh, 8 fake GPUs a node; Ray, one rayl
 loopback address, scripts/ray/start-ray-cluster.sh), of stand-ins (tests/scale_standin.py,
 stdlib only): a worker component of PER_NODE heartbeating processes on every node and one
 torchrun job of one rank a node on the first min(N, 8) nodes (the rendezvous; its ranks are
-stand-ins too, but torchrun itself imports torch). Measured, each the median of --repeat runs:
+stand-ins too, but torchrun itself imports torch). Measured, each the median of --repeat runs,
+taken in rounds (every size and floor once a round, so that a shared machine's drifting load
+falls on all sizes alike), the ratios between sizes with how sure they are (resampled runs):
 
 - start: the command to every process running (the last stand-in's own start stamp);
 - kill: one stand-in on the last node SIGKILLed to nothing of the run left on any node (no
@@ -25,10 +27,10 @@ node (`true` that writes its start stamp) to every task running; SIGKILL of one 
 every task running again. Beside Ray's start, what Ray alone takes: a driver that places the
 launcher's bundles (STRICT_SPREAD, one a node) and starts an actor on each that starts one
 process writing its start stamp, to every such process running. The launcher's share is the
-difference. And Slurm alone starting the same processes (same_script: bash on each node starts
-the stand-ins and the torchrun job as the launcher would): on one machine the work's own start
-(torchrun's torch import) grows with the nodes, which `true` does not show; the share beyond it
-is the launcher's own.
+difference. And Slurm or Ray alone starting the same processes (same_task: bash on each node,
+in an srun task or in an actor on the launcher's bundle, starts the stand-ins and the torchrun
+job as the launcher would): on one machine the work's own start (torchrun's torch import)
+grows with the nodes, which `true` does not show; the share beyond it is the launcher's own.
 
 Bytecode is cached as in any install (a pip install compiles it): PYTHONDONTWRITEBYTECODE is
 dropped for everything the script starts and the launcher compiled before the first run, or
@@ -47,6 +49,7 @@ import argparse
 import importlib.util
 import json
 import os
+import random
 import re
 import shutil
 import statistics
@@ -95,12 +98,13 @@ def read(path: str) -> bytes:
 
 
 def cpu_of(pid: int) -> Optional[float]:
-    """utime + stime in seconds; None when gone."""
+    """Its CPU time in seconds, the scheduler's count in ns (/proc/PID/schedstat: stat's utime
+    and stime come in whole ticks and read ~10 ms low a process); None when gone."""
     text = read(f"/proc/{pid}/stat")
-    if not text:
+    if not text or text.rsplit(b")", 1)[1].split()[0] in (b"Z", b"X"):
         return None
-    fields = text.rsplit(b")", 1)[1].split()
-    return None if fields[0] in (b"Z", b"X") else (int(fields[11]) + int(fields[12])) / TICKS
+    ran = read(f"/proc/{pid}/schedstat").split()
+    return int(ran[0]) / 1e9 if ran else None
 
 
 def hwm_kib(pid: int) -> int:
@@ -504,25 +508,30 @@ def slurm_alone(nodes: int, event: str, work: Path, env: dict) -> tuple[float, f
         wait_until(lambda: not tagged(marker), 120, "Slurm's tasks gone")
 
 
-def same_script(nodes: int, per_node: int, folder: Path, tag: str) -> Path:
-    """The launcher's processes started by Slurm and bash alone: on every node `per_node`
-    stand-ins and, on the first min(nodes, RANK_NODES), a torchrun of one stand-in rank (a
-    static rendezvous on node 0's port), named as the launcher names them, so that the start
-    of the same work is beside ours: torchrun's torch import (~2 s of CPU each, 2 of them at 2
-    nodes and 8 at 32) is the work's, not the launcher's, and on one machine of 2 cores it
-    grows with the nodes."""
+def same_task(nodes: int, per_node: int, node: str) -> str:
+    """The launcher's processes of one node started by bash alone: `per_node` stand-ins and,
+    on the first min(nodes, RANK_NODES), a torchrun of one stand-in rank (a static rendezvous
+    on node 0's port), named as the launcher names them; `node` is the shell's word for the
+    node's index. So the start of the same work is beside ours: torchrun's torch import (~2 s
+    of CPU each, 2 of them at 2 nodes and 8 at 32) is the work's, not the launcher's, and on
+    one machine of 2 cores it grows with the nodes."""
     ranks = min(nodes, RANK_NODES)
-    port = 20000 + int(tag[-6:]) % 20000
+    port = 20000 + time.monotonic_ns() // 1000 % 20000
     standin = ROOT / STANDIN
-    node = (
+    return (
         f"for i in $(seq 0 {per_node - 1}); do "
-        f"AREAL_LAUNCH_PROCESS=beat-$((SLURM_NODEID*{per_node}+i)) {PY} {standin} & done; "
-        f"if [ $SLURM_NODEID -lt {ranks} ]; then AREAL_LAUNCH_PROCESS=actor-node$SLURM_NODEID "
-        f"{PY} -m torch.distributed.run --nnodes {ranks} --node-rank $SLURM_NODEID "
+        f"AREAL_LAUNCH_PROCESS=beat-$(({node}*{per_node}+i)) {PY} {standin} & done; "
+        f"if [ {node} -lt {ranks} ]; then AREAL_LAUNCH_PROCESS=actor-node{node} "
+        f"{PY} -m torch.distributed.run --nnodes {ranks} --node-rank {node} "
         f"--nproc-per-node 1 --master-addr 127.0.0.1 --master-port {port} {standin} & fi; wait"
     )
+
+
+def same_script(nodes: int, per_node: int, folder: Path, tag: str) -> Path:
+    """same_task on every node, started by Slurm (one srun task a node)."""
     exports = f"STANDIN_DIR={folder} OMP_NUM_THREADS=1"
-    return alone_script(folder / "same.sbatch", nodes, tag, False, exports, node)
+    task = same_task(nodes, per_node, "$SLURM_NODEID")
+    return alone_script(folder / "same.sbatch", nodes, tag, False, exports, task)
 
 
 def slurm_same(nodes: int, per_node: int, work: Path, env: dict) -> float:
@@ -545,7 +554,23 @@ def slurm_same(nodes: int, per_node: int, work: Path, env: dict) -> float:
         return max(started(folder, begun)[name] for name in want) - begun
     finally:
         subprocess.run(["scancel", job], env=env, capture_output=True)
-        wait_until(lambda: not tagged(marker), 120, "Slurm's same processes gone")
+        gone(marker, "Slurm's same processes")
+
+
+def gone(marker: bytes, what: str) -> None:
+    """Every process tagged `marker` ended: a floor's own stop given 60 s (once, under load,
+    scancel of the 32-node one had left some after 120 s), then SIGKILL, so that one slow
+    cleanup of a floor does not end the whole benchmark."""
+    try:
+        wait_until(lambda: not tagged(marker), 60, f"{what} gone")
+    except RuntimeError:
+        print(f"  {what}: still running 60 s after their stop; killed", flush=True)
+        for pid in tagged(marker):
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        wait_until(lambda: not tagged(marker), 60, f"{what} gone")
 
 
 # ----------------------------------------------------------------------------- one agent
@@ -592,8 +617,36 @@ def agent_cpu(code: str, request: Path, per_node: int) -> tuple[float, float]:
         agent.wait(60)
 
 
+def cpu_alive(code: str, imports: str) -> float:
+    """The CPU (s, the scheduler's exact count) of an interpreter started as a node agent is,
+    once it has run `imports`, read while it is still alive as agent_cpu reads the agent's."""
+    ready = f"{imports}; import sys; print(flush=True); sys.stdin.read()"
+    proc = subprocess.Popen(
+        [PY, "-c", ready],
+        env={**os.environ, "PYTHONPATH": code},
+        cwd=code,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"\n"
+        return int(read(f"/proc/{proc.pid}/schedstat").split()[0]) / 1e9
+    finally:
+        proc.communicate(b"")
+
+
+def floors(code: str, runs: int) -> tuple[float, float]:
+    """(a bare interpreter's CPU, started as a node agent is: `python -c pass`; the agent's
+    imports on top of it): what any node agent in Python pays before it does anything, and
+    what this one's modules add. Each the median of `runs`."""
+    bare = med([cpu_alive(code, "pass") for _ in range(runs)])
+    loaded = med([cpu_alive(code, "import launcher.node.agent") for _ in range(runs)])
+    return bare, loaded - bare
+
+
 def run_agents(args, work: Path) -> None:
-    """--agent-cpu: one node agent's CPU, each checkout's in turn, the median of the runs."""
+    """--agent-cpu: one node agent's CPU, each checkout's in turn, the median of the runs;
+    beside it the floor of any Python agent (the interpreter) and its imports."""
     requests = {code: node_request(code, args.per_node, work) for _, code in codes(args)}
     seen: dict[str, list[tuple[float, float]]] = {code: [] for code in requests}
     for _ in range(args.agent_cpu):
@@ -601,11 +654,13 @@ def run_agents(args, work: Path) -> None:
             shutil.rmtree(Path(json.loads(request.read_text())["run_dir"]), ignore_errors=True)
             seen[code].append(agent_cpu(code, request, args.per_node))
     for label, code in codes(args):
+        bare, imports = floors(code, max(args.agent_cpu, 11))
         print(
             f"one node agent{' (' + label + ')' if label else ''}: "
             f"{med([a for a, _ in seen[code]]):.3f} s of CPU to its {args.per_node} stand-ins "
             f"running (each {1000 * med([b for _, b in seen[code]]):.0f} ms), "
-            f"median of {args.agent_cpu}"
+            f"median of {args.agent_cpu}; of it a bare interpreter {1000 * bare:.0f} ms "
+            f"and the agent's imports {1000 * imports:.0f} ms"
         )
 
 
@@ -628,6 +683,61 @@ actors = [
 ]
 sys.exit(max(ray.get([a.run.remote(k) for k, a in enumerate(actors)])))
 """
+
+
+RAY_SAME = """
+import subprocess, sys, ray
+from ray.util.placement_group import placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+nodes, task, gpus = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+ray.init(logging_level="ERROR")
+pg = placement_group([{"CPU": 1.0, "GPU": gpus}] * nodes, strategy="STRICT_SPREAD")
+@ray.remote
+class Node:
+    def run(self, k):
+        return subprocess.run(["bash", "-c", task, "bash", str(k)]).returncode
+strategy = PlacementGroupSchedulingStrategy
+actors = [
+    Node.options(num_cpus=1, num_gpus=gpus, scheduling_strategy=strategy(pg, k)).remote()
+    for k in range(nodes)
+]
+ray.get([a.run.remote(k) for k, a in enumerate(actors)])
+"""
+
+
+def ray_same(nodes: int, per_node: int, work: Path, env: dict) -> float:
+    """The command to every process of same_task running, each node's started by bash in an
+    actor on the launcher's bundle (as RAY_FLOOR places them); then they are killed."""
+    tag = f"raysame{time.monotonic_ns()}"
+    folder = work / tag
+    folder.mkdir()
+    marker = f"FLOOR_TAG={tag}\0".encode()
+    want = expected(nodes, per_node)
+    # in the task: a Ray worker has its raylet's environment, not the driver's
+    task = f"export STANDIN_DIR={folder} OMP_NUM_THREADS=1 FLOOR_TAG={tag}; "
+    begun = time.time()
+    driver = subprocess.Popen(
+        [PY, "-c", RAY_SAME, str(nodes), task + same_task(nodes, per_node, "$1"), str(GPUS)],
+        env=env,
+        cwd=work,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_until(lambda: want <= set(started(folder, begun)), 180, "Ray's same processes")
+        return max(started(folder, begun)[name] for name in want) - begun
+    finally:
+        for pid in tagged(marker):  # the driver's actors wait on them
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        try:
+            driver.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            driver.kill()
+            driver.wait()
+        gone(marker, "Ray's same processes")
 
 
 def ray_alone(nodes: int, work: Path, env: dict) -> tuple[float, float]:
@@ -713,7 +823,7 @@ class Row:
     ours: dict[str, list[Sample]]
     alone: dict[str, list[tuple[float, float]]]
     label: str = ""  # "baseline": --baseline's code
-    same: list[float] = field(default_factory=list)  # Slurm alone starting the same processes
+    same: list[float] = field(default_factory=list)  # Slurm or Ray alone, the same processes
 
 
 def med(values: list[float]) -> float:
@@ -758,7 +868,7 @@ HEADER = [
     "processes",
     "start s (Slurm or Ray alone)",
     "launcher's share s",
-    "Slurm alone, same processes s (launcher's share beyond it)",
+    "Slurm or Ray alone, same processes s (launcher's share beyond it)",
     "workers running s",
     "kill s (Slurm alone)",
     "cancel s (Slurm alone)",
@@ -775,6 +885,23 @@ def table(rows: list[Row], per_node: int) -> str:
         cells = row_cells(r, per_node)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def interval(small: tuple[list[float], list[float]], large: tuple[list[float], list[float]]) -> str:
+    """How sure the ratio of two shares is, each share a median of ours less a median of a
+    floor: the 5th and 95th percentiles of the ratio over resamples of the runs (a share at or
+    below zero counts as an unbounded ratio)."""
+    pick = random.Random(0)
+
+    def share(ours: list[float], floor: list[float]) -> float:
+        return med(pick.choices(ours, k=len(ours))) - med(pick.choices(floor, k=len(floor)))
+
+    seen = []
+    for _ in range(2000):
+        low, high = share(*small), share(*large)
+        seen.append(high / low if low > 0 else float("inf"))
+    seen.sort()
+    return f"{seen[len(seen) // 20]:.2f}-{seen[len(seen) * 19 // 20]:.2f}x"
 
 
 def ratios(rows: list[Row]) -> list[str]:
@@ -807,9 +934,11 @@ def ratios(rows: list[Row]) -> list[str]:
             line += f" (of the workers' start {workers[1] / workers[0]:.2f}x)"
         if a.same and b.same:
             beyond = [med([s.start_s for s in e]) - med(r.same) for e, r in ((ea, a), (eb, b))]
+            sure = interval(([s.start_s for s in ea], a.same), ([s.start_s for s in eb], b.same))
             line += (
-                f"; beyond Slurm alone starting the same processes {beyond[1] / beyond[0]:.2f}x "
-                f"({beyond[0]:.2f} -> {beyond[1]:.2f} s)"
+                f"; beyond {runner.capitalize()} alone starting the same processes "
+                f"{beyond[1] / beyond[0]:.2f}x "
+                f"({beyond[0]:.2f} -> {beyond[1]:.2f} s; 90 % of resamples {sure})"
             )
         out.append(line)
     return out
@@ -854,6 +983,31 @@ def cache_bytecode(args) -> None:
         )
 
 
+def one_round(args, i: int):
+    """args for round `i` of `rounds`: one run of each case (a requeue only in the first
+    --requeue-repeat rounds)."""
+    cases = [c for c in args.cases.split(",") if c != "requeue" or i < args.requeue_repeat]
+    return argparse.Namespace(**{**vars(args), "repeat": 1, "cases": ",".join(cases)})
+
+
+def rounds(args, counts: list[int], runner: str, one: Callable[[int, object], None]) -> None:
+    """Each size in turn within each of --repeat rounds, not each size's runs together: the
+    load of a shared machine drifts over minutes, and the goals are ratios between sizes."""
+    for i in range(args.repeat):
+        for n in counts:
+            print(f"round {i + 1}/{args.repeat}: {runner} {n} nodes", flush=True)
+            one(n, one_round(args, i))
+
+
+def row_of(rows: dict, runner: str, n: int, label: str) -> Row:
+    return rows.setdefault((n, label), Row(runner, n, {}, {}, label))
+
+
+def add(row: Row, ours: dict[str, list[Sample]]) -> None:
+    for name, samples in ours.items():
+        row.ours.setdefault(name, []).extend(samples)
+
+
 def run_slurm(args, work: Path) -> list[Row]:
     counts = sizes(args.slurm)
     if not counts:
@@ -862,29 +1016,32 @@ def run_slurm(args, work: Path) -> list[Row]:
         print("Slurm skipped: start-slurm.sh needs root (--slurm '' skips it)", file=sys.stderr)
         return []
     env = slurm_cluster(max(counts))
-    rows = []
+    rows: dict[tuple[int, str], Row] = {}
+
+    def one(n: int, rnd) -> None:
+        for label, code in codes(args):
+            add(
+                row_of(rows, "slurm", n, label),
+                measure("slurm", n, rnd, work, {**env, "PYTHONPATH": code}),
+            )
+        if args.no_alone:
+            return
+        alone = {e: [slurm_alone(n, e, work, env)] for e in rnd.cases.split(",")}
+        same = slurm_same(n, args.per_node, work, env)
+        first = row_of(rows, "slurm", n, "")
+        for e, pairs in alone.items():
+            first.alone.setdefault(e, []).extend(pairs)
+        first.same.append(same)
+        for label, _ in codes(args):  # the baseline's rows share the same floor
+            r = row_of(rows, "slurm", n, label)
+            r.alone, r.same = first.alone, first.same
+
     try:
-        for n in counts:
-            for label, code in codes(args):
-                ours = measure("slurm", n, args, work, {**env, "PYTHONPATH": code})
-                rows.append(Row("slurm", n, ours, {}, label))
-            if not args.no_alone:
-                rows[-1].alone = {
-                    e: [
-                        slurm_alone(n, e, work, env)
-                        for _ in range(args.requeue_repeat if e == "requeue" else args.repeat)
-                    ]
-                    for e in ours
-                }
-                rows[-1].same = [
-                    slurm_same(n, args.per_node, work, env) for _ in range(args.repeat)
-                ]
-                for r in rows[-len(codes(args)) :]:
-                    r.alone, r.same = rows[-1].alone, rows[-1].same
+        rounds(args, counts, "slurm", one)
     finally:
         if not args.keep:
             stop_slurm()
-    return rows
+    return [rows[(n, label)] for n in counts for label, _ in codes(args)]
 
 
 def run_ray(args, work: Path) -> list[Row]:
@@ -895,17 +1052,22 @@ def run_ray(args, work: Path) -> list[Row]:
         print("Ray skipped: not installed (make install-test)", file=sys.stderr)
         return []
     state = Path(tempfile.mkdtemp(prefix="rs.", dir="/tmp"))
+    rows: dict[tuple[int, str], Row] = {}
+
+    def one(n: int, rnd) -> None:
+        first = row_of(rows, "ray", n, "")
+        if not args.no_alone:  # Ray has no kill or cancel of its own beside ours
+            first.alone.setdefault("start", []).append(ray_alone(n, work, env))
+            first.same.append(ray_same(n, args.per_node, work, env))
+        for label, code in codes(args):
+            r = row_of(rows, "ray", n, label)
+            r.alone, r.same = first.alone, first.same
+            add(r, measure("ray", n, rnd, work, {**env, "PYTHONPATH": code}))
+
     try:
         env = ray_cluster(max(counts), state)
-        rows = []
-        for n in counts:
-            alone = {}
-            if not args.no_alone:  # Ray has no kill or cancel of its own beside ours
-                alone["start"] = [ray_alone(n, work, env) for _ in range(args.repeat)]
-            for label, code in codes(args):
-                ours = measure("ray", n, args, work, {**env, "PYTHONPATH": code})
-                rows.append(Row("ray", n, ours, alone, label))
-        return rows
+        rounds(args, counts, "ray", one)
+        return [rows[(n, label)] for n in counts for label, _ in codes(args)]
     finally:
         stop_ray(state)
 
