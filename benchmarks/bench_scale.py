@@ -665,27 +665,7 @@ def run_agents(args, work: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- Ray alone
-RAY_FLOOR = """
-import subprocess, sys, ray
-from ray.util.placement_group import placement_group
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-nodes, folder, gpus = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
-ray.init(logging_level="ERROR")
-pg = placement_group([{"CPU": 1.0, "GPU": gpus}] * nodes, strategy="STRICT_SPREAD")
-@ray.remote
-class Node:
-    def run(self, k):
-        return subprocess.run(["sh", "-c", 'date +%s.%N > "$0/$1.$$"', folder, str(k)]).returncode
-strategy = PlacementGroupSchedulingStrategy
-actors = [
-    Node.options(num_cpus=1, num_gpus=gpus, scheduling_strategy=strategy(pg, k)).remote()
-    for k in range(nodes)
-]
-sys.exit(max(ray.get([a.run.remote(k) for k, a in enumerate(actors)])))
-"""
-
-
-RAY_SAME = """
+RAY_NODES = """
 import subprocess, sys, ray
 from ray.util.placement_group import placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -701,13 +681,14 @@ actors = [
     Node.options(num_cpus=1, num_gpus=gpus, scheduling_strategy=strategy(pg, k)).remote()
     for k in range(nodes)
 ]
-ray.get([a.run.remote(k) for k, a in enumerate(actors)])
-"""
+sys.exit(max(ray.get([a.run.remote(k) for k, a in enumerate(actors)])))
+"""  # Ray alone: the launcher's bundles placed as it places them, an actor on each running
+# the task under bash with the node's index ($1), as the launcher's node actors start agents
 
 
 def ray_same(nodes: int, per_node: int, work: Path, env: dict) -> float:
     """The command to every process of same_task running, each node's started by bash in an
-    actor on the launcher's bundle (as RAY_FLOOR places them); then they are killed."""
+    actor on the launcher's bundle (RAY_NODES); then they are killed."""
     tag = f"raysame{time.monotonic_ns()}"
     folder = work / tag
     folder.mkdir()
@@ -717,7 +698,7 @@ def ray_same(nodes: int, per_node: int, work: Path, env: dict) -> float:
     task = f"export STANDIN_DIR={folder} OMP_NUM_THREADS=1 FLOOR_TAG={tag}; "
     begun = time.time()
     driver = subprocess.Popen(
-        [PY, "-c", RAY_SAME, str(nodes), task + same_task(nodes, per_node, "$1"), str(GPUS)],
+        [PY, "-c", RAY_NODES, str(nodes), task + same_task(nodes, per_node, "$1"), str(GPUS)],
         env=env,
         cwd=work,
         stdout=subprocess.DEVNULL,
@@ -748,7 +729,7 @@ def ray_alone(nodes: int, work: Path, env: dict) -> tuple[float, float]:
     folder.mkdir()
     begun = time.time()
     driver = subprocess.Popen(
-        [PY, "-c", RAY_FLOOR, str(nodes), str(folder), str(GPUS)],
+        [PY, "-c", RAY_NODES, str(nodes), f'date +%s.%N > "{folder}/$1.$$"', str(GPUS)],
         env=env,
         cwd=work,
         stdout=subprocess.DEVNULL,
