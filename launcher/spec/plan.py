@@ -16,7 +16,39 @@ from typing import Any, Mapping, Optional, Sequence
 from launcher.spec.alloc import ModelAllocation, parse_backend
 from launcher.spec.cluster import ClusterSpec
 from launcher.spec.codec import JsonRecord, json_key, to_json
-from launcher.spec.process import INDENT_UP_TO, ProcessSpec, masked
+
+# A process and its environment contract lived here before spec/process.py: a backend or a
+# runner of one's own (an entry point) written then imports them from this module, and still
+# can. Their one home is spec/process.py; the launcher's own modules import them from there.
+from launcher.spec.process import (  # noqa: F401
+    CONTRACT_PREFIX,
+    DEFAULT_SERVED_MODEL,
+    ENV_COMPONENT,
+    ENV_COMPONENT_ADDRS,
+    ENV_GPUS,
+    ENV_HOSTS,
+    ENV_PLAN,
+    ENV_PROCESS,
+    ENV_RESTART,
+    ENV_RUN_DIR,
+    ENV_RUN_MARKER,
+    ENV_SERVED_MODEL,
+    ENV_SERVER_ADDRS,
+    ENV_SPMD_MODE,
+    INDENT_UP_TO,
+    LOOPBACK,
+    MAX_ENV_ADDRS,
+    ProcessSpec,
+    bind_address,
+    bind_placeholder,
+    component_addrs_env,
+    fill_hosts,
+    host_placeholder,
+    is_loopback,
+    mask_env,
+    masked,
+    nodes_named,
+)
 from launcher.spec.registry import TRAIN, WORKER
 
 SCHEMA = 1
