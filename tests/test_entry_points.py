@@ -146,6 +146,21 @@ def test_an_entry_point_backend_plans_and_an_entry_point_runner_dry_runs_it(tmp_
     assert "--greeting howdy" in server
 
 
+def test_a_key_of_a_backend_that_cannot_be_loaded_names_why_not_an_unknown_key(tmp_path):
+    """The package is installed but its module fails to import: a key of its section is not
+    called unknown (the section is missing only because the module is), the load error is."""
+    write_package(tmp_path)
+    (tmp_path / "echolm_backend.py").write_text("import echolm_missing_dependency\n")
+    out = cli(
+        tmp_path, "plan", "rollout.backend=echolm:d1", "actor=none", "rollout.echolm.greeting=hi"
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    line = out.stderr.strip()
+    assert "'rollout.echolm'" in line and "unknown config key" not in line, line
+    assert "echolm_missing_dependency" in line and "ModuleNotFoundError" in line, line
+
+
 def test_no_file_under_launcher_names_them():
     for path in (ROOT / "launcher").rglob("*"):
         if path.is_file() and path.suffix in (".py", ".yaml", ".txt", ".md"):

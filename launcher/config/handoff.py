@@ -197,7 +197,12 @@ def unknown_error(
 ) -> ConfigError:
     """A key our schema does not declare, with the closest one it does. entry: our recipe's
     (it takes only our keys), None: no entry to give it to. added: the user wrote it with `+`
-    (which adds keys only to the dicts that are the user's own). hint: a peer's word on it."""
+    (which adds keys only to the dicts that are the user's own). hint: a peer's word on it.
+    A key under a backend another package registers that cannot be loaded is unknown only
+    because it could not be loaded: that is said instead (rollout.mylm.x, with mylm broken)."""
+    broken = unloadable_backend(key)
+    if broken is not None:
+        return broken
     guess = closest_key(key, known)
     said = f": did you mean {guess!r}?" if guess else ""
     if added:
@@ -210,3 +215,14 @@ def unknown_error(
     else:
         why = "`areal-launch --cfg job` prints every key"
     return ConfigError(f"unknown config key {key!r}{where}{said} ({why}){hint}")
+
+
+def unloadable_backend(key: str) -> Optional[ConfigError]:
+    """Why a backend that `key` names a part of cannot be loaded, None when none."""
+    for part in key.split("."):
+        if part in registry.BACKENDS.paths():
+            try:
+                registry.find_backend(part)
+            except ConfigError as exc:
+                return ConfigError(f"config key {key!r} belongs to backend {part!r}, but {exc}")
+    return None
