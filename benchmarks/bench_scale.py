@@ -565,12 +565,16 @@ def gone(marker: bytes, what: str) -> None:
         wait_until(lambda: not tagged(marker), 60, f"{what} gone")
     except RuntimeError:
         print(f"  {what}: still running 60 s after their stop; killed", flush=True)
-        for pid in tagged(marker):
-            try:
-                os.kill(pid, 9)
-            except ProcessLookupError:
-                pass
+        kill_tagged(marker)
         wait_until(lambda: not tagged(marker), 60, f"{what} gone")
+
+
+def kill_tagged(marker: bytes) -> None:
+    for pid in tagged(marker):
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
 
 
 # ----------------------------------------------------------------------------- one agent
@@ -630,7 +634,7 @@ def cpu_alive(code: str, imports: str) -> float:
     )
     try:
         assert proc.stdout is not None and proc.stdout.readline() == b"\n"
-        return int(read(f"/proc/{proc.pid}/schedstat").split()[0]) / 1e9
+        return cpu_of(proc.pid) or 0.0
     finally:
         proc.communicate(b"")
 
@@ -708,11 +712,7 @@ def ray_same(nodes: int, per_node: int, work: Path, env: dict) -> float:
         wait_until(lambda: want <= set(started(folder, begun)), 180, "Ray's same processes")
         return max(started(folder, begun)[name] for name in want) - begun
     finally:
-        for pid in tagged(marker):  # the driver's actors wait on them
-            try:
-                os.kill(pid, 9)
-            except ProcessLookupError:
-                pass
+        kill_tagged(marker)  # the driver's actors wait on them
         try:
             driver.communicate(timeout=120)
         except subprocess.TimeoutExpired:
@@ -882,7 +882,7 @@ def interval(small: tuple[list[float], list[float]], large: tuple[list[float], l
         low, high = share(*small), share(*large)
         seen.append(high / low if low > 0 else float("inf"))
     seen.sort()
-    return f"{seen[len(seen) // 20]:.2f}-{seen[len(seen) * 19 // 20]:.2f}x"
+    return f"{seen[len(seen) // 20]:.2f}x to {seen[len(seen) * 19 // 20]:.2f}x"
 
 
 def ratios(rows: list[Row]) -> list[str]:
@@ -981,7 +981,13 @@ def rounds(args, counts: list[int], runner: str, one: Callable[[int, object], No
 
 
 def row_of(rows: dict, runner: str, n: int, label: str) -> Row:
-    return rows.setdefault((n, label), Row(runner, n, {}, {}, label))
+    """The row of size `n` and code `label`; a baseline's shares the floors of this checkout's
+    (made first: codes() lists it first), measured once for both."""
+    if (n, label) not in rows:
+        first = rows.get((n, ""))
+        shared = (first.alone, first.same) if first else ({}, [])
+        rows[(n, label)] = Row(runner, n, {}, shared[0], label, shared[1])
+    return rows[(n, label)]
 
 
 def add(row: Row, ours: dict[str, list[Sample]]) -> None:
@@ -1007,15 +1013,10 @@ def run_slurm(args, work: Path) -> list[Row]:
             )
         if args.no_alone:
             return
-        alone = {e: [slurm_alone(n, e, work, env)] for e in rnd.cases.split(",")}
-        same = slurm_same(n, args.per_node, work, env)
         first = row_of(rows, "slurm", n, "")
-        for e, pairs in alone.items():
-            first.alone.setdefault(e, []).extend(pairs)
-        first.same.append(same)
-        for label, _ in codes(args):  # the baseline's rows share the same floor
-            r = row_of(rows, "slurm", n, label)
-            r.alone, r.same = first.alone, first.same
+        for e in rnd.cases.split(","):
+            first.alone.setdefault(e, []).append(slurm_alone(n, e, work, env))
+        first.same.append(slurm_same(n, args.per_node, work, env))
 
     try:
         rounds(args, counts, "slurm", one)
@@ -1041,9 +1042,10 @@ def run_ray(args, work: Path) -> list[Row]:
             first.alone.setdefault("start", []).append(ray_alone(n, work, env))
             first.same.append(ray_same(n, args.per_node, work, env))
         for label, code in codes(args):
-            r = row_of(rows, "ray", n, label)
-            r.alone, r.same = first.alone, first.same
-            add(r, measure("ray", n, rnd, work, {**env, "PYTHONPATH": code}))
+            add(
+                row_of(rows, "ray", n, label),
+                measure("ray", n, rnd, work, {**env, "PYTHONPATH": code}),
+            )
 
     try:
         env = ray_cluster(max(counts), state)
